@@ -1,0 +1,16 @@
+// Package ir holds autopar's tensor IR: dtypes, shapes, the closed op table, the SSA Graph,
+// its verifier and its printer.
+//
+// A Graph is a list of Values in topological order; each Value is produced by one op from
+// earlier Values. Every op is one row of the op table (see OpDef): its name, arity,
+// attributes, shape rule, einsum-style dims signature and FLOP count. Everything downstream —
+// the parser, the builder, autodiff, the sharding strategies, the interpreter — reads the row
+// rather than switching over ops, so a new op is one row plus its kernel.
+//
+// ir knows nothing about devices, meshes or costs beyond FLOPs.
+//
+// Errors and panics: mistakes a user can make (a shape mismatch, a bad attribute, an undefined
+// name) come back as *Error values carrying a source position. A broken internal invariant —
+// an out-of-range ValueID, an attribute read with the wrong type after verification —
+// panics with an "ir:" message; functions that can panic say so.
+package ir

@@ -1,0 +1,63 @@
+package ir
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func mustAppend(t *testing.T, g *Graph, op Op, name string, args []ValueID, at Attrs) ValueID {
+	t.Helper()
+	id, err := g.Append(op, name, args, at, Pos{"t.ir", len(g.Values) + 1, 1})
+	require.NoError(t, err)
+	return id
+}
+
+func TestBuildPrintVerify(t *testing.T) {
+	g := NewGraph("mlp")
+	x, err := g.Declare(OpInput, "x", Type{F32, Shape{8, 4}}, 0, Pos{"t.ir", 1, 1})
+	require.NoError(t, err)
+	w, err := g.Declare(OpParam, "w", Type{F32, Shape{4, 3}}, -1, Pos{"t.ir", 2, 1})
+	require.NoError(t, err)
+	h := mustAppend(t, g, OpMatMul, "h", []ValueID{x, w}, nil)
+	r := mustAppend(t, g, OpReduceSum, "r", []ValueID{h}, Attrs{}.With("axes", []int{0, 1}))
+	g.AddOutput(r, Pos{})
+	require.NoError(t, Verify(g))
+	assert.Equal(t, "graph mlp\ninput x: f32[8,4] batch=0\nparam w: f32[4,3]\nh = matmul x, w\nr = reduce_sum h axes=[0,1]\noutput r\n", g.String())
+	assert.Equal(t, "a b, b c -> a c", g.Dims(h).String())
+	assert.Equal(t, 2.0*8*4*3, g.FLOPs(h))
+}
+
+func TestShapeErrorNamesOperands(t *testing.T) {
+	g := NewGraph("")
+	h, _ := g.Declare(OpParam, "h", Type{F32, Shape{8, 512}}, -1, Pos{})
+	w2, _ := g.Declare(OpParam, "w2", Type{F32, Shape{1024, 256}}, -1, Pos{})
+	_, err := g.Append(OpMatMul, "y", []ValueID{h, w2}, nil, Pos{"gpt.ir", 14, 9})
+	require.Error(t, err)
+	assert.Equal(t, "gpt.ir:14:9: matmul: inner dims differ: h is f32[8,512] but w2 is f32[1024,256]", err.Error())
+}
+
+func TestDimsSignatures(t *testing.T) {
+	g := NewGraph("")
+	x, _ := g.Declare(OpInput, "x", Type{F32, Shape{4, 6}}, 0, Pos{})
+	b, _ := g.Declare(OpParam, "b", Type{F32, Shape{6}}, -1, Pos{})
+	cases := []struct {
+		op   Op
+		args []ValueID
+		at   Attrs
+		want string
+	}{
+		{OpAdd, []ValueID{x, b}, nil, "a b, b -> a b"},
+		{OpSoftmax, []ValueID{x}, Attrs{}.With("axis", 1), "a b* -> a b*"},
+		{OpReduceSum, []ValueID{x}, Attrs{}.With("axes", []int{1}), "a b -> a"},
+		{OpTranspose, []ValueID{x}, Attrs{}.With("perm", []int{1, 0}), "a b -> b a"},
+		{OpReshape, []ValueID{x}, Attrs{}.With("shape", []int{24}), "a _ -> a"},
+		{OpReshape, []ValueID{x}, Attrs{}.With("shape", []int{2, 2, 6}), "a b -> a c* b"},
+		{OpEinsum, []ValueID{x, x}, Attrs{}.With("spec", "ij,ik->jk"), "a b, a c -> b c"},
+	}
+	for i, c := range cases {
+		id := mustAppend(t, g, c.op, g.FreshName("v"), c.args, c.at)
+		assert.Equal(t, c.want, g.Dims(id).String(), "case %d (%s)", i, c.op)
+	}
+}

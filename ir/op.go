@@ -1,0 +1,222 @@
+package ir
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Op names one row of the op table.
+type Op uint8
+
+// The ops. The order is the table's order and is not part of any file format: the text form
+// uses names.
+const (
+	OpInvalid Op = iota
+
+	// Leaves.
+	OpParam    // a trained parameter, declared with its type
+	OpInput    // a data input, declared with its type and batch dim
+	OpState    // optimizer state, declared with its type
+	OpConstant // a tensor filled with one value
+	OpIota     // index along one axis, for masks and one-hots
+
+	// Elementwise, numpy broadcasting.
+	OpAdd
+	OpSub
+	OpMul
+	OpDiv
+	OpMax
+	OpEq
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+	OpWhere
+	OpNeg
+	OpExp
+	OpLog
+	OpTanh
+	OpRelu
+	OpGelu
+	OpSigmoid
+	OpSqrt
+	OpRsqrt
+	OpCast
+	OpDropout
+
+	// Contractions.
+	OpMatMul
+	OpEinsum
+
+	// Reductions and row-wise ops.
+	OpReduceSum
+	OpReduceMax
+	OpReduceMean
+	OpSoftmax
+	OpLogSoftmax
+	OpCumsum
+	OpLayerNorm
+	OpBatchNorm
+
+	// Layout.
+	OpReshape
+	OpTranspose
+	OpBroadcast
+	OpSlice
+	OpConcat
+
+	// Special.
+	OpGather
+	OpScatterAdd
+	OpSparseCrossEntropy
+	OpConv2D
+	OpConv2DInputGrad
+	OpConv2DFilterGrad
+	OpMaxPool
+	OpMaxPoolGrad
+	OpAvgPool
+	OpAvgPoolGrad
+
+	numOps
+)
+
+// Category groups ops by how they behave downstream: which ones are followers to merge,
+// which carry the heavy FLOPs, which need a special sharding rule.
+type Category uint8
+
+// The op categories.
+const (
+	CatLeaf        Category = iota + 1 // param, input, state, constant, iota
+	CatElementwise                     // one output element per aligned input elements
+	CatContraction                     // matmul, einsum: the heavy ops
+	CatReduce                          // reductions and row-wise normalizations
+	CatLayout                          // moves data without arithmetic
+	CatSpecial                         // gather, cross-entropy, conv, pooling and their grads
+)
+
+var categoryNames = [...]string{CatLeaf: "leaf", CatElementwise: "elementwise", CatContraction: "contraction",
+	CatReduce: "reduce", CatLayout: "layout", CatSpecial: "special"}
+
+func (c Category) String() string { return categoryNames[c] }
+
+// Arg is what a shape rule sees of one operand: its name, for messages, and its type.
+type Arg struct {
+	Name string
+	Type Type
+}
+
+// OpDef is one row of the op table.
+type OpDef struct {
+	Name     string
+	Category Category
+	// Arity is the number of operands; Variadic ops take Arity or more.
+	Arity    int
+	Variadic bool
+	Attrs    []AttrSpec
+	// Infer is the shape rule: the result type from the operands and attributes, or an error
+	// naming the operand at fault ("matmul: inner dims differ: ..."). Attributes are checked
+	// and defaulted before it runs. It also runs in the interpreter on local shards, so it
+	// must not assume global shapes.
+	Infer func(args []Arg, at Attrs) (Type, error)
+	// Dims is the einsum-style dims signature of one instance (see Dims).
+	Dims func(args []Type, at Attrs, res Type) Dims
+	// FLOPs counts the floating-point operations of one instance.
+	FLOPs func(args []Type, at Attrs, res Type) float64
+}
+
+func (d *OpDef) attrSpec(name string) *AttrSpec {
+	for i := range d.Attrs {
+		if d.Attrs[i].Name == name {
+			return &d.Attrs[i]
+		}
+	}
+	return nil
+}
+
+func (d *OpDef) attrHint() string {
+	if len(d.Attrs) == 0 {
+		return " (it takes none)"
+	}
+	names := make([]string, len(d.Attrs))
+	for i, s := range d.Attrs {
+		names[i] = s.Name
+	}
+	return " (it takes " + strings.Join(names, ", ") + ")"
+}
+
+// AttrSpec returns the spec of the named attribute, or nil.
+func (d *OpDef) AttrSpec(name string) *AttrSpec { return d.attrSpec(name) }
+
+// Def returns the op's row. It panics on an op outside the table.
+func (o Op) Def() *OpDef {
+	if o <= OpInvalid || o >= numOps {
+		panic(fmt.Sprintf("ir: op %d is not in the table", uint8(o)))
+	}
+	return &opTable[o]
+}
+
+func (o Op) String() string {
+	if o <= OpInvalid || o >= numOps {
+		return fmt.Sprintf("op(%d)", uint8(o))
+	}
+	return opTable[o].Name
+}
+
+// IsLeaf reports whether o declares a graph input: param, input or state.
+func (o Op) IsLeaf() bool { return o == OpParam || o == OpInput || o == OpState }
+
+// AllOps lists every op in table order.
+func AllOps() []Op {
+	ops := make([]Op, 0, numOps-1)
+	for o := OpInvalid + 1; o < numOps; o++ {
+		ops = append(ops, o)
+	}
+	return ops
+}
+
+var opsByName = func() map[string]Op {
+	m := make(map[string]Op, numOps)
+	for o := OpInvalid + 1; o < numOps; o++ {
+		m[opTable[o].Name] = o
+	}
+	return m
+}()
+
+// LookupOp returns the op with the given name.
+func LookupOp(name string) (Op, bool) {
+	o, ok := opsByName[name]
+	return o, ok
+}
+
+// InferType checks the attributes of one op application, fills in their defaults and runs
+// the shape rule. The error carries no position: callers add it.
+func InferType(op Op, args []Arg, at Attrs) (Type, Attrs, error) {
+	def := op.Def()
+	if err := checkArity(def, len(args)); err != nil {
+		return Type{}, nil, err
+	}
+	at, err := checkAttrs(def, at)
+	if err != nil {
+		return Type{}, nil, err
+	}
+	t, err := def.Infer(args, at)
+	return t, at, err
+}
+
+func checkArity(def *OpDef, n int) error {
+	switch {
+	case def.Variadic && n < def.Arity:
+		return fmt.Errorf("%s: wants at least %d operands, got %d", def.Name, def.Arity, n)
+	case !def.Variadic && n != def.Arity:
+		return fmt.Errorf("%s: wants %d operand%s, got %d", def.Name, def.Arity, plural(def.Arity), n)
+	}
+	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

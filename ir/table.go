@@ -1,0 +1,109 @@
+package ir
+
+// The op table: one row per op. A new op is a row here plus its kernel (runtime/kernels)
+// and, if differentiable, its gradient rule (passes).
+
+var (
+	leafAttrs  = []AttrSpec{{Name: "type", Kind: AttrType}}
+	inputAttrs = []AttrSpec{{Name: "type", Kind: AttrType}, {Name: "batch", Kind: AttrInt, Default: -1}}
+	eps        = []AttrSpec{{Name: "eps", Kind: AttrFloat, Default: 1e-5}}
+	axisAttr   = []AttrSpec{{Name: "axis", Kind: AttrInt}}
+	axesAttr   = []AttrSpec{{Name: "axes", Kind: AttrInts}}
+	convAttrs  = []AttrSpec{{Name: "stride", Kind: AttrInts, Default: []int{1, 1}}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+	poolAttrs  = []AttrSpec{{Name: "window", Kind: AttrInts}, {Name: "stride", Kind: AttrInts}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+)
+
+func withAttrs(base []AttrSpec, more ...AttrSpec) []AttrSpec {
+	return append(append([]AttrSpec(nil), base...), more...)
+}
+
+// Row constructors for the op families.
+
+func leaf(name string, attrs []AttrSpec) OpDef {
+	return OpDef{Name: name, Category: CatLeaf, Attrs: attrs, Infer: inferLeaf, Dims: dimsFresh, FLOPs: noFLOPs}
+}
+
+func arith(name string) OpDef {
+	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferArith(name), Dims: dimsBroadcasting, FLOPs: perResult(1)}
+}
+
+func compare(name string) OpDef {
+	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferCompare(name), Dims: dimsBroadcasting, FLOPs: perResult(1)}
+}
+
+func unary(name string, flops float64) OpDef {
+	return OpDef{Name: name, Category: CatElementwise, Arity: 1, Infer: inferUnaryFloat(name), Dims: dimsBroadcasting, FLOPs: perResult(flops)}
+}
+
+func reduce(name string, floatOnly bool) OpDef {
+	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axesAttr, Infer: inferReduce(name, floatOnly), Dims: dimsReduce, FLOPs: perOperand(1)}
+}
+
+func alongAxis(name string, flops float64) OpDef {
+	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axisAttr, Infer: inferAlongAxis(name), Dims: dimsAlongAxis, FLOPs: perResult(flops)}
+}
+
+func pool(name string) OpDef {
+	return OpDef{Name: name, Category: CatSpecial, Arity: 1, Attrs: poolAttrs, Infer: inferPool(name), Dims: dimsPool, FLOPs: poolFLOPs}
+}
+
+var opTable = [numOps]OpDef{
+	OpParam:    leaf("param", leafAttrs),
+	OpInput:    leaf("input", inputAttrs),
+	OpState:    leaf("state", leafAttrs),
+	OpConstant: {Name: "constant", Category: CatLeaf, Attrs: []AttrSpec{{Name: "value", Kind: AttrFloat}, {Name: "type", Kind: AttrType}}, Infer: inferConstant, Dims: dimsFresh, FLOPs: noFLOPs},
+	OpIota:     {Name: "iota", Category: CatLeaf, Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt}, {Name: "type", Kind: AttrType}}, Infer: inferIota, Dims: dimsIota, FLOPs: noFLOPs},
+
+	OpAdd:     arith("add"),
+	OpSub:     arith("sub"),
+	OpMul:     arith("mul"),
+	OpDiv:     arith("div"),
+	OpMax:     arith("max"),
+	OpEq:      compare("eq"),
+	OpNe:      compare("ne"),
+	OpLt:      compare("lt"),
+	OpLe:      compare("le"),
+	OpGt:      compare("gt"),
+	OpGe:      compare("ge"),
+	OpWhere:   {Name: "where", Category: CatElementwise, Arity: 3, Infer: inferWhere, Dims: dimsBroadcasting, FLOPs: perResult(1)},
+	OpNeg:     {Name: "neg", Category: CatElementwise, Arity: 1, Infer: inferNeg, Dims: dimsBroadcasting, FLOPs: perResult(1)},
+	OpExp:     unary("exp", 4),
+	OpLog:     unary("log", 4),
+	OpTanh:    unary("tanh", 6),
+	OpRelu:    unary("relu", 1),
+	OpGelu:    unary("gelu", 10),
+	OpSigmoid: unary("sigmoid", 5),
+	OpSqrt:    unary("sqrt", 2),
+	OpRsqrt:   unary("rsqrt", 2),
+	OpCast:    {Name: "cast", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "to", Kind: AttrDType}}, Infer: inferCast, Dims: dimsBroadcasting, FLOPs: noFLOPs},
+	OpDropout: {Name: "dropout", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "rate", Kind: AttrFloat}, {Name: "seed", Kind: AttrInt}}, Infer: inferDropout, Dims: dimsBroadcasting, FLOPs: perResult(2)},
+
+	OpMatMul: {Name: "matmul", Category: CatContraction, Arity: 2, Infer: inferMatMul, Dims: dimsMatMul, FLOPs: contractionFLOPs(dimsMatMul)},
+	OpEinsum: {Name: "einsum", Category: CatContraction, Arity: 1, Variadic: true, Attrs: []AttrSpec{{Name: "spec", Kind: AttrString}}, Infer: inferEinsum, Dims: dimsEinsum, FLOPs: contractionFLOPs(dimsEinsum)},
+
+	OpReduceSum:  reduce("reduce_sum", false),
+	OpReduceMax:  reduce("reduce_max", false),
+	OpReduceMean: reduce("reduce_mean", true),
+	OpSoftmax:    alongAxis("softmax", 5),
+	OpLogSoftmax: alongAxis("log_softmax", 5),
+	OpCumsum:     alongAxis("cumsum", 1),
+	OpLayerNorm:  {Name: "layer_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("layer_norm", layerNormChannel), Dims: dimsNorm(layerNormChannel, false), FLOPs: perResult(8)},
+	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsNorm(batchNormChannel, true), FLOPs: perResult(8)},
+
+	OpReshape:   {Name: "reshape", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts}}, Infer: inferReshape, Dims: dimsReshape, FLOPs: noFLOPs},
+	OpTranspose: {Name: "transpose", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}}, Infer: inferTranspose, Dims: dimsTranspose, FLOPs: noFLOPs},
+	OpBroadcast: {Name: "broadcast", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "dims", Kind: AttrInts}, {Name: "shape", Kind: AttrInts}}, Infer: inferBroadcast, Dims: dimsBroadcast, FLOPs: noFLOPs},
+	OpSlice:     {Name: "slice", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "limit", Kind: AttrInts}, {Name: "start", Kind: AttrInts}}, Infer: inferSlice, Dims: dimsSlice, FLOPs: noFLOPs},
+	OpConcat:    {Name: "concat", Category: CatLayout, Arity: 1, Variadic: true, Attrs: axisAttr, Infer: inferConcat, Dims: dimsConcat, FLOPs: noFLOPs},
+
+	OpGather:             {Name: "gather", Category: CatSpecial, Arity: 2, Infer: inferGather, Dims: dimsGather, FLOPs: perResult(1)},
+	OpScatterAdd:         {Name: "scatter_add", Category: CatSpecial, Arity: 2, Attrs: []AttrSpec{{Name: "rows", Kind: AttrInt}}, Infer: inferScatterAdd, Dims: dimsScatterAdd, FLOPs: perOperandN(1, 1)},
+	OpSparseCrossEntropy: {Name: "sparse_cross_entropy", Category: CatSpecial, Arity: 2, Infer: inferCrossEntropy, Dims: dimsCrossEntropy, FLOPs: perOperand(5)},
+	OpConv2D:             {Name: "conv2d", Category: CatSpecial, Arity: 2, Attrs: convAttrs, Infer: inferConv, Dims: dimsConv, FLOPs: convFLOPs},
+	OpConv2DInputGrad:    {Name: "conv2d_input_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "shape", Kind: AttrInts}), Infer: inferConvInputGrad, Dims: dimsConvInputGrad, FLOPs: convInputGradFLOPs},
+	OpConv2DFilterGrad:   {Name: "conv2d_filter_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "kernel", Kind: AttrInts}), Infer: inferConvFilterGrad, Dims: dimsConvFilterGrad, FLOPs: convFilterGradFLOPs},
+	OpMaxPool:            pool("max_pool"),
+	OpMaxPoolGrad:        {Name: "max_pool_grad", Category: CatSpecial, Arity: 2, Attrs: poolAttrs, Infer: inferMaxPoolGrad, Dims: dimsPool, FLOPs: poolFLOPs},
+	OpAvgPool:            pool("avg_pool"),
+	OpAvgPoolGrad:        {Name: "avg_pool_grad", Category: CatSpecial, Arity: 1, Attrs: withAttrs(poolAttrs, AttrSpec{Name: "shape", Kind: AttrInts}), Infer: inferAvgPoolGrad, Dims: dimsPool, FLOPs: poolFLOPs},
+}
