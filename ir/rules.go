@@ -101,6 +101,16 @@ func inferLeaf(args []Arg, at Attrs) (Type, error) {
 			return Type{}, errf("input", "batch dim %d is out of range for %s", b.(int), t)
 		}
 	}
+	if l, ok := at.Get("limit"); ok && l.(int) != 0 && (l.(int) < 0 || !t.DType.IsInt()) {
+		return Type{}, errf("input", "limit bounds integer data and must be positive, got %d for %s", l.(int), t)
+	}
+	if in, ok := at.Get("init"); ok {
+		switch in.(string) {
+		case "normal", "zeros", "ones":
+		default:
+			return Type{}, errf("param", "init must be \"normal\", \"zeros\" or \"ones\", got %q", in)
+		}
+	}
 	return t, nil
 }
 

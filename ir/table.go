@@ -4,8 +4,13 @@ package ir
 // and, if differentiable, its gradient rule (passes).
 
 var (
-	leafAttrs  = []AttrSpec{{Name: "type", Kind: AttrType}}
-	inputAttrs = []AttrSpec{{Name: "type", Kind: AttrType}, {Name: "batch", Kind: AttrInt, Default: -1}}
+	stateAttrs = []AttrSpec{{Name: "type", Kind: AttrType}}
+	// init says how the interpreter initializes a param: "normal" (scaled by fan-in),
+	// "zeros" or "ones".
+	paramAttrs = []AttrSpec{{Name: "type", Kind: AttrType}, {Name: "init", Kind: AttrString, Default: "normal"}}
+	// batch marks the batch dim of a data input (-1: none); limit bounds generated integer
+	// data to [0, limit) (labels, token ids), 0 meaning no bound is known.
+	inputAttrs = []AttrSpec{{Name: "type", Kind: AttrType}, {Name: "batch", Kind: AttrInt, Default: -1}, {Name: "limit", Kind: AttrInt, Default: 0}}
 	eps        = []AttrSpec{{Name: "eps", Kind: AttrFloat, Default: 1e-5}}
 	axisAttr   = []AttrSpec{{Name: "axis", Kind: AttrInt}}
 	axesAttr   = []AttrSpec{{Name: "axes", Kind: AttrInts}}
@@ -48,9 +53,9 @@ func pool(name string) OpDef {
 }
 
 var opTable = [numOps]OpDef{
-	OpParam:    leaf("param", leafAttrs),
+	OpParam:    leaf("param", paramAttrs),
 	OpInput:    leaf("input", inputAttrs),
-	OpState:    leaf("state", leafAttrs),
+	OpState:    leaf("state", stateAttrs),
 	OpConstant: {Name: "constant", Category: CatLeaf, Attrs: []AttrSpec{{Name: "value", Kind: AttrFloat}, {Name: "type", Kind: AttrType}}, Infer: inferConstant, Dims: dimsFresh, FLOPs: noFLOPs},
 	OpIota:     {Name: "iota", Category: CatLeaf, Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt}, {Name: "type", Kind: AttrType}}, Infer: inferIota, Dims: dimsIota, FLOPs: noFLOPs},
 
