@@ -1,0 +1,168 @@
+package mesh
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A Cluster is the hardware a plan targets: Hosts identical hosts, each with
+// DevicesPerHost identical devices. Devices are numbered host-major: device
+// d of host h has DeviceID h*DevicesPerHost + d.
+//
+// Bandwidths are in bytes per second, latencies in seconds. IntraHostBandwidth
+// is what one device can send to another device of its host in one direction
+// (NVLink/NVSwitch). InterHostBandwidth is the aggregate network bandwidth of
+// one host (all its NICs together), which its devices share when they talk to
+// other hosts at once; see InterHostBandwidthPerDevice.
+//
+// InterHostBandwidth and InterHostLatency are unused when Hosts is 1 and may
+// then be zero.
+type Cluster struct {
+	Name                  string  `json:"name"`
+	Hosts                 int     `json:"hosts"`
+	DevicesPerHost        int     `json:"devices_per_host"`
+	DeviceFLOPS           float64 `json:"device_flops"`
+	DeviceMemoryBytes     int64   `json:"device_memory_bytes"`
+	DeviceMemoryBandwidth float64 `json:"device_memory_bandwidth"`
+	IntraHostBandwidth    float64 `json:"intra_host_bandwidth"`
+	IntraHostLatency      float64 `json:"intra_host_latency"`
+	InterHostBandwidth    float64 `json:"inter_host_bandwidth"`
+	InterHostLatency      float64 `json:"inter_host_latency"`
+	// Efficiency is the fraction of DeviceFLOPS that real kernels achieve,
+	// in (0, 1]; compute times use DeviceFLOPS*Efficiency.
+	Efficiency float64 `json:"efficiency"`
+}
+
+// Devices returns the number of devices in the cluster.
+func (c *Cluster) Devices() int { return c.Hosts * c.DevicesPerHost }
+
+// HostOf returns the host that holds device d.
+func (c *Cluster) HostOf(d DeviceID) int { return int(d) / c.DevicesPerHost }
+
+// EffectiveFLOPS is the FLOP/s a device sustains on real kernels.
+func (c *Cluster) EffectiveFLOPS() float64 { return c.DeviceFLOPS * c.Efficiency }
+
+// ComputeTime returns the seconds one device needs for flops floating-point
+// operations at its effective rate.
+func (c *Cluster) ComputeTime(flops float64) float64 { return flops / c.EffectiveFLOPS() }
+
+// InterHostBandwidthPerDevice is the bandwidth one device gets to another
+// host when every device of its host sends across hosts at the same time,
+// which is what a collective along a host-crossing mesh axis does: the host's
+// aggregate bandwidth split evenly. It is deliberately conservative.
+func (c *Cluster) InterHostBandwidthPerDevice() float64 {
+	return c.InterHostBandwidth / float64(c.DevicesPerHost)
+}
+
+// Validate reports the first field that makes no sense, naming it.
+func (c *Cluster) Validate() error {
+	if c.Hosts <= 0 {
+		return c.errorf("hosts must be positive, got %d", c.Hosts)
+	}
+	if c.DevicesPerHost <= 0 {
+		return c.errorf("devices per host must be positive, got %d", c.DevicesPerHost)
+	}
+	if c.DeviceMemoryBytes <= 0 {
+		return c.errorf("device memory bytes must be positive, got %d", c.DeviceMemoryBytes)
+	}
+	if c.Devices() > math.MaxInt32 {
+		return c.errorf("%d devices do not fit a DeviceID", c.Devices())
+	}
+	multiHost := c.Hosts > 1
+	checks := []struct {
+		name     string
+		v        float64
+		positive bool // false: zero allowed
+	}{
+		{"device FLOP/s", c.DeviceFLOPS, true},
+		{"device memory bandwidth", c.DeviceMemoryBandwidth, true},
+		{"intra-host bandwidth", c.IntraHostBandwidth, true},
+		{"intra-host latency", c.IntraHostLatency, false},
+		{"inter-host bandwidth", c.InterHostBandwidth, multiHost},
+		{"inter-host latency", c.InterHostLatency, false},
+	}
+	for _, k := range checks {
+		if err := c.checkNumber(k.name, k.v, k.positive); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(c.Efficiency) || c.Efficiency <= 0 || c.Efficiency > 1 {
+		return c.errorf("efficiency must be in (0, 1], got %v", c.Efficiency)
+	}
+	return nil
+}
+
+func (c *Cluster) checkNumber(name string, v float64, positive bool) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return c.errorf("%s must be finite, got %v", name, v)
+	case positive && v <= 0:
+		return c.errorf("%s must be positive, got %v", name, v)
+	case v < 0:
+		return c.errorf("%s must not be negative, got %v", name, v)
+	}
+	return nil
+}
+
+func (c *Cluster) errorf(format string, args ...any) error {
+	return fmt.Errorf("mesh: cluster %q: %s", c.Name, fmt.Sprintf(format, args...))
+}
+
+// String gives a one-line summary, e.g. "dgx-a100: 2 hosts × 8 devices".
+func (c *Cluster) String() string {
+	return fmt.Sprintf("%s: %d hosts × %d devices", c.Name, c.Hosts, c.DevicesPerHost)
+}
+
+// clusterFields has Cluster's fields without its methods, so that
+// UnmarshalJSON can decode into it without recursing.
+type clusterFields Cluster
+
+// UnmarshalJSON decodes strictly (an unknown or misspelt field is an error,
+// so a typo never silently becomes a zero) and validates the result, so a
+// Cluster read from any JSON document, plan.json included, makes sense.
+func (c *Cluster) UnmarshalJSON(data []byte) error {
+	cand, err := ParseClusterJSON(data, "")
+	if err != nil {
+		return err
+	}
+	*c = *cand
+	return nil
+}
+
+// ParseClusterJSON decodes and validates a JSON cluster spec. An empty name
+// becomes def.
+func ParseClusterJSON(data []byte, def string) (*Cluster, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f clusterFields
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("mesh: cluster spec %q: %w", def, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("mesh: cluster spec %q: trailing data after the JSON object", def)
+	}
+	c := Cluster(f)
+	if c.Name == "" {
+		c.Name = def
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadCluster reads a JSON cluster spec from path. A spec without a name is
+// named after the file, without its extension.
+func LoadCluster(path string) (*Cluster, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	def := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	return ParseClusterJSON(data, def)
+}
