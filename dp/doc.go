@@ -1,0 +1,32 @@
+// Package dp is autopar's inter-operator pass: Alpa's stage–submesh dynamic program
+// (Zheng et al., OSDI'22, §5).
+//
+// Given a model already clustered into L layers and a cluster of Hosts × DevicesPerHost
+// devices, dp slices the layers into contiguous pipeline stages, gives every stage a physical
+// submesh and a logical mesh (dp, mp) on it, and minimises the predicted time of one training
+// iteration with B micro-batches,
+//
+//	T = Σ_i t_i + (B−1)·max_j t_j,
+//
+// subject to every stage fitting in device memory under the chosen pipeline schedule.
+//
+// dp knows layer costs, not ops: every stage cost comes from an [Oracle] (the intra-operator
+// sharding pass in production, synthetic tables in tests), so the package imports nothing
+// else from autopar and is checked against brute force on small instances.
+//
+// # Submeshes tile the cluster
+//
+// Stages run on submeshes of shape (1, 2^k) inside one host or (n, M) over n whole hosts,
+// M = DevicesPerHost, which must be a power of two. The recurrence only asks that the stages'
+// device counts sum to Hosts·M; Alpa's argument (§5.2) is that with these shapes such a
+// multiset always tiles the cluster: sort the submeshes by size, largest first, and lay them
+// out one after another over device IDs host·M+j. Every size is a power of two dividing M or
+// a multiple of M, so each block starts at a multiple of its own size and a block smaller
+// than a host never straddles two hosts. [Result] carries that placement in Stage.Devices.
+//
+// # What dp does not model
+//
+// Point-to-point traffic between stages is not charged (as in Alpa's DP; it is small next to
+// intra-stage collectives for layer boundaries chosen with few crossing bytes). The oracle is
+// called once per (layer range, submesh, logical mesh) from one goroutine, in a fixed order.
+package dp

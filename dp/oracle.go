@@ -1,0 +1,70 @@
+package dp
+
+import "fmt"
+
+// Oracle prices one pipeline stage. In production it is the intra-operator sharding pass
+// (one ILP per call); in tests, synthetic tables. [Solve] calls it once per (layer range,
+// submesh, logical mesh) it needs, from one goroutine, in a fixed order, so an
+// implementation need not be safe for concurrent use.
+type Oracle interface {
+	// StageCost returns the cost of running layers [start, end) as one pipeline stage on
+	// submesh s with logical mesh l, for one micro-batch (forward + backward), and ok=false
+	// if no sharding of it exists on that mesh.
+	StageCost(start, end int, s Submesh, l Logical) (c StageCost, ok bool)
+}
+
+// StageCost is what one stage costs on one (submesh, logical mesh).
+type StageCost struct {
+	Time        float64 // seconds per micro-batch, forward + backward
+	WeightBytes float64 // per device: params, grads, optimizer state (held once)
+	ActBytes    float64 // per device: activations one in-flight micro-batch keeps alive
+}
+
+// Memory is the per-device bytes the stage needs with inflight micro-batches alive.
+func (c StageCost) Memory(inflight int) float64 {
+	return c.WeightBytes + float64(inflight)*c.ActBytes
+}
+
+func (c StageCost) validate() error {
+	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
+	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) {
+		return fmt.Errorf("time %g, weights %g, activations %g: each must be finite and non-negative",
+			c.Time, c.WeightBytes, c.ActBytes)
+	}
+	return nil
+}
+
+const maxFinite = 1.7976931348623157e308
+
+// Schedule is the pipeline schedule; it decides how many micro-batches' activations a stage
+// holds at its peak.
+type Schedule int
+
+const (
+	// OneFOneB is 1F1B (PipeDream-flush): stage i of S starts at most S−i micro-batches before
+	// their backward runs. It is the zero value because it is the one to use.
+	OneFOneB Schedule = iota
+	// GPipe runs every forward before any backward, so every stage holds all B micro-batches.
+	GPipe
+)
+
+func (s Schedule) String() string {
+	switch s {
+	case OneFOneB:
+		return "1F1B"
+	case GPipe:
+		return "GPipe"
+	}
+	return fmt.Sprintf("Schedule(%d)", int(s))
+}
+
+// InFlight is the number of micro-batches whose activations a stage keeps alive at its peak
+// when it has remaining stages at and after it (S−i for stage i of S, 0-based) and the
+// iteration runs b micro-batches. Under 1F1B it is min(remaining, b): a stage cannot hold
+// more micro-batches than exist. Under GPipe it is b.
+func InFlight(s Schedule, remaining, b int) int {
+	if s == GPipe || remaining > b {
+		return b
+	}
+	return remaining
+}

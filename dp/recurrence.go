@@ -1,0 +1,122 @@
+package dp
+
+import "math"
+
+// recurrence evaluates Alpa's F(s, k, d; t_max) over dense slices, reused across passes:
+// F(s, k, d) is the least Σ t over ways to run layers [k, L) as s pipeline stages (s or more
+// at the open top level, see levels) on exactly d devices, every stage no slower than t_max
+// and fitting in memory at its position. The first stage of F(s, k, d) runs layers [k, i) on
+// a submesh of n devices, so
+//
+//	F(s, k, d) = min over i, submesh { t(k, i, submesh, s) + F(s−1, i, d−n) },  F(0, L, 0) = 0.
+//
+// Requiring d = Hosts·DevicesPerHost at the top means the stages use the whole cluster,
+// which the shapes of Submeshes always tile (see the package doc).
+type recurrence struct {
+	t     *table
+	n     int   // devices in the cluster
+	sizes []int // sizes[sm]: devices of submesh sm
+	f     []float64
+	arg   []int32 // packed (i, sm, next level is the open top) of the minimising choice
+}
+
+// choice is one stage of a plan read back from the recurrence.
+type choice struct {
+	start, end, sub, class int
+}
+
+func newRecurrence(t *table, devices int) *recurrence {
+	r := &recurrence{t: t, n: devices}
+	for _, s := range t.subs {
+		r.sizes = append(r.sizes, s.Size())
+	}
+	states := (t.lv.top + 1) * (t.layers + 1) * (devices + 1)
+	r.f = make([]float64, states)
+	r.arg = make([]int32, states)
+	return r
+}
+
+func (r *recurrence) idx(h, k, d int) int { return (h*(r.t.layers+1)+k)*(r.n+1) + d }
+
+// run fills F using per-slot weights w, admitting only stages with w ≤ limit, and returns
+// min over levels of F(s, 0, N). With maxMode the path value is the max of its weights
+// instead of their sum: run(minMem, +Inf, true) is the least per-device memory any plan
+// needs.
+func (r *recurrence) run(w []float64, limit float64, maxMode bool) float64 {
+	L := r.t.layers
+	for i := range r.f {
+		r.f[i] = math.Inf(1)
+	}
+	r.f[r.idx(0, L, 0)] = 0
+	for h := 1; h <= r.t.lv.top; h++ {
+		for k := L - h; k >= 0; k-- {
+			r.state(w, limit, maxMode, h, k)
+		}
+	}
+	best := math.Inf(1)
+	for h := 1; h <= r.t.lv.top; h++ {
+		best = min(best, r.f[r.idx(h, 0, r.n)])
+	}
+	return best
+}
+
+// state fills F(h, k, ·) for every device count from states of later layers. Choices are
+// tried in a fixed order (end layer, then submesh, then next level) and only a strictly
+// better one replaces the incumbent, so plans are deterministic.
+func (r *recurrence) state(w []float64, limit float64, maxMode bool, h, k int) {
+	t, L, N := r.t, r.t.layers, r.n
+	open := t.lv.open && h == t.lv.top
+	row := r.f[r.idx(h, k, 0) : r.idx(h, k, N)+1]
+	arg := r.arg[r.idx(h, k, 0) : r.idx(h, k, N)+1]
+	for i := k + 1; i <= L-(h-1); i++ {
+		prev := r.f[r.idx(h-1, i, 0) : r.idx(h-1, i, N)+1]
+		var self []float64
+		if open {
+			self = r.f[r.idx(h, i, 0) : r.idx(h, i, N)+1]
+		}
+		for sm, n := range r.sizes {
+			x := w[t.slot(t.lv.class[h], k, i, sm)]
+			if !(x <= limit) || n > N {
+				continue
+			}
+			for d := n; d <= N; d++ {
+				nx, up := prev[d-n], int32(0)
+				if self != nil && self[d-n] < nx {
+					nx, up = self[d-n], 1
+				}
+				v := x + nx
+				if maxMode {
+					v = max(x, nx)
+				}
+				if v < row[d] {
+					row[d], arg[d] = v, (int32(i)*int32(len(r.sizes))+int32(sm))*2+up
+				}
+			}
+		}
+	}
+}
+
+// path reads back the plan that attains min over levels of F(s, 0, N) after run; nil if
+// there is none.
+func (r *recurrence) path() []choice {
+	h, best := 0, math.Inf(1)
+	for l := 1; l <= r.t.lv.top; l++ {
+		if v := r.f[r.idx(l, 0, r.n)]; v < best {
+			h, best = l, v
+		}
+	}
+	if h == 0 {
+		return nil
+	}
+	var out []choice
+	for k, d := 0, r.n; k < r.t.layers; {
+		a := int(r.arg[r.idx(h, k, d)])
+		up, sm, i := a%2, (a/2)%len(r.sizes), a/2/len(r.sizes)
+		out = append(out, choice{start: k, end: i, sub: sm, class: r.t.lv.class[h]})
+		k, d = i, d-r.sizes[sm]
+		if up == 0 {
+			h--
+		}
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package dp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Stage is one pipeline stage of a plan.
+type Stage struct {
+	Start, End int // layers [Start, End)
+	Submesh    Submesh
+	Logical    Logical
+	Cost       StageCost
+	InFlight   int     // micro-batches whose activations the stage holds at its peak
+	Memory     float64 // per-device bytes: Cost.WeightBytes + InFlight·Cost.ActBytes
+	Devices    []int   // device IDs host·DevicesPerHost+j, host-major (see the package doc)
+}
+
+// Result is the plan Solve picks and what it predicts.
+type Result struct {
+	Stages  []Stage
+	Time    float64 // predicted iteration time: Compute + Bubble
+	Compute float64 // Σ_i t_i: one micro-batch through every stage
+	Bubble  float64 // (B−1)·max_j t_j: the other micro-batches behind the slowest stage
+	MaxTime float64 // max_j t_j
+	Stats   Stats
+}
+
+// Stats says how much work the t_max search did.
+type Stats struct {
+	Candidates int // distinct stage times, the t_max values Alpa's loop enumerates
+	Evaluated  int // passes of the recurrence, including the one with no t_max
+	Skipped    int // candidates below the stop point that the step search showed cannot win
+	Pruned     int // candidates at or above the early-stop point, never looked at
+}
+
+// MemoryError is returned when plans exist but none fits in device memory.
+type MemoryError struct {
+	Layers       int
+	Cluster      Cluster
+	Schedule     Schedule
+	Microbatches int
+	Need         float64 // the least MemoryPerDevice for which some plan fits
+}
+
+func (e *MemoryError) Error() string {
+	return fmt.Sprintf("dp: no pipeline plan fits in memory: %d layers on %d×%d devices with %.6g bytes per device under %v with %d micro-batches; the smallest per-device memory that would fit is %.6g bytes",
+		e.Layers, e.Cluster.Hosts, e.Cluster.DevicesPerHost, e.Cluster.MemoryPerDevice, e.Schedule, e.Microbatches, e.Need)
+}
+
+// ErrNoPlan is returned (wrapped) when no plan exists even with unlimited memory: the oracle
+// has no sharding for the stages the constraints leave, or they cannot tile the cluster.
+var ErrNoPlan = errors.New("dp: no pipeline plan exists")
+
+// Solve picks the pipeline plan for layers layers on cluster c that minimises
+// Σ t_i + (B−1)·max t_j, with costs from o. It runs Alpa's loop over t_max (the distinct
+// stage times, ascending) with the early stop B·t_max ≥ best; within it, t_max values where
+// the recurrence's value cannot have changed are skipped by a galloping search (F is a
+// non-increasing step function of t_max, and only the first t_max of each step can win).
+// It returns ctx.Err() if ctx ends, a *MemoryError if nothing fits in memory, and an error
+// wrapping ErrNoPlan if nothing exists at all.
+func Solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options) (*Result, error) {
+	return solve(ctx, layers, c, o, opts, false)
+}
+
+// solve is Solve with the plain Alpa loop selectable, for tests and benchmarks.
+func solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options, plain bool) (*Result, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.validate(layers, c); err != nil {
+		return nil, err
+	}
+	if o == nil {
+		return nil, errors.New("dp: nil cost oracle")
+	}
+	r, err := newRules(opts.Constraints, layers, c, opts.MaxStages)
+	if err != nil {
+		return nil, err
+	}
+	t, err := buildTable(ctx, layers, c, o, newLevels(layers, c, opts), r)
+	if err != nil {
+		return nil, err
+	}
+	s := newSearch(t, c, opts)
+	s.plain = plain
+	if err := s.run(ctx); err != nil {
+		return nil, err
+	}
+	return s.result(), nil
+}
+
+// candidates lists the distinct finite stage times in ascending order.
+func candidates(t *table) []float64 {
+	var out []float64
+	for _, x := range t.bestT {
+		if !math.IsInf(x, 1) {
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
