@@ -1,0 +1,263 @@
+package ilp
+
+// This file is the whole cgo binding to lp_solve 5.5 (Debian's
+// liblpsolve55-dev, linked statically from /usr/lib). It knows lp_solve's
+// calling conventions and return codes and nothing of Solve's policy.
+//
+// Memory: lp_solve copies every array it is given, and the arrays passed are
+// Go slices of C.int and C.double, which hold no Go pointers, so cgo's pointer
+// rules allow passing them directly. The one object lp_solve keeps a pointer
+// to across calls (the abort control read by the abort callback) lives in
+// C.malloc'd memory.
+//
+// Cancellation: lp_solve polls an abort callback during its search. The
+// callback is written in C (no Go callback, so nothing re-enters the Go
+// runtime from lp_solve's stack); it reads a deadline and a cancel flag that
+// Go sets atomically when the context ends.
+
+/*
+#cgo CFLAGS: -I/usr/include/lpsolve
+#cgo LDFLAGS: -L/usr/lib -llpsolve55 -lcolamd -ldl -lm
+#include <stdlib.h>
+#include <time.h>
+#include <lp_lib.h>
+
+typedef struct {
+	int cancel;         // set atomically by Go when the context ends
+	int timedout;       // set by ap_abort when the deadline has passed
+	long long deadline; // CLOCK_MONOTONIC nanoseconds; 0 means none
+} ap_ctrl;
+
+static long long ap_now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int __WINAPI ap_abort(lprec *lp, void *handle) {
+	ap_ctrl *c = (ap_ctrl *)handle;
+	if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) return TRUE;
+	if (c->deadline > 0 && ap_now() >= c->deadline) {
+		c->timedout = 1;
+		return TRUE;
+	}
+	return FALSE;
+}
+
+static ap_ctrl *ap_new(void) { return (ap_ctrl *)calloc(1, sizeof(ap_ctrl)); }
+
+// ap_arm starts the clock (limit_ns <= 0: no limit) and installs the callback.
+static void ap_arm(lprec *lp, ap_ctrl *c, long long limit_ns) {
+	c->deadline = limit_ns > 0 ? ap_now() + limit_ns : 0;
+	put_abortfunc(lp, ap_abort, c);
+}
+
+static void ap_cancel(ap_ctrl *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED); }
+static int ap_timedout(ap_ctrl *c) { return c->timedout; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"time"
+	"unsafe"
+)
+
+// lp_solve's solve() return codes, from lp_lib.h.
+const (
+	lpNoMemory   = int(C.NOMEMORY)
+	lpOptimal    = int(C.OPTIMAL)
+	lpSubopt     = int(C.SUBOPTIMAL)
+	lpInfeasible = int(C.INFEASIBLE)
+	lpUnbounded  = int(C.UNBOUNDED)
+	lpUserAbort  = int(C.USERABORT)
+	lpTimeout    = int(C.TIMEOUT)
+)
+
+// lpCodeNames names solve()'s return codes for error messages.
+var lpCodeNames = map[int]string{
+	int(C.NOBFP): "NOBFP", int(C.NOMEMORY): "NOMEMORY", int(C.NOTRUN): "NOTRUN",
+	int(C.OPTIMAL): "OPTIMAL", int(C.SUBOPTIMAL): "SUBOPTIMAL", int(C.INFEASIBLE): "INFEASIBLE",
+	int(C.UNBOUNDED): "UNBOUNDED", int(C.DEGENERATE): "DEGENERATE", int(C.NUMFAILURE): "NUMFAILURE",
+	int(C.USERABORT): "USERABORT", int(C.TIMEOUT): "TIMEOUT", int(C.RUNNING): "RUNNING",
+	int(C.PRESOLVED): "PRESOLVED", int(C.ACCURACYERROR): "ACCURACYERROR",
+}
+
+// lpInfinity is what lp_solve reads as an infinite bound (its default).
+const lpInfinity = 1e30
+
+// lpModel owns one lprec and the scratch arrays used to pass rows to it.
+type lpModel struct {
+	lp    *C.lprec
+	ncols int
+	ctrl  *C.ap_ctrl
+
+	idx   []C.int    // 1-based column numbers of the row being passed
+	val   []C.double // their coefficients
+	stamp []int32    // stamp[col] == rowSeq when col is already in idx
+	pos   []int32    // pos[col] is col's index in idx while stamped
+	seq   int32
+}
+
+// newLPModel makes an lprec with ncols columns, no rows, quiet, minimizing.
+// The caller must call free.
+func newLPModel(ncols int) (*lpModel, error) {
+	lp := C.make_lp(0, C.int(ncols))
+	if lp == nil {
+		return nil, fmt.Errorf("ilp: lp_solve make_lp(0, %d) failed", ncols)
+	}
+	ctrl := C.ap_new()
+	if ctrl == nil {
+		C.delete_lp(lp)
+		return nil, fmt.Errorf("ilp: out of C memory")
+	}
+	C.set_verbose(lp, C.NEUTRAL)
+	C.set_minim(lp)
+	return &lpModel{lp: lp, ncols: ncols, ctrl: ctrl,
+		stamp: make([]int32, ncols+1), pos: make([]int32, ncols+1)}, nil
+}
+
+// free releases the lprec and the abort control; the model is unusable after.
+func (m *lpModel) free() {
+	C.delete_lp(m.lp)
+	C.free(unsafe.Pointer(m.ctrl))
+	m.lp, m.ctrl = nil, nil
+}
+
+func lpBool(b bool) C.MYBOOL {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func lpBound(x float64) C.double {
+	return C.double(math.Max(-lpInfinity, math.Min(lpInfinity, x)))
+}
+
+// setColumn gives column id (0-based) its bounds and kind.
+func (m *lpModel) setColumn(id int, v Var) error {
+	col := C.int(id + 1)
+	if v.Kind == Binary {
+		if C.set_binary(m.lp, col, 1) == 0 {
+			return fmt.Errorf("ilp: lp_solve set_binary(%d) failed", id+1)
+		}
+		return nil
+	}
+	if v.Kind == Integer && C.set_int(m.lp, col, 1) == 0 {
+		return fmt.Errorf("ilp: lp_solve set_int(%d) failed", id+1)
+	}
+	lo, hi := v.Lo, v.Hi
+	if v.Kind == Integer {
+		// lp_solve's branch and bound misjudges fractional bounds on integer columns (it
+		// reported min z, z ∈ [-2.5, 7] integer, infeasible); the integral hull is the same
+		// problem with the bounds rounded inwards.
+		lo, hi = math.Ceil(lo), math.Floor(hi)
+	}
+	if C.set_bounds(m.lp, col, lpBound(lo), lpBound(hi)) == 0 {
+		return fmt.Errorf("ilp: lp_solve set_bounds(%d, %g, %g) failed", id+1, v.Lo, v.Hi)
+	}
+	return nil
+}
+
+// load copies terms into idx/val, adding up the coefficients of a column that
+// appears twice (lp_solve expects each column once) and dropping zeros.
+func (m *lpModel) load(terms []Term) {
+	m.idx, m.val = m.idx[:0], m.val[:0]
+	m.seq++
+	for _, t := range terms {
+		col := int(t.Var) + 1
+		if m.stamp[col] == m.seq {
+			m.val[m.pos[col]] += C.double(t.Coef)
+			continue
+		}
+		m.stamp[col], m.pos[col] = m.seq, int32(len(m.idx))
+		m.idx = append(m.idx, C.int(col))
+		m.val = append(m.val, C.double(t.Coef))
+	}
+	n := 0
+	for i := range m.idx {
+		if m.val[i] != 0 {
+			m.idx[n], m.val[n] = m.idx[i], m.val[i]
+			n++
+		}
+	}
+	m.idx, m.val = m.idx[:n], m.val[:n]
+}
+
+// ptrs returns C pointers to the loaded terms (nil when there are none).
+func (m *lpModel) ptrs() (*C.int, *C.double) {
+	if len(m.idx) == 0 {
+		return nil, nil
+	}
+	return &m.idx[0], &m.val[0]
+}
+
+// setObjective sets the objective row; the constant is Solve's business.
+func (m *lpModel) setObjective(terms []Term) error {
+	m.load(terms)
+	if len(m.idx) == 0 {
+		return nil // lp_solve rejects an empty set_obj_fnex; zero is its default
+	}
+	idx, val := m.ptrs()
+	if C.set_obj_fnex(m.lp, C.int(len(m.idx)), val, idx) == 0 {
+		return fmt.Errorf("ilp: lp_solve set_obj_fnex failed")
+	}
+	return nil
+}
+
+// setRowMode switches lp_solve's row-entry mode, which makes adding many rows
+// linear instead of quadratic; it must be off again before solving.
+func (m *lpModel) setRowMode(on bool) error {
+	if C.set_add_rowmode(m.lp, lpBool(on)) == 0 {
+		return fmt.Errorf("ilp: lp_solve set_add_rowmode(%v) failed", on)
+	}
+	return nil
+}
+
+var lpSense = [...]C.int{LE: C.LE, GE: C.GE, EQ: C.EQ}
+
+// addRow appends one constraint.
+func (m *lpModel) addRow(r *Row) error {
+	m.load(r.Terms)
+	idx, val := m.ptrs()
+	if C.add_constraintex(m.lp, C.int(len(m.idx)), val, idx, lpSense[r.Sense], C.double(r.RHS)) == 0 {
+		return fmt.Errorf("ilp: lp_solve add_constraintex failed")
+	}
+	return nil
+}
+
+// solve runs lp_solve with a time limit (0: none) and returns its code.
+// lp_solve's own whole-second timeout backs up the abort callback.
+func (m *lpModel) solve(limit time.Duration) int {
+	if limit > 0 {
+		C.set_timeout(m.lp, C.long(limit/time.Second+2))
+	}
+	C.ap_arm(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()))
+	return int(C.solve(m.lp))
+}
+
+// cancel makes the running solve stop at lp_solve's next abort check. It is
+// safe to call from any goroutine while the model is alive.
+func (m *lpModel) cancel() { C.ap_cancel(m.ctrl) }
+
+// timedOut reports whether the abort callback stopped the solve at the
+// deadline.
+func (m *lpModel) timedOut() bool { return C.ap_timedout(m.ctrl) != 0 }
+
+// solutionCount returns how many improved solutions lp_solve found: zero
+// means it holds no feasible point.
+func (m *lpModel) solutionCount() int { return int(C.get_solutioncount(m.lp)) }
+
+// variables returns the values of all columns of the best solution found.
+func (m *lpModel) variables() ([]float64, error) {
+	dst := make([]float64, m.ncols)
+	if m.ncols == 0 {
+		return dst, nil
+	}
+	if C.get_variables(m.lp, (*C.double)(unsafe.Pointer(&dst[0]))) == 0 {
+		return nil, fmt.Errorf("ilp: lp_solve get_variables failed")
+	}
+	return dst, nil
+}

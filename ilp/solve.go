@@ -1,0 +1,236 @@
+package ilp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Sentinel outcomes of Solve; test them with errors.Is.
+var (
+	// ErrInfeasible: no assignment satisfies every row, bound and kind.
+	ErrInfeasible = errors.New("ilp: problem is infeasible")
+	// ErrUnbounded: the objective decreases without bound.
+	ErrUnbounded = errors.New("ilp: problem is unbounded")
+	// ErrTimeout: the time limit ran out before optimality was proven. Solve
+	// may return a feasible Solution alongside it (see Solve).
+	ErrTimeout = errors.New("ilp: time limit reached")
+)
+
+// Options tune Solve.
+type Options struct {
+	// TimeLimit bounds lp_solve's search (model building, linear in the
+	// model's size, is not counted); zero or negative means no limit.
+	TimeLimit time.Duration
+}
+
+// Status says how good a returned Solution is.
+type Status uint8
+
+const (
+	// Optimal: lp_solve proved the solution optimal (within its default
+	// MIP gaps, 1e-11 absolute and 1e-9 relative).
+	Optimal Status = iota
+	// Feasible: the solution satisfies the problem but the search stopped
+	// (time limit or cancellation) before proving it optimal.
+	Feasible
+)
+
+// String returns "optimal" or "feasible".
+func (s Status) String() string {
+	switch s {
+	case Optimal:
+		return "optimal"
+	case Feasible:
+		return "feasible"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Solution is an assignment found by Solve.
+type Solution struct {
+	// Values holds one value per variable, indexed by VarID. Values of
+	// binary and integer variables are exact integers, and continuous values
+	// within 1e-6 of a bound are snapped onto it, so they can be compared
+	// and used as indices directly.
+	Values []float64
+	// Objective is Σ Objective·Values + ObjConstant recomputed from Values.
+	Objective float64
+	Status    Status
+}
+
+// Value returns the value of v.
+func (s *Solution) Value(v VarID) float64 { return s.Values[v] }
+
+// snapTol is how far from an integer (or a bound) lp_solve's answer may be
+// and still be snapped onto it; lp_solve's own integrality tolerance is 1e-7.
+const snapTol = 1e-6
+
+// Solve minimizes p with lp_solve.
+//
+// Outcomes:
+//   - proven optimum: a Solution with Status Optimal and a nil error;
+//   - infeasible or unbounded: nil and an error wrapping ErrInfeasible or
+//     ErrUnbounded;
+//   - time limit reached: an error wrapping ErrTimeout, with a Solution of
+//     Status Feasible when lp_solve had found a feasible point (its best
+//     one), nil otherwise;
+//   - ctx done before the search: nil and ctx.Err(); ctx done during it:
+//     ctx.Err() (wrapped) and, like a timeout, the best feasible Solution
+//     found so far or nil;
+//   - a malformed Problem: nil and Validate's error;
+//   - anything else lp_solve reports: nil and an error naming its code.
+//
+// Solve does not modify p and is safe to call concurrently on different or
+// identical problems.
+func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if len(p.Vars) == 0 {
+		return solveConstant(p) // lp_solve refuses a model without columns
+	}
+	m, err := build(p)
+	if err != nil {
+		return nil, err
+	}
+	defer m.free()
+	code := solveWatched(ctx, m, opts.TimeLimit)
+	return result(ctx, p, m, code, opts.TimeLimit)
+}
+
+// build loads p into a fresh lp_solve model. On error the model is already
+// freed.
+func build(p *Problem) (*lpModel, error) {
+	m, err := newLPModel(len(p.Vars))
+	if err != nil {
+		return nil, err
+	}
+	if err := load(m, p); err != nil {
+		m.free()
+		return nil, err
+	}
+	return m, nil
+}
+
+func load(m *lpModel, p *Problem) error {
+	for i := range p.Vars {
+		if err := m.setColumn(i, p.Vars[i]); err != nil {
+			return err
+		}
+	}
+	if err := m.setObjective(p.Objective); err != nil {
+		return err
+	}
+	if err := m.setRowMode(true); err != nil {
+		return err
+	}
+	for i := range p.Rows {
+		if err := m.addRow(&p.Rows[i]); err != nil {
+			return fmt.Errorf("%w (row %s)", err, p.RowName(RowID(i)))
+		}
+	}
+	return m.setRowMode(false)
+}
+
+// solveWatched runs the solve while a context.AfterFunc watches ctx, and
+// returns only once the watcher can no longer touch the model.
+func solveWatched(ctx context.Context, m *lpModel, limit time.Duration) int {
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		m.cancel()
+	})
+	code := m.solve(limit)
+	if !stop() {
+		<-done // the watcher started: wait until it is finished with m
+	}
+	return code
+}
+
+// result turns lp_solve's return code into Solve's outcome.
+func result(ctx context.Context, p *Problem, m *lpModel, code int, limit time.Duration) (*Solution, error) {
+	switch code {
+	case lpOptimal:
+		return solution(p, m, Optimal)
+	case lpInfeasible:
+		return nil, ErrInfeasible
+	case lpUnbounded:
+		return nil, ErrUnbounded
+	case lpSubopt, lpUserAbort, lpTimeout:
+		return stopped(ctx, p, m, limit)
+	}
+	return nil, fmt.Errorf("ilp: lp_solve solve returned %d (%s)", code, lpCodeNames[code])
+}
+
+// stopped handles a search cut short by the deadline or the context: it
+// returns the best feasible point, if any, with the reason as error.
+func stopped(ctx context.Context, p *Problem, m *lpModel, limit time.Duration) (*Solution, error) {
+	var why error
+	if err := ctx.Err(); err != nil && !m.timedOut() {
+		why = fmt.Errorf("ilp: solve stopped: %w", err)
+	} else {
+		why = fmt.Errorf("%w (%v)", ErrTimeout, limit)
+	}
+	if m.solutionCount() == 0 {
+		return nil, why
+	}
+	sol, err := solution(p, m, Feasible)
+	if err != nil {
+		return nil, err
+	}
+	return sol, fmt.Errorf("%w; returning a feasible solution of objective %g", why, sol.Objective)
+}
+
+// solution reads lp_solve's best point, snaps it and recomputes the
+// objective.
+func solution(p *Problem, m *lpModel, st Status) (*Solution, error) {
+	vals, err := m.variables()
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range p.Vars {
+		vals[i] = snap(vals[i], v)
+	}
+	return &Solution{Values: vals, Objective: objective(p, vals), Status: st}, nil
+}
+
+// snap removes lp_solve's round-off: integral kinds become exact integers and
+// values just outside a bound land on it.
+func snap(x float64, v Var) float64 {
+	if v.Kind != Continuous {
+		if r := math.Round(x); math.Abs(x-r) <= snapTol {
+			x = r
+		}
+	}
+	if x < v.Lo && v.Lo-x <= snapTol {
+		x = v.Lo
+	}
+	if x > v.Hi && x-v.Hi <= snapTol {
+		x = v.Hi
+	}
+	return x
+}
+
+// objective computes Σ Objective·vals + ObjConstant; p must be valid.
+func objective(p *Problem, vals []float64) float64 {
+	sum := p.ObjConstant
+	for _, t := range p.Objective {
+		sum += t.Coef * vals[t.Var]
+	}
+	return sum
+}
+
+// solveConstant solves a problem without variables: each row is a constant comparison.
+func solveConstant(p *Problem) (*Solution, error) {
+	ev := Evaluate(p, nil)
+	if len(ev.Rows) > 0 {
+		return nil, fmt.Errorf("%w: row %s", ErrInfeasible, p.RowName(ev.Rows[0].Row))
+	}
+	return &Solution{Values: []float64{}, Objective: p.ObjConstant, Status: Optimal}, nil
+}
