@@ -1,0 +1,44 @@
+# autopar — build, test and demo. Every target installs what it needs on a fresh Debian
+# machine with Go: lp_solve (the ILP solver behind the sharding pass) and graphviz (for SVG
+# and PNG renderings).
+
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+FUZZTIME ?= 5m
+
+.PHONY: all deps build test vet fmt-check demo fuzz bench clean
+
+all: build
+
+deps:
+	@if [ ! -f /usr/include/lpsolve/lp_lib.h ] || ! command -v dot >/dev/null 2>&1; then \
+		echo "installing liblpsolve55-dev graphviz"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq liblpsolve55-dev graphviz >/dev/null; \
+	fi
+
+build: deps
+	$(GO) build -o autopar ./cmd/autopar
+
+vet: deps
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+test: deps fmt-check vet
+	$(GO) test -count=1 ./...
+
+# The main job on a bundled model: train the tiny GPT serially and watch the loss fall.
+demo: build
+	./autopar train testdata/models/gpt-tiny.ir --steps 20
+
+fuzz: deps
+	$(GO) test ./frontend -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -f autopar
