@@ -1,0 +1,289 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/autopar/autopar/ir"
+)
+
+// ClusterOptions tune ClusterLayers.
+type ClusterOptions struct {
+	// Layers is the number of layers L; 0 picks min(16, the number of forward contractions).
+	Layers int
+	// Imbalance is δ: a layer may hold at most (1+δ) times the mean forward FLOPs. 0 starts
+	// at 0.1 and doubles δ until a clustering exists (one op heavier than the bound forces it).
+	Imbalance float64
+}
+
+// Layering assigns every value of a training step to one of L layers (Alpa §5.2).
+type Layering struct {
+	L int
+	// Of is the layer of each value, indexed by ir.ValueID.
+	Of []int
+	// FLOPs is the total work of each layer: its forward, backward and update ops.
+	FLOPs []float64
+	// InBytes is, per layer, the bytes of forward activations it receives from earlier layers:
+	// the quantity the clustering minimises.
+	InBytes []int64
+	// Imbalance is the δ the clustering was found at.
+	Imbalance float64
+}
+
+// ClusterLayers groups the forward ops of g (the ancestors of its first output, the loss)
+// into L contiguous layers of balanced FLOPs that pass few bytes across their bounds, by
+// Alpa's dynamic program:
+//
+//	G(k, r) = min over i of G(k−1, i−1) + C(i, r),  FLOPs(i..r) ≤ (1+δ)·FLOPs/L
+//
+// where C(i, r) is the size of the activations that ops i..r read from ops before i. Every
+// other value then follows the forward layer it belongs to: a param, input or constant goes
+// with its first user, and a backward or update op with the earliest layer among its
+// operands (the activation and the weight of the forward op it differentiates). Empty
+// layers are never produced: a graph with fewer forward ops than L gets fewer layers.
+func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
+	if len(g.Outputs) == 0 {
+		return nil, fmt.Errorf("cluster: graph %s has no output to take as the loss", g.Name)
+	}
+	if opts.Layers < 0 || opts.Imbalance < 0 || math.IsNaN(opts.Imbalance) {
+		return nil, fmt.Errorf("cluster: layers (%d) and imbalance (%g) must not be negative", opts.Layers, opts.Imbalance)
+	}
+	fwd := forwardOps(g)
+	if len(fwd) == 0 {
+		return nil, fmt.Errorf("cluster: the loss of graph %s depends on no op", g.Name)
+	}
+	L := opts.Layers
+	if L == 0 {
+		L = defaultLayers(g, fwd)
+	}
+	L = min(L, len(fwd))
+	cut, delta := clusterForward(g, fwd, L, opts.Imbalance)
+	lay := &Layering{L: L, Of: make([]int, len(g.Values)), Imbalance: delta}
+	for i := range lay.Of {
+		lay.Of[i] = -1
+	}
+	for k := range L {
+		for _, id := range fwd[cut[k]:cut[k+1]] {
+			lay.Of[id] = k
+		}
+	}
+	followForward(g, lay.Of)
+	lay.account(g, fwd, cut)
+	return lay, nil
+}
+
+// forwardOps lists, in graph order, the non-leaf values the first output depends on.
+func forwardOps(g *ir.Graph) []ir.ValueID {
+	need := make([]bool, len(g.Values))
+	need[g.Outputs[0].Value] = true
+	for i := len(g.Values) - 1; i >= 0; i-- {
+		if need[i] {
+			for _, a := range g.Values[i].Args {
+				need[a] = true
+			}
+		}
+	}
+	var fwd []ir.ValueID
+	for i, v := range g.Values {
+		if need[i] && !v.Op.IsLeaf() && v.Op != ir.OpConstant {
+			fwd = append(fwd, ir.ValueID(i))
+		}
+	}
+	return fwd
+}
+
+func defaultLayers(g *ir.Graph, fwd []ir.ValueID) int {
+	n := 0
+	for _, id := range fwd {
+		switch g.Values[id].Op {
+		case ir.OpMatMul, ir.OpEinsum, ir.OpConv2D:
+			n++
+		}
+	}
+	return max(1, min(16, n))
+}
+
+// clusterForward returns the L+1 cut points into fwd (layer k is fwd[cut[k]:cut[k+1]]) and
+// the δ they satisfy.
+func clusterForward(g *ir.Graph, fwd []ir.ValueID, L int, delta float64) ([]int, float64) {
+	flops := make([]float64, len(fwd)+1) // prefix sums
+	for i, id := range fwd {
+		flops[i+1] = flops[i] + g.FLOPs(id)
+	}
+	fixed := delta > 0
+	if !fixed {
+		delta = 0.1
+	}
+	for {
+		limit := (1 + delta) * flops[len(fwd)] / float64(L)
+		if cut, ok := layerDP(g, fwd, L, flops, limit); ok {
+			return cut, delta
+		}
+		if fixed {
+			fixed = false // the user's δ admits no clustering: relax it, reported in Layering
+		}
+		delta *= 2
+	}
+}
+
+// layerDP solves Alpa's recurrence under a FLOPs limit per layer; ok is false when no
+// clustering into exactly L non-empty layers meets it. Ties prefer the later cut, so the
+// result is deterministic.
+func layerDP(g *ir.Graph, fwd []ir.ValueID, L int, flops []float64, limit float64) ([]int, bool) {
+	n := len(fwd)
+	inf := math.Inf(1)
+	G := make([][]float64, L+1) // G[k][r]: best cost of ops fwd[:r] in k layers
+	arg := make([][]int32, L+1)
+	for k := range G {
+		G[k], arg[k] = make([]float64, n+1), make([]int32, n+1)
+		for r := range G[k] {
+			G[k][r] = inf
+		}
+	}
+	G[0][0] = 0
+	pos := make([]int32, len(g.Values)) // position of a forward value in fwd, +1
+	for i, id := range fwd {
+		pos[id] = int32(i + 1)
+	}
+	in := newCrossing(g, pos)
+	for r := 1; r <= n; r++ {
+		in.reset(r)
+		for i := r; i >= 1; i-- { // the last layer is fwd[i-1:r]
+			c := in.add(fwd[i-1], i)
+			if flops[r]-flops[i-1] > limit*(1+1e-12) {
+				break
+			}
+			for k := 1; k <= min(L, i); k++ {
+				if v := G[k-1][i-1] + c; v < G[k][r] {
+					G[k][r], arg[k][r] = v, int32(i-1)
+				}
+			}
+		}
+	}
+	if math.IsInf(G[L][n], 1) {
+		return nil, false
+	}
+	cut := make([]int, L+1)
+	cut[L] = n
+	for k := L; k > 0; k-- {
+		cut[k-1] = int(arg[k][cut[k]])
+	}
+	return cut, true
+}
+
+// crossing tracks C(i, r) for a segment growing leftwards: the bytes of values produced
+// before the segment and read inside it, each counted once.
+type crossing struct {
+	g     *ir.Graph
+	pos   []int32
+	stamp []int32
+	bytes float64
+	r     int32
+}
+
+func newCrossing(g *ir.Graph, pos []int32) *crossing {
+	return &crossing{g: g, pos: pos, stamp: make([]int32, len(g.Values))}
+}
+
+func (c *crossing) reset(r int) { c.r, c.bytes = int32(r), 0 }
+
+// add puts op id (at position i, 1-based) into the segment and returns the segment's C.
+func (c *crossing) add(id ir.ValueID, i int) float64 {
+	if c.stamp[id] == c.r { // it was an input of the segment, now it is inside
+		c.bytes -= float64(c.g.Values[id].Type.Bytes())
+		c.stamp[id] = -c.r
+	} else {
+		c.stamp[id] = -c.r
+	}
+	for _, a := range c.g.Values[id].Args {
+		if p := c.pos[a]; p == 0 || int(p) >= i || c.stamp[a] == c.r || c.stamp[a] == -c.r {
+			continue // a leaf, a value inside, or one counted already
+		}
+		c.stamp[a] = c.r
+		c.bytes += float64(c.g.Values[a].Type.Bytes())
+	}
+	return c.bytes
+}
+
+// followForward gives every value outside the forward ops a layer. A param, input or
+// constant goes with its first forward user. A backward or update op goes with the earliest
+// layer among its operands, where a forward activation counts at the layer of its first
+// consumer (the backward op that reads it differentiates one of its consumers, not its
+// producer). What is still unplaced (state, constants made for the backward) goes with its
+// first user. The rule is a heuristic for balance only: any assignment is correct, since
+// whatever crosses a stage bound is sent there.
+func followForward(g *ir.Graph, of []int) {
+	users := g.Users()
+	firstUser := func(id ir.ValueID, layers []int) int {
+		best := -1
+		for _, u := range users[id] {
+			if l := layers[u]; l >= 0 && (best < 0 || l < best) {
+				best = l
+			}
+		}
+		return best
+	}
+	fwd := append([]int(nil), of...)
+	consumer := make([]int, len(of)) // first forward consumer of a forward value
+	for i := range g.Values {
+		if v := &g.Values[i]; of[i] < 0 && (v.Op.IsLeaf() || v.Op == ir.OpConstant) {
+			of[i] = firstUser(ir.ValueID(i), fwd)
+		}
+		consumer[i] = -1
+		if fwd[i] >= 0 {
+			consumer[i] = max(fwd[i], firstUser(ir.ValueID(i), fwd))
+		}
+	}
+	for i := range g.Values {
+		if of[i] >= 0 {
+			continue
+		}
+		best := -1
+		for _, a := range g.Values[i].Args {
+			l := of[a]
+			if fwd[a] >= 0 {
+				l = consumer[a]
+			}
+			if l >= 0 && (best < 0 || l < best) {
+				best = l
+			}
+		}
+		of[i] = best
+	}
+	for i := len(g.Values) - 1; i >= 0; i-- {
+		if of[i] < 0 {
+			of[i] = max(0, firstUser(ir.ValueID(i), of))
+		}
+	}
+}
+
+func (lay *Layering) account(g *ir.Graph, fwd []ir.ValueID, cut []int) {
+	lay.FLOPs = make([]float64, lay.L)
+	lay.InBytes = make([]int64, lay.L)
+	for i := range g.Values {
+		if !g.Values[i].Op.IsLeaf() {
+			lay.FLOPs[lay.Of[i]] += g.FLOPs(ir.ValueID(i))
+		}
+	}
+	seen := make(map[[2]int]bool)
+	for _, id := range fwd {
+		l := lay.Of[id]
+		for _, a := range g.Values[id].Args {
+			if la := lay.Of[a]; la < l && !g.Values[a].Op.IsLeaf() && g.Values[a].Op != ir.OpConstant && !seen[[2]int{int(a), l}] {
+				seen[[2]int{int(a), l}] = true
+				lay.InBytes[l] += g.Values[a].Type.Bytes()
+			}
+		}
+	}
+}
+
+// Range lists the values of layers [first, last] in graph order.
+func (lay *Layering) Range(first, last int) []ir.ValueID {
+	var ids []ir.ValueID
+	for i, l := range lay.Of {
+		if l >= first && l <= last {
+			ids = append(ids, ir.ValueID(i))
+		}
+	}
+	return ids
+}

@@ -1,0 +1,150 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/ir"
+)
+
+// chainGraph builds a random MLP-like forward graph: matmuls of random widths, each
+// followed by relu and sometimes a skip connection, ending in a scalar loss.
+func chainGraph(t testing.TB, r *rand.Rand, n int) *ir.Graph {
+	g := ir.NewGraph("chain")
+	must := func(id ir.ValueID, err error) ir.ValueID {
+		t.Helper()
+		require.NoError(t, err)
+		return id
+	}
+	batch, width := 4, 2+r.IntN(6)
+	h := must(g.Declare(ir.OpInput, "x", ir.Type{DType: ir.F32, Shape: ir.Shape{batch, width}}, 0, ir.Pos{}))
+	skip := h
+	for i := range n {
+		next := 2 + r.IntN(12)
+		if r.IntN(3) == 0 {
+			next = width // keeps the shape, so a skip connection can join
+		}
+		w := must(g.Declare(ir.OpParam, fmt.Sprintf("w%d", i), ir.Type{DType: ir.F32, Shape: ir.Shape{width, next}}, -1, ir.Pos{}))
+		h = must(g.Append(ir.OpMatMul, fmt.Sprintf("h%d", i), []ir.ValueID{h, w}, nil, ir.Pos{}))
+		h = must(g.Append(ir.OpRelu, fmt.Sprintf("a%d", i), []ir.ValueID{h}, nil, ir.Pos{}))
+		if next == width && g.Values[skip].Type.Shape[1] == next && r.IntN(2) == 0 {
+			h = must(g.Append(ir.OpAdd, fmt.Sprintf("s%d", i), []ir.ValueID{h, skip}, nil, ir.Pos{}))
+		}
+		if r.IntN(2) == 0 {
+			skip = h
+		}
+		width = next
+	}
+	loss := must(g.Append(ir.OpReduceSum, "loss", []ir.ValueID{h}, ir.Attrs{}.With("axes", []int{0, 1}), ir.Pos{}))
+	g.AddOutput(loss, ir.Pos{})
+	require.NoError(t, ir.Verify(g))
+	return g
+}
+
+// bruteCluster tries every way to cut the forward ops into L non-empty contiguous layers
+// and returns the least crossing bytes under the FLOPs limit.
+func bruteCluster(g *ir.Graph, L int, limit float64) float64 {
+	fwd := forwardOps(g)
+	best := math.Inf(1)
+	var rec func(start, k int, cuts []int)
+	rec = func(start, k int, cuts []int) {
+		if k == L-1 {
+			cuts = append(cuts, len(fwd))
+			if c, ok := cutCost(g, fwd, cuts, limit); ok && c < best {
+				best = c
+			}
+			return
+		}
+		for e := start + 1; e < len(fwd); e++ {
+			rec(e, k+1, append(cuts, e))
+		}
+	}
+	rec(0, 0, []int{0})
+	return best
+}
+
+func cutCost(g *ir.Graph, fwd []ir.ValueID, cuts []int, limit float64) (float64, bool) {
+	layer := map[ir.ValueID]int{}
+	for k := 0; k+1 < len(cuts); k++ {
+		flops := 0.0
+		for _, id := range fwd[cuts[k]:cuts[k+1]] {
+			layer[id] = k
+			flops += g.FLOPs(id)
+		}
+		if flops > limit*(1+1e-12) {
+			return 0, false
+		}
+	}
+	cost := 0.0
+	counted := map[[2]int]bool{}
+	for _, id := range fwd {
+		for _, a := range g.Values[id].Args {
+			la, isFwd := layer[a]
+			key := [2]int{int(a), layer[id]}
+			if isFwd && la < layer[id] && !counted[key] {
+				counted[key] = true
+				cost += float64(g.Values[a].Type.Bytes())
+			}
+		}
+	}
+	return cost, true
+}
+
+func TestClusterLayersMatchesBruteForce(t *testing.T) {
+	for seed := range uint64(60) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		g := chainGraph(t, r, 2+r.IntN(4))
+		L := 1 + r.IntN(4)
+		delta := []float64{0.2, 0.5, 1, 3}[r.IntN(4)]
+		lay, err := ClusterLayers(g, ClusterOptions{Layers: L, Imbalance: delta})
+		require.NoError(t, err)
+		L = lay.L
+		limit := (1 + lay.Imbalance) * g.TotalFLOPs() / float64(L)
+		want := bruteCluster(g, L, limit)
+		got := 0.0
+		for _, b := range lay.InBytes {
+			got += float64(b)
+		}
+		require.Equal(t, want, got, "seed %d, L %d, δ %g", seed, L, lay.Imbalance)
+	}
+}
+
+func TestClusterLayersPlacesEveryValue(t *testing.T) {
+	g := chainGraph(t, rand.New(rand.NewPCG(3, 3)), 6)
+	lay, err := ClusterLayers(g, ClusterOptions{Layers: 3})
+	require.NoError(t, err)
+	prev := 0
+	for _, id := range forwardOps(g) {
+		l := lay.Of[id]
+		assert.GreaterOrEqual(t, l, prev, "forward layers are contiguous")
+		prev = l
+	}
+	for i, l := range lay.Of {
+		assert.True(t, l >= 0 && l < lay.L, "value %s has layer %d", g.Values[i].Name, l)
+	}
+	total := 0.0
+	for _, f := range lay.FLOPs {
+		assert.Positive(t, f)
+		total += f
+	}
+	assert.InDelta(t, g.TotalFLOPs(), total, 1e-9*total)
+	w0, _ := g.Lookup("w0")
+	assert.Equal(t, 0, lay.Of[w0], "a param goes with its first user")
+}
+
+func TestClusterLayersErrors(t *testing.T) {
+	g := ir.NewGraph("empty")
+	_, err := ClusterLayers(g, ClusterOptions{})
+	require.ErrorContains(t, err, "no output")
+	g = chainGraph(t, rand.New(rand.NewPCG(1, 1)), 2)
+	_, err = ClusterLayers(g, ClusterOptions{Layers: -1})
+	require.ErrorContains(t, err, "must not be negative")
+	lay, err := ClusterLayers(g, ClusterOptions{Layers: 50})
+	require.NoError(t, err)
+	assert.Equal(t, len(forwardOps(g)), lay.L, "no more layers than forward ops")
+}
