@@ -1,0 +1,77 @@
+package passes
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/ir"
+)
+
+// attentionLike builds [B,S,H] → [B·S,H] → matmul → [B,S,2,H/2] → transpose → mean loss,
+// the reshape traffic of a transformer's head split.
+func attentionLike(t *testing.T, b, s, h int) *ir.Graph {
+	g := ir.NewGraph("heads")
+	must := func(id ir.ValueID, err error) ir.ValueID {
+		t.Helper()
+		require.NoError(t, err)
+		return id
+	}
+	f32 := func(shape ...int) ir.Type { return ir.Type{DType: ir.F32, Shape: shape} }
+	x := must(g.Declare(ir.OpInput, "x", f32(b, s, h), 0, ir.Pos{}))
+	w := must(g.Declare(ir.OpParam, "w", f32(h, h), -1, ir.Pos{}))
+	flat := must(g.Append(ir.OpReshape, "flat", []ir.ValueID{x}, ir.Attrs{}.With("shape", []int{b * s, h}), ir.Pos{}))
+	y := must(g.Append(ir.OpMatMul, "y", []ir.ValueID{flat, w}, nil, ir.Pos{}))
+	heads := must(g.Append(ir.OpReshape, "heads", []ir.ValueID{y}, ir.Attrs{}.With("shape", []int{b, s, 2, h / 2}), ir.Pos{}))
+	tr := must(g.Append(ir.OpTranspose, "tr", []ir.ValueID{heads}, ir.Attrs{}.With("perm", []int{0, 2, 1, 3}), ir.Pos{}))
+	bc := must(g.Append(ir.OpBroadcast, "bc", []ir.ValueID{tr}, ir.Attrs{}.With("dims", []int{1, 2, 3, 4}).With("shape", []int{3, b, 2, s, h / 2}), ir.Pos{}))
+	loss := must(g.Append(ir.OpReduceMean, "loss", []ir.ValueID{bc}, ir.Attrs{}.With("axes", []int{0, 1, 2, 3, 4}), ir.Pos{}))
+	g.AddOutput(loss, ir.Pos{})
+	require.NoError(t, ir.Verify(g))
+	return g
+}
+
+func TestRebatchFollowsTheBatchThroughReshapes(t *testing.T) {
+	g := attentionLike(t, 8, 4, 6)
+	n, err := BatchSize(g)
+	require.NoError(t, err)
+	assert.Equal(t, 8, n)
+	mb, err := Rebatch(g, 2)
+	require.NoError(t, err)
+	require.NoError(t, ir.Verify(mb))
+	want := map[string]string{
+		"x": "f32[2,4,6]", "flat": "f32[8,6]", "y": "f32[8,6]", "heads": "f32[2,4,2,3]",
+		"tr": "f32[2,2,4,3]", "bc": "f32[3,2,2,4,3]", "w": "f32[6,6]", "loss": "f32[]",
+	}
+	for name, typ := range want {
+		id, ok := mb.Lookup(name)
+		require.True(t, ok, name)
+		assert.Equal(t, typ, mb.Value(id).Type.String(), name)
+	}
+	again, err := BatchSize(mb)
+	require.NoError(t, err)
+	assert.Equal(t, 2, again)
+}
+
+func TestRebatchErrors(t *testing.T) {
+	g := attentionLike(t, 8, 4, 6)
+	_, err := Rebatch(g, 3)
+	require.ErrorContains(t, err, "micro-batch size 3 does not divide the batch 8")
+
+	// A reshape that moves the batch into the middle of another dim cannot be rescaled.
+	g = ir.NewGraph("bad")
+	x, err := g.Declare(ir.OpInput, "x", ir.Type{DType: ir.F32, Shape: ir.Shape{4, 6}}, 0, ir.Pos{Line: 2, Col: 1})
+	require.NoError(t, err)
+	tr, err := g.Append(ir.OpTranspose, "tr", []ir.ValueID{x}, ir.Attrs{}.With("perm", []int{1, 0}), ir.Pos{Line: 3})
+	require.NoError(t, err)
+	r, err := g.Append(ir.OpReshape, "r", []ir.ValueID{tr}, ir.Attrs{}.With("shape", []int{4, 6}), ir.Pos{Line: 4, Col: 1})
+	require.NoError(t, err)
+	g.AddOutput(r, ir.Pos{})
+	_, err = Rebatch(g, 2)
+	require.ErrorContains(t, err, "cannot micro-batch")
+	require.ErrorContains(t, err, "r")
+
+	_, err = BatchSize(ir.NewGraph("none"))
+	require.ErrorContains(t, err, "no data input with a batch dim")
+}
