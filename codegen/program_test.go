@@ -1,0 +1,198 @@
+package codegen
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/autopar/autopar/ir"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func f32(shape ...int) ir.Type { return ir.Type{DType: ir.F32, Shape: shape} }
+
+// sampleProgram is device 0 of a 2-device data-parallel step with a pipeline edge to
+// device 2: every instruction kind appears at least once.
+func sampleProgram() *Program {
+	p := &Program{Device: 0}
+	x := p.AddBuffer("x.mb0", f32(4, 8))
+	w := p.AddBuffer("w1", f32(8, 16))
+	h := p.AddBuffer("h.mb0", f32(4, 16))
+	s := p.AddBuffer("s.mb0", f32(16))
+	acc := p.AddBuffer("grad.w1.acc", f32(16))
+	g := p.AddBuffer("g.mb0", f32(32))
+	rs := p.AddBuffer("rs.mb0", f32(2, 16))
+	a2a := p.AddBuffer("a2a.mb0", f32(1, 32))
+	r := p.AddBuffer("h.mb0.recv", f32(4, 16))
+	grp := []DeviceID{0, 1}
+	p.Instrs = []Instr{
+		{Kind: Load, Out: x, Name: "x", Offsets: []int{0, 0}},
+		{Kind: Load, Out: w, Name: "w1", Offsets: []int{0, 0}},
+		{Kind: Compute, Out: h, Op: ir.OpMatMul, Args: []BufferID{x, w}},
+		{Kind: Compute, Out: s, Op: ir.OpReduceSum, Args: []BufferID{h}, Attrs: ir.Attrs{}.With("axes", []int{0})},
+		{Kind: Constant, Out: acc, Value: 0},
+		{Kind: AllReduce, Out: NoBuffer, Args: []BufferID{s}, Group: grp, Note: "grad.w1"},
+		{Kind: Accumulate, Out: NoBuffer, Args: []BufferID{acc, s}},
+		{Kind: AllGather, Out: g, Args: []BufferID{s}, Group: grp, Axis: 0},
+		{Kind: ReduceScatter, Out: rs, Args: []BufferID{h}, Group: grp, Axis: 0},
+		{Kind: AllToAll, Out: a2a, Args: []BufferID{rs}, Group: grp, Axis: 0, ConcatAxis: 1},
+		{Kind: Send, Out: NoBuffer, Args: []BufferID{h}, Peer: 2, Tag: Tag{Value: "h", MicroBatch: 0}},
+		{Kind: Recv, Out: r, Peer: 2, Tag: Tag{Value: "dh", MicroBatch: 0}},
+		{Kind: Store, Out: NoBuffer, Args: []BufferID{acc}, Name: "w1.next", Offsets: []int{16}, Full: f32(32)},
+		{Kind: Free, Out: NoBuffer, Args: []BufferID{x, w, h, s, g, rs, a2a, r, acc}},
+	}
+	return p
+}
+
+// golden compares got with testdata/name, rewriting the file under UPDATE_GOLDEN=1.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run UPDATE_GOLDEN=1 go test ./codegen to create it")
+	assert.Equal(t, string(want), got)
+}
+
+func TestProgramText(t *testing.T) {
+	p := sampleProgram()
+	require.NoError(t, p.Validate())
+	golden(t, "program_dp.golden", p.String())
+}
+
+func TestProgramJSONRoundTrip(t *testing.T) {
+	p := sampleProgram()
+	p.Instrs = append(p.Instrs,
+		Instr{Kind: Constant, Out: p.AddBuffer("mask", f32(2)), Value: math.Inf(-1)},
+		Instr{Kind: Compute, Out: p.AddBuffer("c", ir.Type{DType: ir.F64, Shape: ir.Shape{4, 16}}),
+			Op: ir.OpCast, Args: []BufferID{8}, Attrs: ir.Attrs{}.With("to", ir.F64)},
+		Instr{Kind: Constant, Out: p.AddBuffer("scalar", ir.Type{DType: ir.F32}), Value: -0.5})
+	data, err := p.MarshalJSON()
+	require.NoError(t, err)
+	back, err := UnmarshalProgram(data)
+	require.NoError(t, err)
+	assert.Equal(t, p.String(), back.String())
+	again, err := back.MarshalJSON()
+	require.NoError(t, err)
+	assert.Equal(t, string(data), string(again), "serialization must be byte-stable")
+	assert.True(t, math.IsInf(back.Instrs[len(back.Instrs)-3].Value, -1))
+	assert.Equal(t, p, back)
+	golden(t, "program_dp.json.golden", string(data))
+}
+
+func TestUnmarshalProgramErrors(t *testing.T) {
+	tests := []struct{ name, json, want string }{
+		{"version", `{"version":2,"device":0,"buffers":[],"instrs":[]}`, "unsupported version 2, expected 1"},
+		{"kind", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"jump"}]}`, `instr 0: unknown instruction kind "jump"`},
+		{"op", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"fft"}]}`, `unknown op "fft"`},
+		{"attr", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"matmul","attrs":{"axis":1}}]}`, `op matmul has no attribute "axis"`},
+		{"type", `{"version":1,"device":0,"buffers":[{"name":"a","type":"f33[2]"}],"instrs":[]}`, `buffer 0: bad type "f33[2]"`},
+		{"field", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"free","bogus":1}]}`, `unknown field "bogus"`},
+		{"syntax", `{"version":1`, "program json:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := UnmarshalProgram([]byte(tt.json))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestParseType(t *testing.T) {
+	for _, s := range []string{"f32[8,512]", "i64[3]", "bf16[1,2,3]"} {
+		got, err := ParseType(s)
+		require.NoError(t, err)
+		assert.Equal(t, s, got.String())
+	}
+	scalar, err := ParseType("f64[]")
+	require.NoError(t, err)
+	assert.Equal(t, ir.Type{DType: ir.F64}, scalar)
+	for _, s := range []string{"f32", "f32[a]", "x[1]", "f32[-1]"} {
+		_, err := ParseType(s)
+		assert.Error(t, err, s)
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(p *Program)
+		want string
+	}{
+		{"use after free", func(p *Program) {
+			p.Instrs = append(p.Instrs, Instr{Kind: Send, Out: NoBuffer, Args: []BufferID{2}, Peer: 1, Tag: Tag{Value: "h"}})
+		}, "device0.prog:25:1: send: buffer %2 (h.mb0) is used after it is freed, expected a live buffer\n\tdevice0.prog:24:1: note: freed here"},
+		{"use before def", func(p *Program) { p.Instrs[2].Args[0] = 8 }, "buffer %8 (h.mb0.recv) is used before it is defined"},
+		{"undeclared", func(p *Program) { p.Instrs[2].Args[1] = 42 }, "buffer %42 is not declared"},
+		{"defined twice", func(p *Program) { p.Instrs[1].Out = 0 }, "device0.prog:12:1: load: buffer %0 (x.mb0) is defined twice"},
+		{"shape rule", func(p *Program) { p.Buffers[1].Type = f32(7, 16) }, "matmul"},
+		{"out type", func(p *Program) { p.Buffers[2].Type = f32(4, 17) }, "matmul gives f32[4,16], but buffer %2 is declared f32[4,17]"},
+		{"leaf op", func(p *Program) { p.Instrs[2].Op = ir.OpParam }, "op param cannot be computed"},
+		{"group without self", func(p *Program) { p.Instrs[5].Group = []DeviceID{1, 2} }, "group [1,2] does not contain device 0"},
+		{"group twice", func(p *Program) { p.Instrs[5].Group = []DeviceID{0, 0} }, "lists device 0 twice"},
+		{"gather type", func(p *Program) { p.Instrs[7].Group = []DeviceID{0, 1, 2} }, "gives f32[48], but buffer %5 is declared f32[32]"},
+		{"scatter divides", func(p *Program) { p.Instrs[8].Group = []DeviceID{0, 1, 2} }, "do not fit f32[4,16] split 3 ways"},
+		{"accumulate types", func(p *Program) { p.Instrs[6].Args[1] = 2 }, "%4 is f32[16] but %2 is f32[4,16]"},
+		{"peer self", func(p *Program) { p.Instrs[10].Peer = 0 }, "send: peer 0, expected another device"},
+		{"no tag", func(p *Program) { p.Instrs[11].Tag = Tag{} }, "recv: no tag"},
+		{"store overrun", func(p *Program) { p.Instrs[12].Offsets = []int{17} }, "overruns f32[32] on dim 0"},
+		{"load offsets", func(p *Program) { p.Instrs[0].Offsets = []int{0} }, "offsets [0], expected 2 non-negative offsets"},
+		{"missing out", func(p *Program) { p.Instrs[4].Out = NoBuffer }, "constant: defines no buffer, expected a result"},
+		{"stray out", func(p *Program) { p.Instrs[5].Out = 3 }, "all_reduce: defines %3, expected no result"},
+		{"no dtype", func(p *Program) { p.Buffers[3].Type = ir.Type{} }, "device0.prog:5:1: buffer %3 (s.mb0) has no dtype"},
+		{"bad kind", func(p *Program) { p.Instrs[0].Kind = KindInvalid }, "unknown instruction kind 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := sampleProgram()
+			tt.edit(p)
+			err := p.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestCollectiveOut(t *testing.T) {
+	tests := []struct {
+		kind       Kind
+		in         ir.Type
+		n, ax, cat int
+		want       ir.Type
+		ok         bool
+	}{
+		{AllReduce, f32(4, 6), 4, 0, 0, f32(4, 6), true},
+		{AllGather, f32(4, 6), 3, 1, 0, f32(4, 18), true},
+		{ReduceScatter, f32(4, 6), 2, 0, 0, f32(2, 6), true},
+		{ReduceScatter, f32(4, 6), 4, 1, 0, ir.Type{}, false},
+		{AllToAll, f32(4, 6), 2, 0, 1, f32(2, 12), true},
+		{AllToAll, f32(4, 6), 2, 1, 1, f32(4, 6), true},
+		{AllGather, f32(4), 2, 1, 0, ir.Type{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := CollectiveOut(tt.kind, tt.in, tt.n, tt.ax, tt.cat)
+		require.Equal(t, tt.ok, ok, "%s %s", tt.kind, tt.in)
+		if ok {
+			assert.Equal(t, tt.want.String(), got.String())
+		}
+	}
+}
+
+func TestKindNames(t *testing.T) {
+	for k := Compute; k < numKinds; k++ {
+		back, ok := ParseKind(k.String())
+		require.True(t, ok, k.String())
+		assert.Equal(t, k, back)
+	}
+	_, ok := ParseKind("invalid")
+	assert.False(t, ok)
+}
