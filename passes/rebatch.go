@@ -111,6 +111,24 @@ func followBatch(g *ir.Graph, id ir.ValueID, at []batchAt, size int) batchAt {
 	return noBatch
 }
 
+// BatchDims returns, per value of g, the dim that carries the batch of the data inputs, or
+// -1 where the value does not carry it (params, the loss, a batch merged into another dim
+// counts as carried by that dim).
+func BatchDims(g *ir.Graph) []int {
+	size, err := BatchSize(g)
+	dims := make([]int, len(g.Values))
+	at := make([]batchAt, len(g.Values))
+	for i := range g.Values {
+		dims[i] = -1
+		if err != nil {
+			continue
+		}
+		at[i] = followBatch(g, ir.ValueID(i), at, size)
+		dims[i] = max(at[i].Dim, -1)
+	}
+	return dims
+}
+
 // reshapeBatch follows the batch through a reshape by its stride in the flat element order.
 func reshapeBatch(in, out ir.Shape, ba batchAt, size int) batchAt {
 	if ba.Dim < 0 {
