@@ -1,0 +1,15 @@
+// Package zoo builds the benchmark models of the Alpa paper (OSDI'22) as ir graphs with the
+// frontend builder: an MLP, GPT, a GShard mixture-of-experts transformer and Wide-ResNet.
+//
+// Every model takes its full config (layers, hidden size, heads, batch, ...) through
+// exported fields or the Params knobs, and Build returns the forward graph whose first
+// output is the scalar loss; autodiff and the optimizer are passes, not the zoo's business.
+// Presets name the configs the paper measured (gpt-1.3b, moe-10b, wresnet-2b, ...) with the
+// batch sizes of Alpa's benchmark suite, plus tiny versions small enough for the serial
+// interpreter (gpt-tiny, ...). testdata/models holds every preset printed as .ir.
+//
+// Ops are named by layer and block (l3.attn.q, l3.mlp.w1, b2.1.conv2) so that later passes
+// and people can group them by name prefix.
+//
+// The zoo emits nothing but ir graphs: it knows no devices, meshes or costs.
+package zoo

@@ -1,0 +1,154 @@
+package zoo
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+)
+
+// MoE is the GShard mixture-of-experts transformer of Alpa's MoE benchmark: the GPT stack in
+// which every other layer (the odd ones) replaces its MLP by Experts expert MLPs with top-2
+// gating. Tokens are split into groups of Group tokens; each expert takes at most
+// C = ceil(Capacity·2·Group/Experts) tokens of a group, the rest are dropped (their
+// residual passes through). Dispatch and combine are dense [G,S,E,C] tensors contracted with
+// einsums, GShard's formulation, so expert parallelism is just splitting the e label.
+type MoE struct {
+	Layers, Hidden, Heads, Seq, Vocab, Batch int
+	// FFN is the expansion factor of both the dense and the expert MLPs; Alpa uses 8.
+	FFN     int
+	Experts int
+	// Group is the number of tokens per gating group (GShard's S); it must divide
+	// Batch·Seq.
+	Group int
+	// Capacity is the capacity factor: 1 gives each expert 2·Group/Experts slots, an even
+	// share of the top-2 assignments (Alpa's setting).
+	Capacity float64
+	Tied     int
+	Dropout  float64
+	DType    string
+}
+
+// NewMoE returns the tiny default config: 2 layers (one MoE), hidden 32, 4 heads, seq 16,
+// vocab 64, batch 8, 4 experts, groups of 64 tokens.
+func NewMoE() *MoE {
+	return &MoE{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4,
+		Experts: 4, Group: 64, Capacity: 1, Tied: 1, DType: "f32"}
+}
+
+// Name returns "moe".
+func (m *MoE) Name() string { return "moe" }
+
+// Params lists the knobs.
+func (m *MoE) Params() []Param {
+	return []Param{
+		intParam("layers", "number of transformer layers (odd ones are MoE)", &m.Layers),
+		intParam("hidden", "hidden size", &m.Hidden),
+		intParam("heads", "attention heads (must divide hidden)", &m.Heads),
+		intParam("seq", "sequence length", &m.Seq),
+		intParam("vocab", "vocabulary size", &m.Vocab),
+		intParam("batch", "global batch size (sequences)", &m.Batch),
+		intParam("ffn", "MLP and expert expansion factor", &m.FFN),
+		intParam("experts", "experts per MoE layer", &m.Experts),
+		intParam("group", "tokens per gating group (must divide batch·seq)", &m.Group),
+		floatParam("capacity", "capacity factor (1: 2·group/experts slots per expert)", &m.Capacity),
+		intParam("tied", "1: logits use the token embedding; 0: a separate head", &m.Tied),
+		floatParam("dropout", "dropout rate (0: none)", &m.Dropout),
+		stringParam("dtype", "dtype of params and activations (f32, f16, bf16)", &m.DType),
+	}
+}
+
+// capacitySlots is C, the slots per expert and group.
+func (m *MoE) capacitySlots() int {
+	return max(1, int(math.Ceil(m.Capacity*2*float64(m.Group)/float64(m.Experts))))
+}
+
+// Build makes the forward graph; its output is the scalar loss.
+func (m *MoE) Build() (*ir.Graph, error) {
+	k := &knobs{model: "moe"}
+	t := (&GPT{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, Seq: m.Seq, Vocab: m.Vocab,
+		Batch: m.Batch, FFN: m.FFN, Tied: m.Tied, Dropout: m.Dropout, DType: m.DType}).config(k)
+	k.model = "moe"
+	k.positive("experts", m.Experts, "group", m.Group)
+	k.divides("batch·seq", m.Batch*m.Seq, "group", m.Group)
+	if !(m.Capacity > 0) {
+		k.fail("capacity must be positive, got %g", m.Capacity)
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	b := frontend.NewBuilder("moe")
+	x, wte := t.embed(b)
+	mask := causalMask(b, t.seq)
+	moe := func(b *frontend.Builder, x frontend.Value) frontend.Value { return m.experts(b, t, x) }
+	for i := 0; i < m.Layers; i++ {
+		ffn := moe
+		if i%2 == 0 {
+			ffn = nil
+		}
+		x = t.layer(b.Scope(fmt.Sprintf("l%d", i)), x, mask, ffn)
+	}
+	t.head(b, x, wte)
+	return b.Build()
+}
+
+// experts is the MoE feed-forward block on x [B,S,H]: gating, dispatch to the experts'
+// MLPs and combination of their outputs, following GShard's top-2 gating (and Alpa's
+// transcription of it) with dense einsums.
+func (m *MoE) experts(b *frontend.Builder, t *transformer, x frontend.Value) frontend.Value {
+	S, E, H, C := m.Group, m.Experts, t.hidden, m.capacitySlots()
+	G := t.batch * t.seq / S
+	dt := t.dt
+	xg := b.Named("groups").Reshape(x, ir.Shape{G, S, H})
+	wg := b.Param("wg", dt, ir.Shape{H, E})
+	gates := b.Named("gates").Softmax(b.Named("gate_logits").Einsum("gsh,he->gse", xg, wg), 2)
+	combine := m.route(b, gates, C, dt)
+	dispatch := b.Named("dispatch").Cast(b.Gt(combine, b.Named("zero").Scalar(0, dt)), dt)
+
+	wi := b.Param("wi", dt, ir.Shape{E, H, t.ffn * H})
+	wo := b.Param("wo", dt, ir.Shape{E, t.ffn * H, H})
+	in := b.Named("expert_in").Einsum("gsec,gsh->egch", dispatch, xg)
+	h := b.Named("expert_h").Relu(b.Einsum("egch,ehf->egcf", in, wi))
+	out := b.Named("expert_out").Einsum("egcf,efh->gech", h, wo)
+	y := b.Named("combined").Einsum("gsec,gech->gsh", combine, out)
+	return t.maybeDropout(b, b.Named("out").Reshape(y, ir.Shape{t.batch, t.seq, H}))
+}
+
+// route turns gate probabilities [G,S,E] into the combine tensor [G,S,E,C]: the weight
+// with which token s of group g sends to and takes back from slot c of expert e. The top-1
+// expert is the max (reduce_max + eq), the top-2 the max once it is masked out; a token's
+// position in its expert's queue is a cumsum over the group's tokens, top-2 assignments
+// queueing behind all top-1 ones, and assignments at or past capacity are dropped.
+func (m *MoE) route(b *frontend.Builder, gates frontend.Value, C int, dt ir.DType) frontend.Value {
+	G, S, E := gates.Dim(0), gates.Dim(1), gates.Dim(2)
+	one, capC := b.Named("one").Scalar(1, dt), b.Named("cap").Scalar(float64(C), dt)
+	argmax := func(name string, p frontend.Value) frontend.Value {
+		top := b.Reshape(b.ReduceMax(p, 2), ir.Shape{G, S, 1})
+		return b.Named(name).Cast(b.Eq(p, top), dt)
+	}
+	mask1 := argmax("top1", gates)
+	rest := b.Named("gates_rest").Mul(gates, b.Sub(one, mask1))
+	mask2 := argmax("top2", rest)
+
+	// Positions in the expert queues, and the capacity cut.
+	pos1 := b.Named("pos1").Sub(b.Cumsum(mask1, 1), mask1)
+	mask1 = b.Named("kept1").Mul(mask1, b.Cast(b.Lt(pos1, capC), dt))
+	count1 := b.Reshape(b.ReduceSum(mask1, 1), ir.Shape{G, 1, E})
+	pos2 := b.Named("pos2").Add(b.Sub(b.Cumsum(mask2, 1), mask2), count1)
+	mask2 = b.Named("kept2").Mul(mask2, b.Cast(b.Lt(pos2, capC), dt))
+
+	// Gate weights of the kept assignments, renormalized over the (at most) two.
+	gate1 := b.ReduceSum(b.Mul(gates, mask1), 2)
+	gate2 := b.ReduceSum(b.Mul(rest, mask2), 2)
+	denom := b.Add(gate1, gate2)
+	denom = b.Named("denom").Where(b.Gt(denom, b.Scalar(0, dt)), denom, one)
+	slots := b.Named("slots").Iota(dt, ir.Shape{C}, 0)
+	part := func(name string, gate, mask, pos frontend.Value) frontend.Value {
+		w := b.Mul(b.Reshape(b.Div(gate, denom), ir.Shape{G, S, 1}), mask)
+		at := b.Reshape(b.ReduceSum(b.Mul(pos, mask), 2), ir.Shape{G, S, 1})
+		onehot := b.Cast(b.Eq(at, slots), dt)
+		return b.Named(name).Einsum("gse,gsc->gsec", w, onehot)
+	}
+	return b.Named("combine").Add(part("combine1", gate1, mask1, pos1), part("combine2", gate2, mask2, pos2))
+}
