@@ -1,0 +1,138 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/autopar/autopar/ir"
+)
+
+// kernel fills out, a zeroed tensor of the checked result type, from args. Shapes and
+// attributes have passed the op's shape rule when it runs, so it only reports errors that
+// depend on values (an id out of range, an integer division by zero).
+type kernel func(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error
+
+// kernels is the kernel table, indexed by op; leaves (param, input, state) have none.
+var kernels = func() []kernel {
+	ks := make([]kernel, len(ir.AllOps())+1)
+	for _, row := range []struct {
+		k   kernel
+		ops []ir.Op
+	}{
+		{evalConstant, []ir.Op{ir.OpConstant}},
+		{evalIota, []ir.Op{ir.OpIota}},
+		{evalBinary, []ir.Op{ir.OpAdd, ir.OpSub, ir.OpMul, ir.OpDiv, ir.OpMax}},
+		{evalCompare, []ir.Op{ir.OpEq, ir.OpNe, ir.OpLt, ir.OpLe, ir.OpGt, ir.OpGe}},
+		{evalWhere, []ir.Op{ir.OpWhere}},
+		{evalUnary, []ir.Op{ir.OpNeg, ir.OpExp, ir.OpLog, ir.OpTanh, ir.OpRelu, ir.OpGelu, ir.OpSigmoid, ir.OpSqrt, ir.OpRsqrt}},
+		{evalCast, []ir.Op{ir.OpCast}},
+		{evalDropout, []ir.Op{ir.OpDropout}},
+		{evalMatMul, []ir.Op{ir.OpMatMul}},
+		{evalEinsum, []ir.Op{ir.OpEinsum}},
+		{evalReduce, []ir.Op{ir.OpReduceSum, ir.OpReduceMax, ir.OpReduceMean}},
+		{evalAlongAxis, []ir.Op{ir.OpSoftmax, ir.OpLogSoftmax, ir.OpCumsum}},
+		{evalNorm, []ir.Op{ir.OpLayerNorm, ir.OpBatchNorm}},
+		{evalReshape, []ir.Op{ir.OpReshape}},
+		{evalTranspose, []ir.Op{ir.OpTranspose}},
+		{evalBroadcast, []ir.Op{ir.OpBroadcast}},
+		{evalSlice, []ir.Op{ir.OpSlice}},
+		{evalConcat, []ir.Op{ir.OpConcat}},
+	} {
+		for _, op := range row.ops {
+			ks[op] = row.k
+		}
+	}
+	return ks
+}()
+
+// Eval applies op with attributes at to args and returns a new tensor of type out, the type
+// the op's shape rule inferred. It works for every non-leaf op of the ir table (constant
+// and iota included), on whole tensors or on local shards alike: it re-runs the shape rule
+// on the operands it is given, fills in default attributes, and returns an error, never
+// panics, if an operand's storage does not match its dtype, the rule rejects the operands,
+// or the rule's result differs from out. f16 and bf16 results are rounded to their
+// precision before they are returned. The operands are never modified.
+func Eval(op ir.Op, at ir.Attrs, out ir.Type, args []*Tensor) (*Tensor, error) {
+	k, err := lookup(op)
+	if err != nil {
+		return nil, err
+	}
+	ia := make([]ir.Arg, len(args))
+	for i, a := range args {
+		if err := checkTensor(op, i, a); err != nil {
+			return nil, err
+		}
+		ia[i] = ir.Arg{Name: fmt.Sprintf("operand %d", i), Type: a.Type}
+	}
+	t, at, err := ir.InferType(op, ia, at)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Equal(out) {
+		return nil, fmt.Errorf("%s: result type is %s but the operands give %s", op, out, t)
+	}
+	res := New(out)
+	if err := k(op, at, res, args); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	roundTo(out.DType, res.F32)
+	wrapTo(out.DType, res.Int)
+	return res, nil
+}
+
+func lookup(op ir.Op) (kernel, error) {
+	if op <= ir.OpInvalid || int(op) >= len(kernels) {
+		return nil, fmt.Errorf("op %d is not in the op table", uint8(op))
+	}
+	if op.IsLeaf() {
+		return nil, fmt.Errorf("%s has no kernel: its value is fed, not computed", op)
+	}
+	if kernels[op] == nil {
+		return nil, fmt.Errorf("%s: no kernel implemented", op)
+	}
+	return kernels[op], nil
+}
+
+// checkTensor verifies that operand i is present and holds what its type promises.
+func checkTensor(op ir.Op, i int, a *Tensor) error {
+	if a == nil {
+		return fmt.Errorf("%s: operand %d is nil", op, i)
+	}
+	if err := a.Check(); err != nil {
+		return fmt.Errorf("%s: operand %d: %w", op, i, err)
+	}
+	return nil
+}
+
+// evalConstant fills out with the value attribute, converted as Set converts.
+func evalConstant(_ ir.Op, at ir.Attrs, out *Tensor, _ []*Tensor) error {
+	v := at.Float("value")
+	if out.Len() > 0 {
+		out.Set(0, v)
+	}
+	switch {
+	case out.F32 != nil:
+		fill(out.F32, out.F32[0])
+	case out.F64 != nil:
+		fill(out.F64, out.F64[0])
+	default:
+		fill(out.Int, out.Int[0])
+	}
+	return nil
+}
+
+func fill[T number](d []T, v T) {
+	for i := range d {
+		d[i] = v
+	}
+}
+
+// evalIota sets every element to its index along the axis attribute.
+func evalIota(_ ir.Op, at ir.Attrs, out *Tensor, _ []*Tensor) error {
+	s := out.Type.Shape
+	ax := at.Int("axis")
+	inner := int(ir.Shape(s[ax+1:]).NumElements())
+	for i := range out.Len() {
+		out.Set(i, float64(i/inner%s[ax]))
+	}
+	return nil
+}
