@@ -84,7 +84,7 @@ func (t *transformer) attention(b *frontend.Builder, x, mask frontend.Value) fro
 	d := H / n
 	split := func(name string) frontend.Value {
 		p := dense(b, x, name, H, t.dt)
-		return b.Named(name + ".heads").Reshape(p, ir.Shape{B, S, n, d})
+		return b.Named(name+".heads").Reshape(p, ir.Shape{B, S, n, d})
 	}
 	q, k, v := split("q"), split("k"), split("v")
 	scores := b.Named("scores").Einsum("bqnd,bknd->bnqk", q, k)

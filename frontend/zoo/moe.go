@@ -103,8 +103,7 @@ func (m *MoE) experts(b *frontend.Builder, t *transformer, x frontend.Value) fro
 	xg := b.Named("groups").Reshape(x, ir.Shape{G, S, H})
 	wg := b.Param("wg", dt, ir.Shape{H, E})
 	gates := b.Named("gates").Softmax(b.Named("gate_logits").Einsum("gsh,he->gse", xg, wg), 2)
-	combine := m.route(b, gates, C, dt)
-	dispatch := b.Named("dispatch").Cast(b.Gt(combine, b.Named("zero").Scalar(0, dt)), dt)
+	combine, dispatch := m.route(b, gates, C, dt)
 
 	wi := b.Param("wi", dt, ir.Shape{E, H, t.ffn * H})
 	wo := b.Param("wo", dt, ir.Shape{E, t.ffn * H, H})
@@ -115,17 +114,24 @@ func (m *MoE) experts(b *frontend.Builder, t *transformer, x frontend.Value) fro
 	return t.maybeDropout(b, b.Named("out").Reshape(y, ir.Shape{t.batch, t.seq, H}))
 }
 
-// route turns gate probabilities [G,S,E] into the combine tensor [G,S,E,C]: the weight
-// with which token s of group g sends to and takes back from slot c of expert e. The top-1
+// route turns gate probabilities [G,S,E] into the combine tensor [G,S,E,C], the weight
+// with which token s of group g takes back the output of slot c of expert e, and the 0/1
+// dispatch tensor of the same shape saying which slot each token is sent to. The top-1
 // expert is the max (reduce_max + eq), the top-2 the max once it is masked out; a token's
 // position in its expert's queue is a cumsum over the group's tokens, top-2 assignments
 // queueing behind all top-1 ones, and assignments at or past capacity are dropped.
-func (m *MoE) route(b *frontend.Builder, gates frontend.Value, C int, dt ir.DType) frontend.Value {
+//
+// Every 0/1 mask is where(cond, 1, 0), never cast(cond): a where's condition carries no
+// gradient by design, so the routing decisions are constants to autodiff (GShard's
+// stop-gradient) and the gradient reaches the gate only through the gate weights.
+func (m *MoE) route(b *frontend.Builder, gates frontend.Value, C int, dt ir.DType) (combine, dispatch frontend.Value) {
 	G, S, E := gates.Dim(0), gates.Dim(1), gates.Dim(2)
-	one, capC := b.Named("one").Scalar(1, dt), b.Named("cap").Scalar(float64(C), dt)
+	one, zero := b.Named("r.one").Scalar(1, dt), b.Named("r.zero").Scalar(0, dt)
+	capC := b.Named("cap").Scalar(float64(C), dt)
+	indicator := func(cond frontend.Value) frontend.Value { return b.Where(cond, one, zero) }
 	argmax := func(name string, p frontend.Value) frontend.Value {
 		top := b.Reshape(b.ReduceMax(p, 2), ir.Shape{G, S, 1})
-		return b.Named(name).Cast(b.Eq(p, top), dt)
+		return b.Named(name).Where(b.Eq(p, top), one, zero)
 	}
 	mask1 := argmax("top1", gates)
 	rest := b.Named("gates_rest").Mul(gates, b.Sub(one, mask1))
@@ -133,22 +139,23 @@ func (m *MoE) route(b *frontend.Builder, gates frontend.Value, C int, dt ir.DTyp
 
 	// Positions in the expert queues, and the capacity cut.
 	pos1 := b.Named("pos1").Sub(b.Cumsum(mask1, 1), mask1)
-	mask1 = b.Named("kept1").Mul(mask1, b.Cast(b.Lt(pos1, capC), dt))
-	count1 := b.Reshape(b.ReduceSum(mask1, 1), ir.Shape{G, 1, E})
+	mask1 = b.Named("kept1").Mul(mask1, indicator(b.Lt(pos1, capC)))
+	count1 := b.Named("count1").Reshape(b.ReduceSum(mask1, 1), ir.Shape{G, 1, E})
 	pos2 := b.Named("pos2").Add(b.Sub(b.Cumsum(mask2, 1), mask2), count1)
-	mask2 = b.Named("kept2").Mul(mask2, b.Cast(b.Lt(pos2, capC), dt))
+	mask2 = b.Named("kept2").Mul(mask2, indicator(b.Lt(pos2, capC)))
 
 	// Gate weights of the kept assignments, renormalized over the (at most) two.
-	gate1 := b.ReduceSum(b.Mul(gates, mask1), 2)
-	gate2 := b.ReduceSum(b.Mul(rest, mask2), 2)
+	gate1 := b.Named("gate1").ReduceSum(b.Mul(gates, mask1), 2)
+	gate2 := b.Named("gate2").ReduceSum(b.Mul(rest, mask2), 2)
 	denom := b.Add(gate1, gate2)
-	denom = b.Named("denom").Where(b.Gt(denom, b.Scalar(0, dt)), denom, one)
+	denom = b.Named("denom").Where(b.Gt(denom, zero), denom, one)
 	slots := b.Named("slots").Iota(dt, ir.Shape{C}, 0)
 	part := func(name string, gate, mask, pos frontend.Value) frontend.Value {
 		w := b.Mul(b.Reshape(b.Div(gate, denom), ir.Shape{G, S, 1}), mask)
 		at := b.Reshape(b.ReduceSum(b.Mul(pos, mask), 2), ir.Shape{G, S, 1})
-		onehot := b.Cast(b.Eq(at, slots), dt)
+		onehot := indicator(b.Eq(at, slots))
 		return b.Named(name).Einsum("gse,gsc->gsec", w, onehot)
 	}
-	return b.Named("combine").Add(part("combine1", gate1, mask1, pos1), part("combine2", gate2, mask2, pos2))
+	combine = b.Named("combine").Add(part("combine1", gate1, mask1, pos1), part("combine2", gate2, mask2, pos2))
+	return combine, b.Named("dispatch").Where(b.Gt(combine, zero), one, zero)
 }

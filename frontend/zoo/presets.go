@@ -62,7 +62,7 @@ var presets = []Preset{
 	tinyPreset("mlp", "test MLP: 2 hidden layers of 32, 16 inputs, 10 classes, batch 16"),
 	tinyPreset("gpt", "test GPT: 2 layers, hidden 32, 4 heads, seq 16, vocab 64, batch 8"),
 	tinyPreset("moe", "test MoE: 2 layers (one MoE), hidden 32, 4 heads, seq 16, vocab 64, 4 experts, groups of 64, batch 8"),
-	tinyPreset("wresnet", "test Wide-ResNet: depth 14, 4 base channels, width 2, 32×32 images, 10 classes, batch 4"),
+	tinyPreset("wresnet", "test Wide-ResNet: depth 14, 4 base channels, width 2, 32×32 images, 10 classes, batch 8"),
 
 	gptPreset("350m", 350e6, 24, 1024, 16),
 	gptPreset("760m", 760e6, 24, 1536, 16),

@@ -33,9 +33,9 @@ var (
 )
 
 // NewWResNet returns the tiny default config: depth 14 (one bottleneck block per stage),
-// 4 base channels, width 2, 32×32 images, 10 classes, batch 4.
+// 4 base channels, width 2, 32×32 images, 10 classes, batch 8.
 func NewWResNet() *WResNet {
-	return &WResNet{Depth: 14, Channels: 4, Width: 2, Image: 32, Classes: 10, Batch: 4, DType: "f32"}
+	return &WResNet{Depth: 14, Channels: 4, Width: 2, Image: 32, Classes: 10, Batch: 8, DType: "f32"}
 }
 
 // Name returns "wresnet".
