@@ -1,0 +1,52 @@
+package runtime
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/ir"
+)
+
+// TraceEvent is one executed instruction: when it started, relative to the start of the run,
+// and how long it took.
+type TraceEvent struct {
+	Device DeviceID
+	Index  int
+	Kind   codegen.Kind
+	Op     ir.Op // for compute
+	Start  time.Duration
+	Dur    time.Duration
+}
+
+// chromeEvent is one complete event ("ph":"X") of the Chrome trace-event format, which
+// Perfetto and chrome://tracing read. Times are in microseconds.
+type chromeEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat"`
+	Ph   string         `json:"ph"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	Args map[string]int `json:"args"`
+}
+
+// WriteTrace writes r.Trace as Chrome trace-event JSON: one row (thread) per device, one
+// slice per instruction, named by its kind (by its op for compute).
+func (r *Result) WriteTrace(w io.Writer) error {
+	events := make([]chromeEvent, len(r.Trace))
+	for i, e := range r.Trace {
+		name := e.Kind.String()
+		if e.Kind == codegen.Compute {
+			name = e.Op.String()
+		}
+		events[i] = chromeEvent{Name: name, Cat: e.Kind.String(), Ph: "X",
+			Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3,
+			Tid: int(e.Device), Args: map[string]int{"instr": e.Index}}
+	}
+	return json.NewEncoder(w).Encode(struct {
+		TraceEvents []chromeEvent `json:"traceEvents"`
+	}{events})
+}
