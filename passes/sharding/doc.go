@@ -1,0 +1,29 @@
+// Package sharding is the intra-operator pass: for one logical device mesh it chooses how
+// every op of a training step is split (Alpa, OSDI'22 §4) and predicts what that costs.
+//
+// The pass runs in four steps, each a file:
+//
+//   - strategy.go: every op gets its candidate strategies from one generic rule over its
+//     einsum-style dims signature (ir.Dims): each mesh axis goes to at most one splittable
+//     label (a label may take both axes, S01). The operand specs, the output spec, the
+//     compute, communication and memory costs follow. special.go holds the few ops whose
+//     signature alone says too little (gather, sparse cross-entropy, data inputs).
+//   - merge.go: followers (elementwise, layout and row-wise ops fed by one op whose output
+//     only they use) are merged into that op, Alpa's simplification, so the ILP has one
+//     node per group rather than per op.
+//   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge
+//     variables over distinct (producer spec, consumer spec) pairs, a per-device memory
+//     budget over the liveness of values — solved with ilp.Solve.
+//   - layers.go: identical repeated layers share their node variables, so a 48-layer
+//     transformer costs the ILP of about one layer.
+//
+// Partial sums never leave an op. A strategy that splits a contracted label (matmul's k,
+// a reduced axis) pays, inside the op and in Alpa's style, either an all-reduce (the
+// output is then whole on that axis) or a reduce-scatter onto one output dim (the output
+// is then also split on that axis). Offering both keeps ZeRO-style plans reachable — a
+// gradient reduce-scattered over the data axis, the update sharded, the parameter
+// all-gathered — while every value the ILP prices is a plain, non-partial layout.
+//
+// The package knows graphs, meshes and the ILP model; it does not call lp_solve directly
+// (package ilp does) and it does not run anything.
+package sharding

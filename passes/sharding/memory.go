@@ -1,0 +1,234 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/autopar/autopar/ilp"
+	"github.com/autopar/autopar/ir"
+)
+
+// The memory model. Values live from their definition to their last use, in the graph's
+// (topological) order; params, state and data inputs from the start; params, state, graph
+// outputs and update values to the end (the update replaces its param only once the step
+// is done). At point t the values alive are those defined at or before t and last used at
+// or after t, so an op's operands and its result are counted together. A device holds
+// Strategy.Memory bytes of each under its chosen layout. Peak memory is the maximum over
+// points; the budget row of point t bounds the sum at t.
+
+// liveness returns each value's first and last live point.
+func (p *planner) liveness() (first, last []int) {
+	n := len(p.g.Values)
+	first, last = make([]int, n), make([]int, n)
+	for id := range n {
+		first[id], last[id] = id, id
+		if p.g.Values[id].Op.IsLeaf() {
+			first[id] = 0
+		}
+		if op := p.g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
+			last[id] = n - 1
+		}
+		for _, a := range p.g.Values[id].Args {
+			last[a] = max(last[a], id)
+		}
+	}
+	for _, o := range p.g.Outputs {
+		last[o.Value] = n - 1
+	}
+	for _, u := range p.g.Updates {
+		last[u.Value] = n - 1
+	}
+	return first, last
+}
+
+// sweep returns the memory at every point when value v holds bytes(v).
+func (p *planner) sweep(bytes func(ir.ValueID) float64) []float64 {
+	n := len(p.g.Values)
+	diff := make([]float64, n+1)
+	for id := range n {
+		b := bytes(ir.ValueID(id))
+		diff[p.first[id]] += b
+		diff[p.last[id]+1] -= b
+	}
+	out := make([]float64, n)
+	cur := 0.0
+	for t := range n {
+		cur += diff[t]
+		out[t] = cur
+	}
+	return out
+}
+
+func argmax(xs []float64) (int, float64) {
+	best := 0
+	for i, x := range xs {
+		if x > xs[best] {
+			best = i
+		}
+	}
+	if len(xs) == 0 {
+		return -1, 0
+	}
+	return best, xs[best]
+}
+
+// peakOf returns the peak memory and its point under a choice of group strategies.
+func (p *planner) peakOf(choice []int) (int, float64) {
+	return argmax(p.sweep(func(v ir.ValueID) float64 {
+		return float64(p.cands[v][p.pick(v, choice[p.groupOf[v]])].Memory)
+	}))
+}
+
+// boundPeak returns, per point, the memory with every value at its smallest (lo) and
+// largest (hi) candidate layout. max(lo) is a lower bound on any plan's peak.
+func (p *planner) boundPeak() (lo, hi []float64) {
+	pickBytes := func(better func(a, b int64) bool) func(ir.ValueID) float64 {
+		return func(v ir.ValueID) float64 {
+			b := p.cands[v][0].Memory
+			for _, s := range p.cands[v] {
+				if better(s.Memory, b) {
+					b = s.Memory
+				}
+			}
+			return float64(b)
+		}
+	}
+	lo = p.sweep(pickBytes(func(a, b int64) bool { return a < b }))
+	hi = p.sweep(pickBytes(func(a, b int64) bool { return a > b }))
+	return lo, hi
+}
+
+// memoryTerms returns Σ over values alive at t of Σ_k s_k·bytes(v, k), merged per variable
+// (tied groups share variables) and sorted by variable.
+func (p *planner) memoryTerms(t int) []ilp.Term {
+	coef := map[ilp.VarID]float64{}
+	for id := range p.g.Values {
+		if p.first[id] > t || p.last[id] < t {
+			continue
+		}
+		v := ir.ValueID(id)
+		gi := p.groupOf[v]
+		for k, sv := range p.s[p.rep[gi]] {
+			if b := p.cands[v][p.pick(v, k)].Memory; b != 0 {
+				coef[sv] += float64(b)
+			}
+		}
+	}
+	terms := make([]ilp.Term, 0, len(coef))
+	for v, c := range coef {
+		terms = append(terms, ilp.Term{Var: v, Coef: c})
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i].Var < terms[j].Var })
+	return terms
+}
+
+// topPoints returns up to k points with the largest values among those where a value dies
+// next (the only points that can be maximal), largest first.
+func (p *planner) topPoints(vals []float64, k int, above float64) []int {
+	n := len(vals)
+	dies := make([]bool, n)
+	dies[n-1] = true
+	for id := range n {
+		dies[p.last[id]] = true
+	}
+	var pts []int
+	for t := range n {
+		if dies[t] && vals[t] > above {
+			pts = append(pts, t)
+		}
+	}
+	sort.SliceStable(pts, func(i, j int) bool { return vals[pts[i]] > vals[pts[j]] })
+	if len(pts) > k {
+		pts = pts[:k]
+	}
+	return pts
+}
+
+// minPeak finds the smallest peak memory any choice of strategies reaches, by a min-peak
+// ILP over the node variables alone (edges do not affect memory), adding the point rows
+// lazily: each round adds the point where the round's plan peaks, until the plan's peak
+// equals the model's bound. exact is false when the solver stopped early; the answer is
+// then the best plan's peak, an upper bound on the minimum.
+func (p *planner) minPeak(ctx context.Context) (peak float64, exact bool, err error) {
+	q := &ilp.Problem{Vars: append([]ilp.Var(nil), p.prob.Vars[:p.numS]...),
+		Rows: append([]ilp.Row(nil), p.prob.Rows[:p.numOneHot]...)}
+	m := q.AddContinuous("peak", 0, math.Inf(1))
+	q.SetObjective([]ilp.Term{{Var: m, Coef: 1}}, 0)
+	lo, _ := p.boundPeak()
+	pts := p.topPoints(lo, 4, -1)
+	for round := 0; ; round++ {
+		for _, t := range pts {
+			terms := append([]ilp.Term{{Var: m, Coef: 1}}, negate(p.memoryTerms(t))...)
+			q.AddRow("peak.t"+strconv.Itoa(t), terms, ilp.GE, 0)
+		}
+		sol, err := ilp.Solve(ctx, q, ilp.Options{TimeLimit: p.opts.timeLimit()})
+		if sol == nil {
+			return 0, false, err
+		}
+		vals := append(append([]float64(nil), sol.Values...), make([]float64, len(p.prob.Vars)-p.numS)...)
+		t, got := p.peakOf(p.choiceFrom(vals))
+		if err != nil || got <= sol.Values[m]*(1+1e-9)+1e-6 || round > 50 {
+			return got, err == nil && round <= 50, nil
+		}
+		pts = []int{t}
+	}
+}
+
+func negate(ts []ilp.Term) []ilp.Term {
+	for i := range ts {
+		ts[i].Coef = -ts[i].Coef
+	}
+	return ts
+}
+
+// MemoryError says that no plan fits the memory budget. Minimum is the smallest peak
+// per-device memory of any plan the pass can express (Exact) or a lower bound on it.
+type MemoryError struct {
+	Budget  int64
+	Minimum int64
+	Exact   bool
+	How     string
+}
+
+func (e *MemoryError) Error() string {
+	q := "at least"
+	if e.Exact {
+		q = "exactly"
+	}
+	return fmt.Sprintf("sharding: memory budget %s per device is too small: the smallest footprint of any plan is %s %s (%d bytes; %s)",
+		FormatBytes(e.Budget), q, FormatBytes(e.Minimum), e.Minimum, e.How)
+}
+
+// infeasibleMemory builds the error for a budget no plan meets, naming the minimum.
+func (p *planner) infeasibleMemory(ctx context.Context) error {
+	lo, _ := p.boundPeak()
+	_, lb := argmax(lo)
+	peak, exact, err := p.minPeak(ctx)
+	if err != nil || !exact {
+		how := "lower bound: every live value at its smallest layout at the worst point"
+		if err != nil && !errors.Is(err, ilp.ErrTimeout) {
+			how += "; the min-peak ILP failed: " + err.Error()
+		}
+		return &MemoryError{Budget: p.opts.MemoryBudget, Minimum: int64(math.Ceil(lb)), How: how}
+	}
+	return &MemoryError{Budget: p.opts.MemoryBudget, Minimum: int64(math.Ceil(peak)), Exact: true,
+		How: "solved exactly by a min-peak ILP over the same strategies"}
+}
+
+// FormatBytes prints a byte count with a binary unit: 512 B, 1.5 KiB, 3.0 GiB.
+func FormatBytes(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return strconv.FormatInt(b, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTP"[exp])
+}

@@ -1,0 +1,179 @@
+package sharding
+
+import (
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// group is one node of the ILP: a leader op and the followers merged into it.
+type group struct {
+	members []ir.ValueID // leader first, then followers in ID order
+	strats  []groupStrategy
+}
+
+// groupStrategy is one strategy of a group: a strategy index for each member.
+type groupStrategy struct {
+	pick          []int32 // parallel to members
+	compute, comm float64 // summed over members
+	reshard       float64 // resharding inside the group (a follower that cannot match)
+}
+
+func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard }
+
+// maxGroupStrategies bounds the strategies of one group: past it a follower keeps only its
+// cheapest matching strategy per leader strategy.
+const maxGroupStrategies = 256
+
+// isFollowerOp reports whether op may be merged into its operand: elementwise, row-wise and
+// reduction ops, and the layout ops that only rename dims (Alpa's followers).
+func isFollowerOp(op ir.Op) bool {
+	switch op.Def().Category {
+	case ir.CatElementwise, ir.CatReduce:
+		return true
+	}
+	return op == ir.OpTranspose || op == ir.OpReshape || op == ir.OpBroadcast
+}
+
+// leaderOf returns the operand v follows, or NoValue. v follows u when v is a follower op,
+// u is v's only operand that is not a leaf, and v is u's only user (Alpa's rule: merging
+// then never hides a choice another consumer of u would make).
+func leaderOf(g *ir.Graph, users [][]ir.ValueID, v ir.ValueID) ir.ValueID {
+	val := g.Value(v)
+	if !isFollowerOp(val.Op) {
+		return ir.NoValue
+	}
+	u := ir.NoValue
+	for _, a := range val.Args {
+		if g.Value(a).Op.Def().Category == ir.CatLeaf {
+			continue
+		}
+		if u != ir.NoValue && u != a {
+			return ir.NoValue
+		}
+		u = a
+	}
+	if u == ir.NoValue {
+		return ir.NoValue
+	}
+	for _, w := range users[u] {
+		if w != v {
+			return ir.NoValue
+		}
+	}
+	return u
+}
+
+// buildGroups merges followers into their leaders (unless merge is false or a value is
+// forced) and expands each group's strategies. It returns the groups and, per value, its
+// group and its index among the group's members.
+func (p *planner) buildGroups(merge bool) {
+	n := len(p.g.Values)
+	p.groupOf = make([]int, n)
+	p.memberIdx = make([]int, n)
+	users := p.g.Users()
+	for id := range n {
+		v := ir.ValueID(id)
+		u := ir.NoValue
+		if merge && !p.forced(v) {
+			u = leaderOf(p.g, users, v)
+		}
+		if u == ir.NoValue {
+			p.newGroup(v)
+			continue
+		}
+		p.follow(p.groupOf[u], u, v)
+	}
+}
+
+func (p *planner) newGroup(v ir.ValueID) {
+	gr := &group{members: []ir.ValueID{v}}
+	for k := range p.cands[v] {
+		s := &p.cands[v][k]
+		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, compute: s.Compute, comm: s.Comm})
+	}
+	p.groupOf[v] = len(p.groups)
+	p.memberIdx[v] = 0
+	p.groups = append(p.groups, gr)
+}
+
+// follow adds v to group gi (which holds u) and extends every group strategy with v's
+// strategies that take u exactly as u is produced; when none does, with v's cheapest
+// strategy counting the resharding of u.
+func (p *planner) follow(gi int, u, v ir.ValueID) {
+	gr := p.groups[gi]
+	ui := p.memberIdx[u]
+	p.groupOf[v], p.memberIdx[v] = gi, len(gr.members)
+	gr.members = append(gr.members, v)
+	var slots []int
+	for i, a := range p.g.Value(v).Args {
+		if a == u {
+			slots = append(slots, i)
+		}
+	}
+	extend := func(firstOnly bool) []groupStrategy {
+		var out []groupStrategy
+		for _, gs := range gr.strats {
+			ms := p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
+			if firstOnly {
+				ms = ms[:1]
+			}
+			for _, m := range ms {
+				s := &p.cands[v][m.k]
+				out = append(out, groupStrategy{pick: append(append([]int32(nil), gs.pick...), int32(m.k)),
+					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard})
+			}
+		}
+		return out
+	}
+	out := extend(false)
+	if len(out) > maxGroupStrategies {
+		out = extend(true)
+	}
+	gr.strats = out
+}
+
+type match struct {
+	k       int
+	reshard float64
+}
+
+// matches lists v's strategies whose operand specs at slots equal from, cheapest first
+// (ties in generation order); if there are none, the one strategy minimizing its own cost
+// plus the resharding of u into it.
+func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match {
+	var exact []match
+	best, bestCost := -1, 0.0
+	bestR := 0.0
+	for k := range p.cands[v] {
+		s := &p.cands[v][k]
+		r := 0.0
+		for _, i := range slots {
+			r += p.reshard(u, from, s.In[i]).Time
+		}
+		if r == 0 && allEqual(s.In, slots, from) {
+			exact = append(exact, match{k: k})
+		}
+		if c := s.Cost() + r; best < 0 || c < bestCost {
+			best, bestCost, bestR = k, c, r
+		}
+	}
+	if len(exact) == 0 {
+		return []match{{k: best, reshard: bestR}}
+	}
+	// Cheapest first, stable.
+	for i := 1; i < len(exact); i++ {
+		for j := i; j > 0 && p.cands[v][exact[j].k].Cost() < p.cands[v][exact[j-1].k].Cost(); j-- {
+			exact[j], exact[j-1] = exact[j-1], exact[j]
+		}
+	}
+	return exact
+}
+
+func allEqual(in []mesh.Spec, slots []int, s mesh.Spec) bool {
+	for _, i := range slots {
+		if !in[i].Equal(s) {
+			return false
+		}
+	}
+	return true
+}

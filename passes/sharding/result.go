@@ -1,0 +1,111 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/autopar/autopar/ilp"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// maxRounds bounds the lazy memory rows: each round adds the point where the last plan
+// overflowed, and a plan over budget after this many is reported as an error.
+const maxRounds = 40
+
+// solve runs lp_solve, adding memory rows lazily: first the few points whose memory could
+// exceed the budget most, then, round by round, the point where the plan found overflows.
+// Every point's row is implied by the rows of the points that bound it, so the final plan
+// fits at every point, not only at the rows added.
+func (p *planner) solve(ctx context.Context) (*Result, error) {
+	budget := float64(p.opts.MemoryBudget)
+	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars}
+	for gi := range p.groups {
+		if p.rep[gi] == gi {
+			stats.Nodes++
+		} else {
+			stats.TiedGroups++
+		}
+	}
+	var pts []int
+	if budget > 0 {
+		lo, hi := p.boundPeak()
+		if _, lb := argmax(lo); lb > budget {
+			return nil, p.infeasibleMemory(ctx)
+		}
+		pts = p.topPoints(hi, 4, budget)
+	}
+	start := time.Now()
+	for round := 1; ; round++ {
+		for _, t := range pts {
+			p.prob.AddRow("mem.t"+strconv.Itoa(t), p.memoryTerms(t), ilp.LE, budget)
+			stats.MemoryRows++
+		}
+		sol, err := ilp.Solve(ctx, p.prob, ilp.Options{TimeLimit: p.opts.timeLimit()})
+		stats.Rounds = round
+		if errors.Is(err, ilp.ErrInfeasible) {
+			return nil, p.infeasibleMemory(ctx)
+		}
+		if sol == nil {
+			return nil, err
+		}
+		choice := p.choiceFrom(sol.Values)
+		t, peak := p.peakOf(choice)
+		if budget > 0 && peak > budget {
+			if round >= maxRounds {
+				return nil, errors.New("sharding: the memory rows did not converge; raise the budget")
+			}
+			pts = []int{t}
+			continue
+		}
+		stats.SolveTime = time.Since(start)
+		stats.Rows = p.prob.NumRows()
+		stats.Variables = p.prob.NumVars()
+		stats.Status = sol.Status.String()
+		stats.Objective = sol.Objective
+		res := p.result(choice, stats)
+		res.PeakMemory = int64(peak)
+		return res, nil
+	}
+}
+
+// result spells a choice of group strategies out per value.
+func (p *planner) result(choice []int, stats ILPStats) *Result {
+	n := len(p.g.Values)
+	r := &Result{Mesh: p.lm, Budget: p.opts.MemoryBudget, ILP: stats,
+		Specs: make([]mesh.Spec, n), Choice: make([]int, n), Strategies: make([]Strategy, n)}
+	for id := range n {
+		v := ir.ValueID(id)
+		k := int(p.pick(v, choice[p.groupOf[v]]))
+		s := p.cands[v][k]
+		r.Choice[id], r.Strategies[id], r.Specs[id] = k, s, s.Out
+		r.Cost.Compute += s.Compute
+		r.Cost.Communication += s.Comm
+		for _, c := range s.Collectives {
+			r.Collectives = append(r.Collectives, Collective{Value: v, Consumer: ir.NoValue, Slot: -1,
+				Kind: c.Kind, Axes: c.Axes, Dim: c.Dim, ToDim: -1, Reduce: c.Reduce, Bytes: c.Bytes, Time: c.Time, After: s.Out})
+		}
+		for i, a := range p.g.Values[id].Args {
+			r.addReshard(p, a, v, i, r.Specs[a], s.In[i])
+		}
+	}
+	for _, u := range p.g.Updates {
+		r.addReshard(p, u.Value, u.Target, -1, r.Specs[u.Value], r.Specs[u.Target])
+	}
+	r.Cost.Total = r.Cost.Compute + r.Cost.Communication + r.Cost.Resharding
+	return r
+}
+
+func (r *Result) addReshard(p *planner, from, to ir.ValueID, slot int, have, want mesh.Spec) {
+	rs := p.reshard(from, have, want)
+	r.Cost.Resharding += rs.Time
+	for _, st := range rs.Steps {
+		if st.Time == 0 && st.Sent == 0 {
+			continue // a free slice moves nothing
+		}
+		r.Collectives = append(r.Collectives, Collective{Value: from, Consumer: to, Slot: slot,
+			Kind: st.Kind, Axes: st.Axes, Dim: st.Dim, ToDim: st.ToDim, Bytes: st.Bytes, Time: st.Time, After: st.After})
+	}
+}

@@ -1,0 +1,247 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// Options tune Solve. The zero value is usable with a Cluster or DeviceFLOPS set.
+type Options struct {
+	// Cluster gives the device FLOP/s (at its efficiency) and, when MemoryBudget is 0,
+	// the budget (its device memory).
+	Cluster *mesh.Cluster
+	// DeviceFLOPS overrides the cluster's effective FLOP/s; hand-checked tests with
+	// α = β = 1 use 1.
+	DeviceFLOPS float64
+	// AlpaCompute selects Alpa's own cost convention: compute costs are zero and heavy ops
+	// (contractions, convolutions) never replicate their work on a mesh axis of size > 1.
+	// The known-answer expectations of Alpa's tests are stated under it.
+	AlpaCompute bool
+	// MemoryBudget is the bytes each device may hold at its peak; 0 means the cluster's
+	// device memory, or no limit without a cluster.
+	MemoryBudget int64
+	// TimeLimit bounds each lp_solve call; 0 means a minute.
+	TimeLimit time.Duration
+	// Force pins values to a strategy: an index into CandidatesWith(g, lm, opts)[v].
+	Force map[ir.ValueID]int
+	// ForceSpec pins values to the first candidate whose output has the given layout.
+	ForceSpec map[ir.ValueID]mesh.Spec
+	// NoMerge keeps every op its own ILP node (followers are merged by default).
+	NoMerge bool
+	// SolveLayersOnce makes identical layers share one set of node variables (layers.go).
+	SolveLayersOnce bool
+	// Layer assigns values to layers for SolveLayersOnce: Layer[v] is v's layer, -1 for
+	// none. When nil, a value belongs to layer N when a component of its name is l<N>
+	// ("l3.fc1", "grad.l3.fc1").
+	Layer []int
+}
+
+func (o Options) timeLimit() time.Duration {
+	if o.TimeLimit > 0 {
+		return o.TimeLimit
+	}
+	return time.Minute
+}
+
+func (o Options) costModel() (costModel, error) {
+	cm := costModel{flops: o.DeviceFLOPS, alpa: o.AlpaCompute}
+	if cm.flops == 0 && o.Cluster != nil {
+		cm.flops = o.Cluster.EffectiveFLOPS()
+	}
+	if cm.flops <= 0 && !cm.alpa {
+		return cm, errors.New("sharding: no device FLOP/s: set Options.Cluster or Options.DeviceFLOPS")
+	}
+	return cm, nil
+}
+
+func (o Options) budget() int64 {
+	if o.MemoryBudget > 0 || o.Cluster == nil {
+		return o.MemoryBudget
+	}
+	return o.Cluster.DeviceMemoryBytes
+}
+
+// Candidates lists every value's strategies under the unit cost model (1 FLOP/s), the
+// list Options.Force indexes when AlpaCompute is off. The graph must verify.
+func Candidates(g *ir.Graph, lm *mesh.LogicalMesh) ([][]Strategy, error) {
+	return CandidatesWith(g, lm, Options{DeviceFLOPS: 1})
+}
+
+// CandidatesWith lists every value's strategies, indexed by ValueID, priced under opts.
+// The order and the set depend only on the graph, the mesh and opts.AlpaCompute.
+func CandidatesWith(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, error) {
+	if err := ir.Verify(g); err != nil {
+		return nil, err
+	}
+	cm, err := opts.costModel()
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]Strategy, len(g.Values))
+	for id := range g.Values {
+		out[id] = strategiesOf(g, lm, cm, ir.ValueID(id))
+	}
+	return out, nil
+}
+
+// Result is the sharding the pass chose and what it predicts.
+type Result struct {
+	Mesh *mesh.LogicalMesh `json:"mesh"`
+	// Specs[v] is the layout value v is produced in.
+	Specs []mesh.Spec `json:"-"`
+	// Choice[v] indexes CandidatesWith(g, lm, opts)[v]; Strategies[v] is that strategy.
+	Choice     []int      `json:"-"`
+	Strategies []Strategy `json:"-"`
+	// Collectives are the op-internal collectives and the resharding steps, in value order.
+	Collectives []Collective `json:"collectives"`
+	Cost        Cost         `json:"cost"`
+	// PeakMemory is bytes per device at the worst point of the step; Budget the limit used
+	// (0: none).
+	PeakMemory int64    `json:"peak_memory"`
+	Budget     int64    `json:"memory_budget"`
+	ILP        ILPStats `json:"ilp"`
+}
+
+// Cost is the predicted time of one step on the mesh, in seconds, split by kind.
+// Total equals the ILP's objective.
+type Cost struct {
+	Compute       float64 `json:"compute"`
+	Communication float64 `json:"communication"` // op-internal collectives
+	Resharding    float64 `json:"resharding"`
+	Total         float64 `json:"total"`
+}
+
+// ILPStats describes the integer program solved.
+type ILPStats struct {
+	Values     int           `json:"values"`
+	Nodes      int           `json:"nodes"` // groups after merging followers
+	Variables  int           `json:"variables"`
+	EdgeVars   int           `json:"edge_variables"`
+	Rows       int           `json:"rows"`
+	MemoryRows int           `json:"memory_rows"`
+	TiedGroups int           `json:"tied_groups"` // groups sharing another's variables
+	Rounds     int           `json:"rounds"`      // solves (memory rows are added lazily)
+	Status     string        `json:"status"`
+	Objective  float64       `json:"objective"`
+	SolveTime  time.Duration `json:"solve_time_ns"`
+}
+
+// Collective is one collective of the plan.
+type Collective struct {
+	// Value is the value communicated. For an op-internal collective it is the op's result
+	// and Consumer is NoValue; for a resharding step Consumer uses Value as operand Slot
+	// (Slot -1: Consumer is the param or state an update writes back).
+	Value    ir.ValueID      `json:"value"`
+	Consumer ir.ValueID      `json:"consumer"`
+	Slot     int             `json:"slot"`
+	Kind     mesh.Collective `json:"kind"`
+	Axes     mesh.AxisSet    `json:"axes"`
+	Dim      int             `json:"dim"`
+	ToDim    int             `json:"to_dim"`
+	Reduce   string          `json:"reduce,omitempty"`
+	Bytes    float64         `json:"bytes"`
+	Time     float64         `json:"time"`
+	// After is the layout once the step is done.
+	After mesh.Spec `json:"after"`
+}
+
+// Solve chooses a strategy for every op of g on lm at the least predicted time within the
+// memory budget. g must verify. Errors: an invalid option, a memory budget no plan meets
+// (*MemoryError, naming the minimum), the solver's failure or time limit without a plan.
+func Solve(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*Result, error) {
+	p, err := newPlanner(g, lm, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.solve(ctx)
+}
+
+// newPlanner generates the candidates, merges followers, applies Force, ties identical
+// layers and builds the ILP, ready to solve.
+func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
+	cands, err := CandidatesWith(g, lm, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.MemoryBudget < 0 {
+		return nil, fmt.Errorf("sharding: memory budget must not be negative, got %d", opts.MemoryBudget)
+	}
+	cm, _ := opts.costModel()
+	opts.MemoryBudget = opts.budget()
+	p := &planner{g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{}}
+	if err := p.checkForce(); err != nil {
+		return nil, err
+	}
+	p.buildGroups(!opts.NoMerge)
+	p.applyForce()
+	p.tie()
+	p.buildILP()
+	p.first, p.last = p.liveness()
+	return p, nil
+}
+
+func (p *planner) forced(v ir.ValueID) bool {
+	_, a := p.opts.Force[v]
+	_, b := p.opts.ForceSpec[v]
+	return a || b
+}
+
+// checkForce turns ForceSpec into indices and checks every forced index.
+func (p *planner) checkForce() error {
+	force := map[ir.ValueID]int{}
+	for v, k := range p.opts.Force {
+		if v < 0 || int(v) >= len(p.cands) {
+			return fmt.Errorf("sharding: forced value %d is not in the graph", v)
+		}
+		if k < 0 || k >= len(p.cands[v]) {
+			return fmt.Errorf("sharding: %s has %d strategies, cannot force index %d", p.g.Value(v).Name, len(p.cands[v]), k)
+		}
+		force[v] = k
+	}
+	for v, s := range p.opts.ForceSpec {
+		if v < 0 || int(v) >= len(p.cands) {
+			return fmt.Errorf("sharding: forced value %d is not in the graph", v)
+		}
+		k := -1
+		for i := range p.cands[v] {
+			if p.cands[v][i].Out.Equal(s) {
+				k = i
+				break
+			}
+		}
+		if k < 0 {
+			return fmt.Errorf("sharding: no strategy of %s produces %s", p.g.Value(v).Name, s)
+		}
+		force[v] = k
+	}
+	p.opts.Force = force
+	return nil
+}
+
+// applyForce keeps, in each group with a forced member, the strategies that pick it.
+func (p *planner) applyForce() {
+	ids := make([]ir.ValueID, 0, len(p.opts.Force))
+	for v := range p.opts.Force {
+		ids = append(ids, v)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, v := range ids {
+		gr := p.groups[p.groupOf[v]]
+		var keep []groupStrategy
+		for _, gs := range gr.strats {
+			if int(gs.pick[p.memberIdx[v]]) == p.opts.Force[v] {
+				keep = append(keep, gs)
+			}
+		}
+		if len(keep) == 0 {
+			panic("sharding: a forced leader strategy vanished from its group")
+		}
+		gr.strats = keep
+	}
+}

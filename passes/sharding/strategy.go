@@ -1,0 +1,372 @@
+package sharding
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// Strategy is one way to run one op (or to hold one leaf) on the mesh. It is plain data:
+// codegen reads In and Out to lay out operands and result, and Collectives for what the op
+// itself must communicate.
+type Strategy struct {
+	// Name says which op dims went on which mesh axes, in Alpa's style:
+	// "RS1 = RR x RS1" (output = operands), plus the op's own collective if any.
+	Name string `json:"name"`
+	// In is the layout each operand must have, in operand order (none for leaves).
+	In []mesh.Spec `json:"in"`
+	// Out is the layout of the result once Collectives are done. It is never partial.
+	Out mesh.Spec `json:"out"`
+	// Compute is seconds of arithmetic per device: FLOPs / shards / device FLOP/s.
+	Compute float64 `json:"compute"`
+	// Comm is seconds of the op's own collectives (the sum of Collectives' Time).
+	Comm float64 `json:"comm"`
+	// Memory is the bytes one device holds of the result under Out.
+	Memory int64 `json:"memory"`
+	// Collectives are the op-internal collectives: the all-reduce or reduce-scatter of a
+	// split contracted dim, the all-reduces of a class-split cross-entropy.
+	Collectives []OpCollective `json:"collectives,omitempty"`
+}
+
+// Cost is the strategy's own time, Compute + Comm.
+func (s *Strategy) Cost() float64 { return s.Compute + s.Comm }
+
+// OpCollective is a collective an op performs on its own result.
+type OpCollective struct {
+	Kind mesh.Collective `json:"kind"`
+	Axes mesh.AxisSet    `json:"axes"`
+	// Dim is the result dim a reduce-scatter scatters onto; -1 otherwise.
+	Dim int `json:"dim"`
+	// Reduce is the combining function: "sum" or "max". A reduce_mean split on its
+	// reduced axis divides by the global count locally, then sums.
+	Reduce string  `json:"reduce"`
+	Bytes  float64 `json:"bytes"` // B of the alpha–beta formula
+	Time   float64 `json:"time"`  // seconds
+}
+
+// costModel turns FLOPs into seconds. alpa selects Alpa's own convention (compute costs
+// zero, heavy ops never replicate their work on a mesh axis), which its known-answer tests
+// assume.
+type costModel struct {
+	flops float64
+	alpa  bool
+}
+
+func (c costModel) compute(flops float64, shards int) float64 {
+	if c.alpa || flops == 0 {
+		return 0
+	}
+	return flops / float64(shards) / c.flops
+}
+
+// rule is what strategy enumeration needs to know about one op beyond its dims signature.
+type rule struct {
+	dims ir.Dims
+	// partialOK: splitting a contracted label leaves a partial result that a collective
+	// can finish (sums, maxes). Elsewhere a contracted split is not offered.
+	partialOK bool
+	reduce    string // "sum" or "max"
+	// scatterOK: the partial may be finished by a reduce-scatter as well as an all-reduce.
+	scatterOK bool
+	// internalAR labels are contracted labels whose split the op finishes itself with one
+	// all-reduce of its result per listed combining function (vocab-parallel
+	// cross-entropy: a max, then two sums).
+	internalAR map[int][]string
+	// heavy ops may not replicate work under Alpa's convention.
+	heavy bool
+}
+
+// enumerator generates the strategies of one value.
+type enumerator struct {
+	g    *ir.Graph
+	lm   *mesh.LogicalMesh
+	cm   costModel
+	id   ir.ValueID
+	v    *ir.Value
+	args []ir.Type
+	r    rule
+}
+
+// strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
+// assignment is always valid, so a dim no axis divides falls back to replicated.
+func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, id ir.ValueID) []Strategy {
+	v := g.Value(id)
+	e := &enumerator{g: g, lm: lm, cm: cm, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	var out []Strategy
+	for _, a := range e.assignments() {
+		out = append(out, e.expand(a)...)
+	}
+	if cm.alpa && e.r.heavy {
+		out = dropReplicatedWork(out, e, lm)
+	}
+	if len(out) == 0 {
+		panic(fmt.Sprintf("sharding: value %s has no strategy", v.Name))
+	}
+	return prune(out)
+}
+
+// assignment gives each label its mesh axes.
+type assignment []mesh.AxisSet
+
+// assignments enumerates every way to give mesh axis 0 and mesh axis 1 each to at most one
+// splittable label, a label taking both making S01. An axis of size 1 stays unused (it
+// would only duplicate strategies); a label whose size the axes do not divide is skipped.
+func (e *enumerator) assignments() []assignment {
+	d := e.r.dims
+	n := d.NumLabels()
+	choices := func(axis int) []int {
+		out := []int{-1}
+		if e.lm.Shape[axis] == 1 {
+			return out
+		}
+		for l := 0; l < n; l++ {
+			if e.splittable(l) && d.Sizes[l]%e.lm.Shape[axis] == 0 {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	var out []assignment
+	for _, l0 := range choices(0) {
+		for _, l1 := range choices(1) {
+			if l0 >= 0 && l0 == l1 && d.Sizes[l0]%e.lm.Size() != 0 {
+				continue
+			}
+			a := make(assignment, n)
+			if l0 >= 0 {
+				a[l0] |= mesh.Axis0
+			}
+			if l1 >= 0 {
+				a[l1] |= mesh.Axis1
+			}
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (e *enumerator) splittable(l int) bool {
+	d := e.r.dims
+	if d.Fixed[l] {
+		return false
+	}
+	for _, x := range d.Result {
+		if x == l {
+			return true
+		}
+	}
+	for _, op := range d.Operands {
+		for _, x := range op {
+			if x == l {
+				return e.r.partialOK || len(e.r.internalAR[l]) > 0
+			}
+		}
+	}
+	return false
+}
+
+func specOf(labels []int, a assignment) mesh.Spec {
+	s := mesh.Replicated(len(labels))
+	for i, l := range labels {
+		if l >= 0 {
+			s.Dims[i] = a[l]
+		}
+	}
+	return s
+}
+
+// expand turns one assignment into strategies: one when nothing contracted is split, else
+// one per way of finishing the partial (all-reduce, or reduce-scatter onto a result dim).
+func (e *enumerator) expand(a assignment) []Strategy {
+	d := e.r.dims
+	in := make([]mesh.Spec, len(e.args))
+	for i, t := range e.args {
+		in[i] = specOf(d.Operands[i], a)
+		if !e.fits(t.Shape, in[i]) {
+			return nil
+		}
+	}
+	out := specOf(d.Result, a)
+	if !e.fits(e.v.Type.Shape, out) {
+		return nil
+	}
+	var used, partial, internal mesh.AxisSet
+	var reduces []string
+	for l, ax := range a {
+		used |= ax
+		if ax == 0 || !contracted(d, l) {
+			continue
+		}
+		if rs := e.r.internalAR[l]; len(rs) > 0 {
+			internal, reduces = internal|ax, append(reduces, rs...)
+			continue
+		}
+		partial |= ax
+	}
+	base := Strategy{In: in, Out: out,
+		Compute: e.cm.compute(e.g.FLOPs(e.id), e.lm.AxisSize(used))}
+	base.Memory = e.bytes(out)
+	for _, red := range reduces {
+		base.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: internal, Dim: -1, Reduce: red, Bytes: float64(base.Memory)})
+	}
+	if partial == 0 {
+		base.Name = e.name(base, "")
+		return []Strategy{base}
+	}
+	return e.finishPartial(base, partial)
+}
+
+// finishPartial offers the all-reduce and every valid reduce-scatter of a partial result.
+func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strategy {
+	B := float64(base.Memory)
+	ar := base.clone()
+	ar.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: partial, Dim: -1, Reduce: e.r.reduce, Bytes: B})
+	ar.Name = e.name(ar, fmt.Sprintf(" (all_reduce %s)", partial.Digits()))
+	out := []Strategy{ar}
+	if !e.r.scatterOK {
+		return out
+	}
+	for dim, cur := range base.Out.Dims {
+		if !(cur == mesh.AxesNone || cur == mesh.Axis0 && partial == mesh.Axis1) {
+			continue
+		}
+		rs := base.clone()
+		rs.Out.Dims[dim] |= partial
+		if !e.fits(e.v.Type.Shape, rs.Out) {
+			continue
+		}
+		rs.Memory = e.bytes(rs.Out)
+		rs.addCollective(e.lm, OpCollective{Kind: mesh.ReduceScatter, Axes: partial, Dim: dim, Reduce: e.r.reduce, Bytes: B})
+		rs.Name = e.name(rs, fmt.Sprintf(" (reduce_scatter %s dim %d)", partial.Digits(), dim))
+		out = append(out, rs)
+	}
+	return out
+}
+
+func (s *Strategy) addCollective(lm *mesh.LogicalMesh, c OpCollective) {
+	c.Time = lm.Cost(c.Kind, c.Axes, c.Bytes)
+	s.Collectives = append(s.Collectives, c)
+	s.Comm += c.Time
+}
+
+func (s Strategy) clone() Strategy {
+	s.In = append([]mesh.Spec(nil), s.In...)
+	s.Out = mesh.Spec{Dims: append([]mesh.AxisSet(nil), s.Out.Dims...), Partial: s.Out.Partial}
+	s.Collectives = append([]OpCollective(nil), s.Collectives...)
+	return s
+}
+
+func specAxes(s mesh.Spec) mesh.AxisSet {
+	var u mesh.AxisSet
+	for _, d := range s.Dims {
+		u |= d
+	}
+	return u
+}
+
+func contracted(d ir.Dims, l int) bool {
+	for _, x := range d.Result {
+		if x == l {
+			return false
+		}
+	}
+	return true
+}
+
+// fits reports whether the spec is valid and divides the shape.
+func (e *enumerator) fits(shape ir.Shape, s mesh.Spec) bool {
+	if s.Validate() != nil {
+		return false
+	}
+	_, err := e.lm.LocalShape(shape, s)
+	return err == nil
+}
+
+func (e *enumerator) bytes(s mesh.Spec) int64 {
+	b, err := e.lm.LocalBytes(e.v.Type.Shape, e.v.Type.DType.Size(), s)
+	if err != nil {
+		panic("sharding: local bytes of a checked spec: " + err.Error())
+	}
+	return b
+}
+
+func (e *enumerator) name(s Strategy, suffix string) string {
+	if len(s.In) == 0 {
+		return specName(s.Out)
+	}
+	parts := make([]string, len(s.In))
+	for i, in := range s.In {
+		parts[i] = specName(in)
+	}
+	return specName(s.Out) + " = " + strings.Join(parts, " x ") + suffix
+}
+
+// specName prints a scalar's empty spec as "-" so names stay readable.
+func specName(s mesh.Spec) string {
+	if t := s.String(); t != "" {
+		return t
+	}
+	return "-"
+}
+
+// dropReplicatedWork keeps, under Alpa's convention, only the strategies of a heavy op
+// that use every mesh axis of size > 1, unless none does (a dim no axis divides).
+func dropReplicatedWork(ss []Strategy, e *enumerator, lm *mesh.LogicalMesh) []Strategy {
+	var want mesh.AxisSet
+	for a := range 2 {
+		if lm.Shape[a] > 1 {
+			want |= 1 << a
+		}
+	}
+	var out []Strategy
+	for _, s := range ss {
+		used := specAxes(s.Out)
+		for _, in := range s.In {
+			used |= specAxes(in)
+		}
+		if used&want == want {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return ss
+	}
+	return out
+}
+
+// prune drops dominated strategies. The exact rule: t is dominated by s when both have the
+// same operand specs and the same output spec — so every resharding cost to and from them
+// is the same, row for row — and s costs no more in Compute+Comm and in Memory. Among equals
+// the first is kept. Strategies with any spec different are never compared, so pruning
+// cannot lose the optimum. The order of the survivors is the generation order, which is
+// what Options.Force indexes.
+func prune(ss []Strategy) []Strategy {
+	best := map[string]int{}
+	var out []Strategy
+	for _, s := range ss {
+		key := specKey(s)
+		j, seen := best[key]
+		if !seen {
+			best[key] = len(out)
+			out = append(out, s)
+			continue
+		}
+		if s.Cost() < out[j].Cost() || s.Cost() == out[j].Cost() && s.Memory < out[j].Memory {
+			out[j] = s
+		}
+	}
+	return out
+}
+
+// specKey identifies a strategy by its specs alone.
+func specKey(s Strategy) string {
+	var b strings.Builder
+	b.WriteString(s.Out.String())
+	for _, in := range s.In {
+		b.WriteByte('|')
+		b.WriteString(in.String())
+	}
+	return b.String()
+}
