@@ -27,9 +27,9 @@ type planner struct {
 	memo map[reshardKey]mesh.Reshard
 
 	// The ILP.
-	prob     *ilp.Problem
-	s        [][]ilp.VarID // per group (reps only): one binary per strategy
-	nodeCost [][]float64   // per rep group, per strategy: own cost + folded edge costs
+	prob      *ilp.Problem
+	s         [][]ilp.VarID // per group (reps only): one binary per strategy
+	nodeCost  [][]float64   // per rep group, per strategy: own cost + folded edge costs
 	edgeVars  int
 	numS      int // the node variables come first, VarIDs 0..numS-1
 	numOneHot int // and their one-hot rows, RowIDs 0..numOneHot-1
