@@ -64,7 +64,9 @@ func TestRunSmallGraph(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	g := smallGraph(t)
-	good := func() Feeds { return Feeds{"x": kernels.New(typ(ir.F64, 2, 3)), "w": kernels.New(typ(ir.F64, 3, 2)), "b": kernels.New(typ(ir.F64, 2))} }
+	good := func() Feeds {
+		return Feeds{"x": kernels.New(typ(ir.F64, 2, 3)), "w": kernels.New(typ(ir.F64, 3, 2)), "b": kernels.New(typ(ir.F64, 2))}
+	}
 	tests := []struct {
 		name  string
 		feeds func() Feeds

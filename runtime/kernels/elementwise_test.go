@@ -166,13 +166,13 @@ func TestRounding(t *testing.T) {
 		in, f16, bf16 float64
 	}{
 		{1, 1, 1},
-		{1 + 0x1p-11, 1, 1},                     // tie to even in f16
-		{1 + 3*0x1p-11, 1 + 0x1p-9, 1},          // tie rounds up to even
-		{65504, 65504, 65536},                   // largest half
-		{65519, 65504, 65536},                   // below the overflow midpoint
-		{0x1p-25, 0, 0x1p-25},                   // half the smallest subnormal: ties to 0
-		{3 * 0x1p-26, 0x1p-24, 3 * 0x1p-26},     // above half rounds to the subnormal
-		{1 + 0x1p-8, 1 + 0x1p-8, 1},             // bf16 tie to even
+		{1 + 0x1p-11, 1, 1},                      // tie to even in f16
+		{1 + 3*0x1p-11, 1 + 0x1p-9, 1},           // tie rounds up to even
+		{65504, 65504, 65536},                    // largest half
+		{65519, 65504, 65536},                    // below the overflow midpoint
+		{0x1p-25, 0, 0x1p-25},                    // half the smallest subnormal: ties to 0
+		{3 * 0x1p-26, 0x1p-24, 3 * 0x1p-26},      // above half rounds to the subnormal
+		{1 + 0x1p-8, 1 + 0x1p-8, 1},              // bf16 tie to even
 		{1 + 3*0x1p-8, 1 + 3*0x1p-8, 1 + 0x1p-6}, // bf16 tie up
 		{-2.5e-3, -1311 * 0x1p-19, -164 * 0x1p-16},
 	}
@@ -225,7 +225,10 @@ func TestEvalChecks(t *testing.T) {
 		want string
 	}{
 		{"wrong out", func() error { _, err := Eval(ir.OpAdd, nil, typ(ir.F32, 3), []*Tensor{a, a}); return err }, "result type is f32[3]"},
-		{"shapes", func() error { _, err := Eval(ir.OpAdd, nil, typ(ir.F32, 2), []*Tensor{a, New(typ(ir.F32, 3))}); return err }, "do not broadcast"},
+		{"shapes", func() error {
+			_, err := Eval(ir.OpAdd, nil, typ(ir.F32, 2), []*Tensor{a, New(typ(ir.F32, 3))})
+			return err
+		}, "do not broadcast"},
 		{"storage", func() error {
 			_, err := Eval(ir.OpNeg, nil, typ(ir.F64, 2), []*Tensor{{Type: typ(ir.F64, 2), F32: []float32{1, 2}}})
 			return err
