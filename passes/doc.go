@@ -1,0 +1,29 @@
+// Package passes holds autopar's graph-to-graph passes and the one ordered table that runs
+// them (see Table): verify, autodiff (reverse-mode differentiation written into the same IR)
+// and optimizer (the parameter update of SGD or Adam), with simplify and layer clustering
+// to follow. `autopar compile --dump PASS` prints the graph after any row of the table.
+// It also holds the graph analyses the planner calls directly: Alpa's layer clustering
+// (ClusterLayers) and the graph of one micro-batch (Rebatch). The intra-operator sharding
+// pass is the subpackage passes/sharding.
+//
+// Autodiff writes the backward ops as ordinary ir ops, so that the intra-operator sharding
+// pass later sees forward, backward and optimizer update as one graph and shards them
+// together, as Alpa does. The gradient rules live here, in a table keyed by ir.Op
+// (grad_rules*.go), not in the ir op table: ir stays free of any knowledge of
+// differentiation, and a rule is written with the ir ops themselves. A new differentiable op
+// is one row in ir plus its kernel plus one row here; the gradient test fails until that row
+// and a test case for it exist.
+//
+// What is differentiated: float values on a path from a requested input (a param, usually)
+// to the loss. Integer and bool operands — labels, indices, where's condition — carry no
+// gradient by design. A float the loss depends on that was computed from a requested input
+// through an op with no gradient (a compare whose result is cast back to float, an integer
+// cast, a gradient op used in a forward graph) is an error positioned at that op.
+//
+// Errors and panics: a graph a user wrote that cannot be differentiated or stepped (no loss,
+// a non-scalar loss, a non-differentiable use, a bad hyperparameter) is a positioned error.
+// A gradient rule that builds an ill-typed op is a bug in this package and panics with a
+// "passes:" message.
+//
+// passes must not call lp_solve directly, know about devices, or run kernels.
+package passes
