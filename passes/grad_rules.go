@@ -73,11 +73,11 @@ func (c *gctx) op(tag string, op ir.Op, at ir.Attrs, args ...ir.ValueID) ir.Valu
 }
 
 func (c *gctx) bin(tag string, op ir.Op, a, b ir.ValueID) ir.ValueID { return c.op(tag, op, nil, a, b) }
-func (c *gctx) add(tag string, a, b ir.ValueID) ir.ValueID          { return c.bin(tag, ir.OpAdd, a, b) }
-func (c *gctx) sub(tag string, a, b ir.ValueID) ir.ValueID          { return c.bin(tag, ir.OpSub, a, b) }
-func (c *gctx) mul(tag string, a, b ir.ValueID) ir.ValueID          { return c.bin(tag, ir.OpMul, a, b) }
-func (c *gctx) div(tag string, a, b ir.ValueID) ir.ValueID          { return c.bin(tag, ir.OpDiv, a, b) }
-func (c *gctx) neg(tag string, a ir.ValueID) ir.ValueID             { return c.op(tag, ir.OpNeg, nil, a) }
+func (c *gctx) add(tag string, a, b ir.ValueID) ir.ValueID           { return c.bin(tag, ir.OpAdd, a, b) }
+func (c *gctx) sub(tag string, a, b ir.ValueID) ir.ValueID           { return c.bin(tag, ir.OpSub, a, b) }
+func (c *gctx) mul(tag string, a, b ir.ValueID) ir.ValueID           { return c.bin(tag, ir.OpMul, a, b) }
+func (c *gctx) div(tag string, a, b ir.ValueID) ir.ValueID           { return c.bin(tag, ir.OpDiv, a, b) }
+func (c *gctx) neg(tag string, a ir.ValueID) ir.ValueID              { return c.op(tag, ir.OpNeg, nil, a) }
 
 // k is a scalar constant of the forward value's dtype.
 func (c *gctx) k(v float64) ir.ValueID { return c.b.scalar(c.dt(), v) }
