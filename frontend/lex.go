@@ -45,7 +45,7 @@ func (t token) describe() string {
 		if t.text[0] == '"' {
 			return "unterminated string"
 		}
-		return "character " + quoteByte(t.text[0])
+		return quoteByte(t.text[0])
 	}
 	return t.kind.String() + " " + clip(string(t.text))
 }
@@ -61,7 +61,7 @@ func clip(s string) string {
 
 func quoteByte(c byte) string {
 	if c >= 0x20 && c < 0x7f {
-		return "'" + string(rune(c)) + "'"
+		return "character '" + string(rune(c)) + "'"
 	}
 	const hex = "0123456789abcdef"
 	return "byte 0x" + string([]byte{hex[c>>4], hex[c&15]})
@@ -72,7 +72,9 @@ func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
 func isIdent(c byte) bool  { return isLetter(c) || isDigit(c) || c == '.' }
 
 // lexLine appends the tokens of line (without its newline) to toks[:0] and returns them,
-// always ending with a tokEOL. A tokBad ends the line too: nothing after it can be trusted.
+// always ending with a tokEOL, placed just after the last token so that "unexpected end of
+// line" points past what was written rather than at a comment or trailing blanks. A tokBad
+// ends the line too: nothing after it can be trusted.
 func lexLine(line []byte, toks []token) []token {
 	toks = toks[:0]
 	i := 0
@@ -111,7 +113,11 @@ func lexLine(line []byte, toks []token) []token {
 			toks = append(toks, token{k, start + 1, line[start:i]})
 		}
 	}
-	return append(toks, token{tokEOL, len(line) + 1, nil})
+	eol := 1
+	if n := len(toks); n > 0 {
+		eol = toks[n-1].col + len(toks[n-1].text)
+	}
+	return append(toks, token{tokEOL, eol, nil})
 }
 
 func punct(c byte) tokKind {
