@@ -1,0 +1,34 @@
+// Command autopar compiles a neural-network training step for many devices: it reads a
+// model, chooses data, tensor and pipeline parallelism, and emits one program per device.
+//
+//	autopar model gpt --layers 24 --hidden 2048 > gpt.ir   write a zoo model as .ir
+//	autopar train model.ir --steps 20                      train it serially
+//	autopar shard model.ir --mesh 2x4 --cluster dgx-a100   shard its training step on one mesh
+//
+// The logic lives in the library packages; this command only parses flags and prints.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "autopar:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "autopar",
+		Short:         "an auto-parallelizing compiler for neural-network training",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd())
+	return root
+}
