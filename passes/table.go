@@ -3,6 +3,7 @@ package passes
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,15 +113,17 @@ func (e *Error) Unwrap() error { return e.Err }
 // and returns the last graph. With cfg.Check, ir.Verify runs after every pass and a pass that
 // leaves an invalid graph is reported by name. g itself is not modified.
 func Run(g *ir.Graph, cfg *Config, upTo string) (*ir.Graph, error) {
+	return runTable(Table, g, cfg, upTo)
+}
+
+func runTable(table []Pass, g *ir.Graph, cfg *Config, upTo string) (*ir.Graph, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	if upTo != "" {
-		if _, ok := Lookup(upTo); !ok {
-			return nil, fmt.Errorf("unknown pass %q, want one of %s", upTo, strings.Join(Names(), ", "))
-		}
+	if upTo != "" && !slices.ContainsFunc(table, func(p Pass) bool { return p.Name == upTo }) {
+		return nil, fmt.Errorf("unknown pass %q, want one of %s", upTo, strings.Join(Names(), ", "))
 	}
-	for _, p := range Table {
+	for _, p := range table {
 		start := time.Now()
 		next, err := p.Run(g, cfg)
 		if err != nil {
