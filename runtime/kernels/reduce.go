@@ -165,19 +165,26 @@ func softmaxLine[T float](logOut bool, d, x []T, base, n, inner int) {
 	for j := base; j < end; j += inner {
 		m = max(m, float64(x[j]))
 	}
-	var s float64
-	for j := base; j < end; j += inner {
-		s += math.Exp(float64(x[j]) - m)
-	}
 	if logOut {
+		var s float64
+		for j := base; j < end; j += inner {
+			s += math.Exp(float64(x[j]) - m)
+		}
 		lse := m + math.Log(s)
 		for j := base; j < end; j += inner {
 			d[j] = T(float64(x[j]) - lse)
 		}
 		return
 	}
+	var s float64 // one exp per element: d holds the exps until they are scaled
 	for j := base; j < end; j += inner {
-		d[j] = T(math.Exp(float64(x[j])-m) / s)
+		e := math.Exp(float64(x[j]) - m)
+		d[j] = T(e)
+		s += e
+	}
+	inv := 1 / s
+	for j := base; j < end; j += inner {
+		d[j] = T(float64(d[j]) * inv)
 	}
 }
 

@@ -1,0 +1,56 @@
+package interp_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/stretchr/testify/require"
+)
+
+const gptTiny = "../../testdata/models/gpt-tiny.ir"
+
+// loadStep parses a model and makes its Adam training step; it skips when the model file
+// is absent.
+func loadStep(tb testing.TB, path string) (fwd, step *ir.Graph) {
+	tb.Helper()
+	if _, err := os.Stat(path); err != nil {
+		tb.Skipf("%s: %v", path, err)
+	}
+	fwd, err := frontend.ParseFile(path)
+	require.NoError(tb, err)
+	step, err = passes.TrainingStep(fwd, passes.Optimizer{Kind: "adam", LR: 1e-2})
+	require.NoError(tb, err)
+	return fwd, step
+}
+
+// TestTrainGPTTiny runs the whole serial stack on the bundled tiny GPT: the loss of a fixed
+// batch must fall step after step, and two runs from the same seed must agree bit for bit.
+func TestTrainGPTTiny(t *testing.T) {
+	_, step := loadStep(t, gptTiny)
+	train := func() []float64 {
+		f := interp.InitParams(step, 1)
+		in, err := interp.GenerateInputs(step, 2)
+		require.NoError(t, err)
+		for k, v := range in {
+			f[k] = v
+		}
+		var losses []float64
+		for range 5 {
+			r, err := interp.Run(context.Background(), step, f)
+			require.NoError(t, err)
+			losses = append(losses, r.Outputs[0].At(0))
+			f.Apply(r)
+		}
+		return losses
+	}
+	losses := train()
+	for i := 1; i < len(losses); i++ {
+		require.Less(t, losses[i], losses[i-1], "loss must fall on a fixed batch: %v", losses)
+	}
+	require.Equal(t, losses, train())
+}
