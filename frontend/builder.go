@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -253,17 +254,55 @@ var builderDir = func() string {
 
 // callerPos returns the position of the first caller outside the builder's own files. Go
 // reports no column, so the column is always 1.
+//
+// Every value records its position, so this runs once per op: resolving a PC to a file
+// and line is most of a build's time, hence the cache by PC. One PC may stand for several
+// frames (a builder method inlined into its caller), so the cache holds the outcome for the
+// whole inline expansion.
 func callerPos() ir.Pos {
-	var pcs [16]uintptr
-	n := runtime.Callers(2, pcs[:])
-	frames := runtime.CallersFrames(pcs[:n])
+	// Unwinding costs per frame, and the builder nests at most four deep (Apply, declare,
+	// Param, caller), so try a short walk before the complete one.
+	var buf [4]uintptr
+	if p, ok := firstOutside(buf[:runtime.Callers(3, buf[:])]); ok {
+		return p
+	}
+	more := make([]uintptr, 64)
+	p, _ := firstOutside(more[:runtime.Callers(3, more)])
+	return p
+}
+
+func firstOutside(pcs []uintptr) (ir.Pos, bool) {
+	for _, pc := range pcs {
+		c, ok := posCache.Load(pc)
+		if !ok {
+			c = resolvePC(pc)
+			posCache.Store(pc, c)
+		}
+		if p := c.(cachedPos); p.outside {
+			return p.pos, true
+		}
+	}
+	return ir.Pos{}, false
+}
+
+// cachedPos is what one return PC resolves to: the first frame of its inline expansion
+// outside the builder, if any.
+type cachedPos struct {
+	pos     ir.Pos
+	outside bool
+}
+
+var posCache sync.Map // uintptr -> cachedPos
+
+func resolvePC(pc uintptr) cachedPos {
+	frames := runtime.CallersFrames([]uintptr{pc})
 	for {
 		f, more := frames.Next()
 		if !isBuilderFile(f.File) {
-			return ir.Pos{File: f.File, Line: f.Line, Col: 1}
+			return cachedPos{ir.Pos{File: f.File, Line: f.Line, Col: 1}, true}
 		}
 		if !more {
-			return ir.Pos{}
+			return cachedPos{}
 		}
 	}
 }
