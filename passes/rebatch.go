@@ -36,7 +36,8 @@ type batchAt struct{ Dim, Inner int }
 
 var noBatch = batchAt{Dim: -1}
 
-// Rebatch returns g with every data input's batch dim set to batch, and every shape that
+// Rebatch returns g with every data input's batch dim set to batch (smaller for the graph
+// of one micro-batch, larger to scale a model up), and every shape that
 // follows the batch rescaled: the graph of one micro-batch. The batch is followed through
 // each op's dims signature, and through reshapes by its element stride, so reshape and
 // broadcast targets are rewritten where they carry it. A graph whose ops mix the batch
@@ -50,8 +51,8 @@ func Rebatch(g *ir.Graph, batch int) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	if batch < 1 || old%batch != 0 {
-		return nil, fmt.Errorf("micro-batch size %d does not divide the batch %d of graph %s", batch, old, g.Name)
+	if batch < 1 {
+		return nil, fmt.Errorf("batch size %d of graph %s must be at least 1", batch, g.Name)
 	}
 	if batch == old {
 		return g.Clone(), nil

@@ -56,8 +56,12 @@ func TestRebatchFollowsTheBatchThroughReshapes(t *testing.T) {
 
 func TestRebatchErrors(t *testing.T) {
 	g := attentionLike(t, 8, 4, 6)
-	_, err := Rebatch(g, 3)
-	require.ErrorContains(t, err, "micro-batch size 3 does not divide the batch 8")
+	_, err := Rebatch(g, 0)
+	require.ErrorContains(t, err, "must be at least 1")
+	big, err := Rebatch(g, 24)
+	require.NoError(t, err)
+	flat, _ := big.Lookup("flat")
+	assert.Equal(t, "f32[96,6]", big.Value(flat).Type.String())
 
 	// A reshape that moves the batch into the middle of another dim cannot be rescaled.
 	g = ir.NewGraph("bad")
