@@ -36,9 +36,9 @@ type batchAt struct{ Dim, Inner int }
 
 var noBatch = batchAt{Dim: -1}
 
-// Rebatch returns g with every data input's batch dim set to batch (smaller for the graph
-// of one micro-batch, larger to scale a model up), and every shape that
-// follows the batch rescaled: the graph of one micro-batch. The batch is followed through
+// Rebatch returns g with every data input's batch dim set to batch, and every shape that
+// follows the batch rescaled: smaller, it is the graph of one micro-batch; larger, the
+// model at a bigger batch. The batch is followed through
 // each op's dims signature, and through reshapes by its element stride, so reshape and
 // broadcast targets are rewritten where they carry it. A graph whose ops mix the batch
 // with something that cannot be rescaled (a slice or concat along it, a constant of its
