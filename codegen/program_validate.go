@@ -71,7 +71,7 @@ func (v *validator) operands(i, n int) bool {
 func (v *validator) live(i int, b BufferID) bool {
 	switch {
 	case b < 0 || int(b) >= len(v.p.Buffers):
-		v.errorf(i, "buffer %%%d is not declared, expected one of %%0..%%%d", b, len(v.p.Buffers)-1)
+		v.errorf(i, "buffer %%%d is not declared, expected one of the %d declared buffers", b, len(v.p.Buffers))
 	case v.defined[b] < 0:
 		v.errorf(i, "buffer %%%d (%s) is used before it is defined", b, v.p.Buffers[b].Name)
 	case v.freed[b] >= 0:

@@ -57,7 +57,7 @@ func (d *device) run(ctx context.Context) (err error) {
 	pc := 0
 	defer func() {
 		if r := recover(); r != nil {
-			err = d.fail(pc, fmt.Errorf("kernel panic: %v", r), nil)
+			err = d.fail(pc, fmt.Errorf("panic: %v", r), nil)
 		}
 	}()
 	for ; pc < len(d.prog.Instrs); pc++ {
@@ -144,6 +144,9 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 	want := d.prog.Buffers[in.Out].Type
 	if feed.Type.DType != want.DType {
 		return nil, fmt.Errorf("feed %s is %s, expected dtype %s", in.Name, feed.Type, want.DType)
+	}
+	if err := checkStorage(feed); err != nil {
+		return nil, fmt.Errorf("feed %s %w", in.Name, err)
 	}
 	x, err := sliceBlock(feed, in.Offsets, want.Shape)
 	if err != nil {
