@@ -46,11 +46,12 @@ func RunKeep(ctx context.Context, g *ir.Graph, feeds Feeds) (*Result, error) {
 func RunWith(ctx context.Context, g *ir.Graph, feeds Feeds, opts Options) (*Result, error) {
 	last := lastUses(g)
 	r := &Result{Values: make([]*kernels.Tensor, len(g.Values)), Updates: Feeds{}}
+	var pool buffers
 	for i := range g.Values {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("interp: stopped before %s: %w", g.Values[i].Name, err)
 		}
-		t, err := evalValue(g, ir.ValueID(i), r.Values, feeds)
+		t, err := evalValue(g, ir.ValueID(i), r.Values, feeds, &pool)
 		if err != nil {
 			return nil, err
 		}
@@ -60,10 +61,12 @@ func RunWith(ctx context.Context, g *ir.Graph, feeds Feeds, opts Options) (*Resu
 		}
 		for _, a := range g.Values[i].Args {
 			if last[a] == ir.ValueID(i) {
+				pool.put(g, a, r.Values[a])
 				r.Values[a] = nil
 			}
 		}
 		if last[i] == ir.ValueID(i) { // used by no op and not pinned
+			pool.put(g, ir.ValueID(i), t)
 			r.Values[i] = nil
 		}
 	}
@@ -74,6 +77,49 @@ func RunWith(ctx context.Context, g *ir.Graph, feeds Feeds, opts Options) (*Resu
 		r.Updates[g.Values[u.Target].Name] = r.Values[u.Value]
 	}
 	return r, nil
+}
+
+// buffers recycles the storage of freed values: a value computed later with the same
+// storage kind and element count reuses it, which saves the allocation and page faults
+// that dominate memory-bound ops on large tensors. Only values the run computed go in;
+// fed leaves belong to the caller.
+type buffers struct {
+	free map[[2]int][]*kernels.Tensor // by (storage kind, elements)
+}
+
+func bufferKey(t ir.Type) [2]int {
+	kind := 0 // f32, f16, bf16 share float32 storage
+	switch {
+	case t.DType == ir.F64:
+		kind = 1
+	case !t.DType.IsFloat():
+		kind = 2
+	}
+	return [2]int{kind, int(t.Shape.NumElements())}
+}
+
+func (b *buffers) put(g *ir.Graph, id ir.ValueID, t *kernels.Tensor) {
+	if t == nil || g.Values[id].Op.IsLeaf() {
+		return
+	}
+	if b.free == nil {
+		b.free = map[[2]int][]*kernels.Tensor{}
+	}
+	k := bufferKey(t.Type)
+	b.free[k] = append(b.free[k], t)
+}
+
+// get returns a recycled tensor retyped to t, or nil if none fits.
+func (b *buffers) get(t ir.Type) *kernels.Tensor {
+	k := bufferKey(t)
+	list := b.free[k]
+	if len(list) == 0 {
+		return nil
+	}
+	x := list[len(list)-1]
+	b.free[k] = list[:len(list)-1]
+	x.Type = ir.Type{DType: t.DType, Shape: t.Shape.Clone()}
+	return x
 }
 
 // lastUses gives, for every value, the ID of the last op that reads it: the value may be
@@ -98,7 +144,7 @@ func lastUses(g *ir.Graph) []ir.ValueID {
 }
 
 // evalValue computes or looks up value id.
-func evalValue(g *ir.Graph, id ir.ValueID, vals []*kernels.Tensor, feeds Feeds) (*kernels.Tensor, error) {
+func evalValue(g *ir.Graph, id ir.ValueID, vals []*kernels.Tensor, feeds Feeds, pool *buffers) (*kernels.Tensor, error) {
 	v := &g.Values[id]
 	if v.Op.IsLeaf() {
 		return feed(v, feeds)
@@ -109,6 +155,12 @@ func evalValue(g *ir.Graph, id ir.ValueID, vals []*kernels.Tensor, feeds Feeds) 
 			panic(fmt.Sprintf("interp: operand %s of %s was freed before its last use", g.Values[a].Name, v.Name))
 		}
 		args[j] = vals[a]
+	}
+	if t := pool.get(v.Type); t != nil {
+		if err := kernels.EvalInto(v.Op, v.Attrs, t, args); err != nil {
+			return nil, ir.Errorf(v.Pos, "%s: %v", v.Name, err)
+		}
+		return t, nil
 	}
 	t, err := kernels.Eval(v.Op, v.Attrs, v.Type, args)
 	if err != nil {

@@ -166,3 +166,26 @@ func TestRandomInputs(t *testing.T) {
 	_, err = Run(context.Background(), g, r)
 	require.ErrorContains(t, err, "need a limit attribute")
 }
+
+// TestRepeatedOperandFreedOnce: an op reading one value twice must not recycle its buffer
+// twice (two later values would then share storage).
+func TestRepeatedOperandFreedOnce(t *testing.T) {
+	g := ir.NewGraph("dup")
+	x, err := g.Declare(ir.OpInput, "x", typ(ir.F32, 4), -1, ir.Pos{})
+	require.NoError(t, err)
+	app := func(name string, op ir.Op, args ...ir.ValueID) ir.ValueID {
+		id, err := g.Append(op, name, args, nil, ir.Pos{})
+		require.NoError(t, err)
+		return id
+	}
+	e := app("e", ir.OpExp, x)
+	s := app("s", ir.OpAdd, e, e) // frees e (once)
+	a := app("a", ir.OpNeg, x)    // may reuse e's buffer
+	b := app("b", ir.OpExp, s)    // must not share a's
+	g.AddOutput(a, ir.Pos{})
+	g.AddOutput(b, ir.Pos{})
+	r, err := Run(context.Background(), g, Feeds{"x": kernels.FromF64(ir.F32, ir.Shape{4}, []float64{0, 1, 2, 3})})
+	require.NoError(t, err)
+	require.Equal(t, []float64{0, -1, -2, -3}, r.Outputs[0].Float64s())
+	require.InDelta(t, 7.389, r.Outputs[1].At(0), 1e-3) // exp(2·e⁰)
+}

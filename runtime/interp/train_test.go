@@ -54,3 +54,31 @@ func TestTrainGPTTiny(t *testing.T) {
 	}
 	require.Equal(t, losses, train())
 }
+
+// TestRecyclingMatchesKeepAll: Run recycles freed buffers, RunKeep frees nothing; the loss,
+// every output and every update must come out bit-identical.
+func TestRecyclingMatchesKeepAll(t *testing.T) {
+	_, step := loadStep(t, gptTiny)
+	f := interp.InitParams(step, 3)
+	in, err := interp.GenerateInputs(step, 4)
+	require.NoError(t, err)
+	for k, v := range in {
+		f[k] = v
+	}
+	a, err := interp.Run(context.Background(), step, f)
+	require.NoError(t, err)
+	b, err := interp.RunKeep(context.Background(), step, f)
+	require.NoError(t, err)
+	require.Equal(t, len(b.Outputs), len(a.Outputs))
+	for i := range a.Outputs {
+		require.Equal(t, b.Outputs[i], a.Outputs[i], "output %d", i)
+	}
+	require.Equal(t, b.Updates, a.Updates)
+	freed := 0
+	for _, v := range a.Values {
+		if v == nil {
+			freed++
+		}
+	}
+	require.Greater(t, freed, len(a.Values)/2, "most values are freed")
+}

@@ -31,6 +31,27 @@ func benchEval(b *testing.B, op ir.Op, at ir.Attrs, args ...*Tensor) {
 	}
 }
 
+// benchEvalInto is benchEval reusing one result tensor.
+func benchEvalInto(b *testing.B, op ir.Op, at ir.Attrs, args ...*Tensor) {
+	b.Helper()
+	ia := make([]ir.Arg, len(args))
+	for i, a := range args {
+		ia[i] = ir.Arg{Name: "x", Type: a.Type}
+	}
+	out, at, err := ir.InferType(op, ia, at)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := New(out)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := EvalInto(op, at, res, args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func argTypes(args []*Tensor) []ir.Type {
 	ts := make([]ir.Type, len(args))
 	for i, a := range args {
@@ -97,7 +118,9 @@ func BenchmarkElementwise(b *testing.B) {
 	x := randT(r, typ(ir.F32, 1024, 1024))
 	bias := randT(r, typ(ir.F32, 1024))
 	b.Run("add_bias", func(b *testing.B) { benchEval(b, ir.OpAdd, nil, x, bias) })
+	b.Run("add_bias/into", func(b *testing.B) { benchEvalInto(b, ir.OpAdd, nil, x, bias) })
 	b.Run("softmax", func(b *testing.B) { benchEval(b, ir.OpSoftmax, ir.Attrs{}.With("axis", 1), x) })
 	b.Run("reduce_sum_axis0", func(b *testing.B) { benchEval(b, ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0}), x) })
 	b.Run("transpose", func(b *testing.B) { benchEval(b, ir.OpTranspose, ir.Attrs{}.With("perm", []int{1, 0}), x) })
+	b.Run("transpose/into", func(b *testing.B) { benchEvalInto(b, ir.OpTranspose, ir.Attrs{}.With("perm", []int{1, 0}), x) })
 }

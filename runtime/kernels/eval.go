@@ -57,31 +57,54 @@ var kernels = func() []kernel {
 // or the rule's result differs from out. f16 and bf16 results are rounded to their
 // precision before they are returned. The operands are never modified.
 func Eval(op ir.Op, at ir.Attrs, out ir.Type, args []*Tensor) (*Tensor, error) {
+	if storageOf(out.DType) == 0 {
+		return nil, fmt.Errorf("%s: result type %s has an invalid dtype", op, out)
+	}
+	res := New(out)
+	if err := EvalInto(op, at, res, args); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// EvalInto is Eval writing into out, a tensor of the result type that the caller owns and
+// reuses: it saves the allocation (and the page faults of fresh memory) that dominate the
+// memory-bound ops on large tensors. out is overwritten whole; it must not share storage
+// with any operand. On error out's contents are unspecified.
+func EvalInto(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error {
 	k, err := lookup(op)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ia := make([]ir.Arg, len(args))
 	for i, a := range args {
 		if err := checkTensor(op, i, a); err != nil {
-			return nil, err
+			return err
 		}
 		ia[i] = ir.Arg{Name: fmt.Sprintf("operand %d", i), Type: a.Type}
 	}
 	t, at, err := ir.InferType(op, ia, at)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if !t.Equal(out) {
-		return nil, fmt.Errorf("%s: result type is %s but the operands give %s", op, out, t)
+	if out == nil {
+		return fmt.Errorf("%s: result tensor is nil", op)
 	}
-	res := New(out)
-	if err := k(op, at, res, args); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+	if !t.Equal(out.Type) {
+		return fmt.Errorf("%s: result type is %s but the operands give %s", op, out.Type, t)
 	}
-	roundTo(out.DType, res.F32)
-	wrapTo(out.DType, res.Int)
-	return res, nil
+	if err := out.Check(); err != nil {
+		return fmt.Errorf("%s: result: %w", op, err)
+	}
+	clear(out.F32) // kernels that accumulate (scatter_add, the gradients) start from zero
+	clear(out.F64)
+	clear(out.Int)
+	if err := k(op, at, out, args); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	roundTo(out.Type.DType, out.F32)
+	wrapTo(out.Type.DType, out.Int)
+	return nil
 }
 
 func lookup(op ir.Op) (kernel, error) {
