@@ -69,7 +69,8 @@ func orDefault(v, d float64) float64 {
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
 // Adam — and an ir.Update for every param and state it adds. The loss stays the first
-// output; g is not modified.
+// output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
+// state, and rounded back to the param's dtype.
 func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	opt, err := opt.withDefaults()
 	if err != nil {
@@ -143,30 +144,59 @@ func (u *updater) op(p ir.ValueID, suffix string, op ir.Op, args ...ir.ValueID) 
 	return u.b.emit(u.name(p, suffix), op, nil, args...)
 }
 
-// state declares zero-initialized optimizer state shaped like p, named <p>.<suffix>.
-func (u *updater) state(p ir.ValueID, suffix string) ir.ValueID {
+// state declares zero-initialized optimizer state shaped like p, in dtype dt, named
+// <p>.<suffix>.
+func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 	g := u.b.g
-	id, err := g.Declare(ir.OpState, u.b.fresh(u.name(p, suffix)), g.Values[p].Type, -1, g.Values[p].Pos)
+	t := ir.Type{DType: dt, Shape: g.Values[p].Type.Shape}
+	id, err := g.Declare(ir.OpState, u.b.fresh(u.name(p, suffix)), t, -1, g.Values[p].Pos)
 	if err != nil {
 		panic("passes: declaring optimizer state: " + err.Error())
 	}
 	return id
 }
 
+// work returns the dtype the update of p is computed in — f32 for f16 and bf16 params,
+// whose range cannot hold Adam's eps or a small squared gradient; the param's own dtype
+// otherwise — and p and its gradient in that dtype. There is no f32 master copy of a
+// half-precision param: its new value is rounded back to its dtype.
+func (u *updater) work(p, grad ir.ValueID) (ir.DType, ir.ValueID, ir.ValueID) {
+	dt := u.b.g.Values[p].Type.DType
+	if dt != ir.F16 && dt != ir.BF16 {
+		return dt, p, grad
+	}
+	to := ir.Attrs{}.With("to", ir.F32)
+	return ir.F32, u.b.emit(u.name(p, "f32"), ir.OpCast, to, p), u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad)
+}
+
+// finish computes p - lr·step in the work dtype and rounds it to p's dtype.
+func (u *updater) finish(p, pw, step ir.ValueID, wt ir.DType) ir.ValueID {
+	dt := u.b.g.Values[p].Type.DType
+	suffix := "next"
+	if dt != wt {
+		suffix = "next." + wt.String()
+	}
+	next := u.op(p, suffix, ir.OpSub, pw, u.op(p, "step", ir.OpMul, step, u.b.scalar(wt, u.opt.LR)))
+	if dt != wt {
+		next = u.b.emit(u.name(p, "next"), ir.OpCast, ir.Attrs{}.With("to", dt), next)
+	}
+	return next
+}
+
 // sgd: g' = g + wd·p; with momentum m' = mu·m + g', step = m', else step = g'; p' = p - lr·step.
 func (u *updater) sgd(p, grad ir.ValueID) ir.ValueID {
-	dt := u.b.g.Values[p].Type.DType
-	k := func(v float64) ir.ValueID { return u.b.scalar(dt, v) }
+	wt, pw, grad := u.work(p, grad)
+	k := func(v float64) ir.ValueID { return u.b.scalar(wt, v) }
 	if u.opt.WeightDecay > 0 {
-		grad = u.op(p, "decayed", ir.OpAdd, grad, u.op(p, "decay", ir.OpMul, p, k(u.opt.WeightDecay)))
+		grad = u.op(p, "decayed", ir.OpAdd, grad, u.op(p, "decay", ir.OpMul, pw, k(u.opt.WeightDecay)))
 	}
 	step := grad
 	if u.opt.Momentum > 0 {
-		m := u.state(p, "m")
+		m := u.state(p, "m", wt)
 		step = u.op(p, "m.next", ir.OpAdd, u.op(p, "m.decay", ir.OpMul, m, k(u.opt.Momentum)), grad)
 		u.b.g.AddUpdate(m, step, u.b.pos)
 	}
-	return u.op(p, "next", ir.OpSub, p, u.op(p, "step", ir.OpMul, step, k(u.opt.LR)))
+	return u.finish(p, pw, step, wt)
 }
 
 // adamClock declares the step counter adam.t, advances it, and computes the bias
@@ -213,9 +243,9 @@ func (u *updater) inDType(v ir.ValueID, dt ir.DType) ir.ValueID {
 // with m̂ = m'/(1-β1^t), v̂ = v'/(1-β2^t).
 func (u *updater) adam(p, grad ir.ValueID) ir.ValueID {
 	g, o := u.b.g, u.opt
-	dt := g.Values[p].Type.DType
+	dt, pw, grad := u.work(p, grad)
 	k := func(v float64) ir.ValueID { return u.b.scalar(dt, v) }
-	m, v := u.state(p, "m"), u.state(p, "v")
+	m, v := u.state(p, "m", dt), u.state(p, "v", dt)
 	mNext := u.op(p, "m.next", ir.OpAdd, u.op(p, "m.decay", ir.OpMul, m, k(o.Beta1)), u.op(p, "m.in", ir.OpMul, grad, k(1-o.Beta1)))
 	g2 := u.op(p, "g2", ir.OpMul, grad, grad)
 	vNext := u.op(p, "v.next", ir.OpAdd, u.op(p, "v.decay", ir.OpMul, v, k(o.Beta2)), u.op(p, "v.in", ir.OpMul, g2, k(1-o.Beta2)))
@@ -226,9 +256,9 @@ func (u *updater) adam(p, grad ir.ValueID) ir.ValueID {
 	den := u.op(p, "den", ir.OpAdd, u.op(p, "vhat.sqrt", ir.OpSqrt, vhat), k(o.Eps))
 	step := u.op(p, "dir", ir.OpDiv, mhat, den)
 	if o.WeightDecay > 0 {
-		step = u.op(p, "decayed", ir.OpAdd, step, u.op(p, "decay", ir.OpMul, p, k(o.WeightDecay)))
+		step = u.op(p, "decayed", ir.OpAdd, step, u.op(p, "decay", ir.OpMul, pw, k(o.WeightDecay)))
 	}
-	return u.op(p, "next", ir.OpSub, p, u.op(p, "step", ir.OpMul, step, k(o.LR)))
+	return u.finish(p, pw, step, dt)
 }
 
 // runAutodiff is the "autodiff" pass: the gradient of the loss (first output) with
