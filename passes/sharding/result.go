@@ -51,6 +51,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		if sol == nil {
 			return nil, err
 		}
+		// A timeout with a feasible plan is kept (Status says "feasible", not "optimal").
 		choice := p.choiceFrom(sol.Values)
 		t, peak := p.peakOf(choice)
 		if budget > 0 && peak > budget {

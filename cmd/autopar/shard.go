@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/passes/sharding"
+)
+
+// newShardCmd runs the intra-operator pass alone on one logical mesh: useful to see why an
+// op is split the way it is before pipeline stages enter the picture.
+func newShardCmd() *cobra.Command {
+	var o shardFlags
+	cmd := &cobra.Command{
+		Use:   "shard model.ir --mesh N0xN1 --cluster SPEC [--memory-budget B] [--json]",
+		Short: "choose the intra-operator sharding of a training step on one logical mesh",
+		Long: "Reads a model, makes its SGD training step (unless it already has updates), and " +
+			"solves the sharding ILP on the logical mesh N0xN1 of the cluster's first N0*N1 devices. " +
+			"Prints each op's chosen spec, the collectives that follow, and the predicted costs.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runShard(cmd.Context(), cmd.OutOrStdout(), args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.mesh, "mesh", "", "logical mesh shape `N0xN1`, e.g. 2x4")
+	f.StringVar(&o.cluster, "cluster", "", "cluster preset[:hosts] or JSON spec `SPEC`")
+	f.StringVar(&o.budget, "memory-budget", "", "per-device memory budget `B` in bytes (suffixes K, M, G, Ki, Mi, Gi); default the device memory")
+	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
+	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per solve")
+	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
+	_ = cmd.MarkFlagRequired("mesh")
+	_ = cmd.MarkFlagRequired("cluster")
+	return cmd
+}
+
+type shardFlags struct {
+	mesh, cluster, budget string
+	json, layersOnce      bool
+	timeLimit             time.Duration
+}
+
+func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c, err := mesh.ParseCluster(o.cluster)
+	if err != nil {
+		return err
+	}
+	n0, n1, err := parseMesh(o.mesh)
+	if err != nil {
+		return err
+	}
+	if c.Devices()%(n0*n1) != 0 || n0*n1 > c.Devices() {
+		return fmt.Errorf("--mesh %s: %d devices do not divide the cluster's %d", o.mesh, n0*n1, c.Devices())
+	}
+	budget, err := parseBytes(o.budget)
+	if err != nil {
+		return fmt.Errorf("--memory-budget: %v", err)
+	}
+	lm, err := meshOver(c, n0, n1)
+	if err != nil {
+		return err
+	}
+	g, err := frontend.ParseFile(path)
+	if err != nil {
+		return err
+	}
+	if len(g.Updates) == 0 {
+		if g, err = passes.TrainingStep(g, passes.Optimizer{Kind: "sgd", LR: 0.01}); err != nil {
+			return err
+		}
+	}
+	res, err := sharding.Solve(ctx, g, lm, sharding.Options{Cluster: c, MemoryBudget: budget,
+		TimeLimit: o.timeLimit, SolveLayersOnce: o.layersOnce})
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeShardJSON(w, g, res)
+	}
+	return writeShardText(w, g, res)
+}
+
+// meshOver lays an (n0, n1) logical mesh over the cluster's first n0*n1 devices: whole
+// hosts when it spans several, else the first devices of host 0.
+func meshOver(c *mesh.Cluster, n0, n1 int) (*mesh.LogicalMesh, error) {
+	n := n0 * n1
+	sub := mesh.Submesh{Hosts: 1, Devices: n}
+	if n > c.DevicesPerHost {
+		if n%c.DevicesPerHost != 0 {
+			return nil, fmt.Errorf("--mesh %dx%d: %d devices are not whole hosts of %d", n0, n1, n, c.DevicesPerHost)
+		}
+		sub = mesh.Submesh{Hosts: n / c.DevicesPerHost, Devices: c.DevicesPerHost}
+	}
+	return mesh.NewLogicalMesh(c, sub, n0, n1)
+}
+
+func parseMesh(s string) (int, int, error) {
+	a, b, ok := strings.Cut(strings.ToLower(s), "x")
+	n0, err0 := strconv.Atoi(a)
+	n1, err1 := strconv.Atoi(b)
+	if !ok || err0 != nil || err1 != nil || n0 < 1 || n1 < 1 {
+		return 0, 0, fmt.Errorf("--mesh %q: want N0xN1 with positive N0 and N1, e.g. 2x4", s)
+	}
+	return n0, n1, nil
+}
+
+// parseBytes reads a byte count: 0 or empty for none, else a positive number with an
+// optional K/M/G (powers of 1000) or Ki/Mi/Gi (powers of 1024) suffix and optional B.
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.TrimSuffix(strings.TrimSpace(s), "B")
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		m      float64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(f > 0) || f*mult > 1<<62 {
+		return 0, fmt.Errorf("%q is not a positive byte count (e.g. 16Gi, 2e9)", s)
+	}
+	return int64(f * mult), nil
+}
+
+func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "mesh %s\n\nvalue\top\tspec\tstrategy\n", r.Mesh)
+	for id := range g.Values {
+		v := &g.Values[id]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specText(r.Specs[id]), r.Strategies[id].Name)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ncollectives (%d)\n", len(r.Collectives))
+	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	for _, c := range r.Collectives {
+		where := "in op"
+		if c.Consumer != ir.NoValue {
+			where = "to " + g.Value(c.Consumer).Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\taxes %s\t%s\t%s\t%.4g s\n", g.Value(c.Value).Name, c.Kind, c.Axes.Digits(), where,
+			sharding.FormatBytes(int64(c.Bytes)), c.Time)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\npredicted step: %.6g s = compute %.6g + communication %.6g + resharding %.6g\n",
+		r.Cost.Total, r.Cost.Compute, r.Cost.Communication, r.Cost.Resharding)
+	budget := "none"
+	if r.Budget > 0 {
+		budget = sharding.FormatBytes(r.Budget)
+	}
+	fmt.Fprintf(w, "peak memory per device: %s (budget %s)\n", sharding.FormatBytes(r.PeakMemory), budget)
+	fmt.Fprintf(w, "ilp: %d values in %d nodes (%d tied), %d variables (%d edge), %d rows (%d memory), %s in %d round(s)\n",
+		r.ILP.Values, r.ILP.Nodes, r.ILP.TiedGroups, r.ILP.Variables, r.ILP.EdgeVars, r.ILP.Rows, r.ILP.MemoryRows, r.ILP.Status, r.ILP.Rounds)
+	return nil
+}
+
+func specText(s mesh.Spec) string {
+	if t := s.String(); t != "" {
+		return t
+	}
+	return "-"
+}
+
+type jsonOp struct {
+	Name     string    `json:"name"`
+	Op       string    `json:"op"`
+	Spec     mesh.Spec `json:"spec"`
+	Strategy string    `json:"strategy"`
+}
+
+type jsonCollective struct {
+	Value    string `json:"value"`
+	Consumer string `json:"consumer,omitempty"`
+	sharding.Collective
+}
+
+// writeShardJSON prints the plan without the solve time, so equal inputs give equal bytes.
+func writeShardJSON(w io.Writer, g *ir.Graph, r *sharding.Result) error {
+	out := struct {
+		Mesh        string           `json:"mesh"`
+		Ops         []jsonOp         `json:"ops"`
+		Collectives []jsonCollective `json:"collectives"`
+		Cost        sharding.Cost    `json:"cost"`
+		PeakMemory  int64            `json:"peak_memory"`
+		Budget      int64            `json:"memory_budget"`
+		ILP         sharding.ILPStats `json:"ilp"`
+	}{Mesh: r.Mesh.String(), Cost: r.Cost, PeakMemory: r.PeakMemory, Budget: r.Budget, ILP: r.ILP}
+	out.ILP.SolveTime = 0
+	for id := range g.Values {
+		out.Ops = append(out.Ops, jsonOp{g.Values[id].Name, g.Values[id].Op.String(), r.Specs[id], r.Strategies[id].Name})
+	}
+	out.Collectives = []jsonCollective{}
+	for _, c := range r.Collectives {
+		jc := jsonCollective{Value: g.Value(c.Value).Name, Collective: c}
+		if c.Consumer != ir.NoValue {
+			jc.Consumer = g.Value(c.Consumer).Name
+		}
+		out.Collectives = append(out.Collectives, jc)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
