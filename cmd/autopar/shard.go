@@ -197,12 +197,12 @@ type jsonCollective struct {
 // writeShardJSON prints the plan without the solve time, so equal inputs give equal bytes.
 func writeShardJSON(w io.Writer, g *ir.Graph, r *sharding.Result) error {
 	out := struct {
-		Mesh        string           `json:"mesh"`
-		Ops         []jsonOp         `json:"ops"`
-		Collectives []jsonCollective `json:"collectives"`
-		Cost        sharding.Cost    `json:"cost"`
-		PeakMemory  int64            `json:"peak_memory"`
-		Budget      int64            `json:"memory_budget"`
+		Mesh        string            `json:"mesh"`
+		Ops         []jsonOp          `json:"ops"`
+		Collectives []jsonCollective  `json:"collectives"`
+		Cost        sharding.Cost     `json:"cost"`
+		PeakMemory  int64             `json:"peak_memory"`
+		Budget      int64             `json:"memory_budget"`
 		ILP         sharding.ILPStats `json:"ilp"`
 	}{Mesh: r.Mesh.String(), Cost: r.Cost, PeakMemory: r.PeakMemory, Budget: r.Budget, ILP: r.ILP}
 	out.ILP.SolveTime = 0
