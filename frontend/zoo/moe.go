@@ -97,10 +97,8 @@ func (m *MoE) Build() (*ir.Graph, error) {
 // MLPs and combination of their outputs, following GShard's top-2 gating (and Alpa's
 // transcription of it) with dense einsums.
 func (m *MoE) experts(b *frontend.Builder, t *transformer, x frontend.Value) frontend.Value {
-	S, E, H, C := m.Group, m.Experts, t.hidden, m.capacitySlots()
-	G := t.batch * t.seq / S
-	dt := t.dt
-	xg := b.Named("groups").Reshape(x, ir.Shape{G, S, H})
+	E, H, C, dt := m.Experts, t.hidden, m.capacitySlots(), t.dt
+	xg := m.groupTokens(b, x, t)
 	wg := b.Param("wg", dt, ir.Shape{H, E})
 	gates := b.Named("gates").Softmax(b.Named("gate_logits").Einsum("gsh,he->gse", xg, wg), 2)
 	combine, dispatch := m.route(b, gates, C, dt)
@@ -111,7 +109,49 @@ func (m *MoE) experts(b *frontend.Builder, t *transformer, x frontend.Value) fro
 	h := b.Named("expert_h").Relu(b.Einsum("egch,ehf->egcf", in, wi))
 	out := b.Named("expert_out").Einsum("egcf,efh->gech", h, wo)
 	y := b.Named("combined").Einsum("gsec,gech->gsh", combine, out)
-	return t.maybeDropout(b, b.Named("out").Reshape(y, ir.Shape{t.batch, t.seq, H}))
+	return t.maybeDropout(b, m.ungroupTokens(b, y, t))
+}
+
+// groupSplit is the intermediate shape between [B,T,H] and the groups [G,S,H] in which
+// the group dim comes from the batch dim alone: [G, S/T, T, H] when a group spans whole
+// sequences, [B, T/S, S, H] when a sequence holds whole groups. Reshaping through it
+// keeps the batch's identity (G is the batch dim split or merged with its minor part), so
+// the sharding pass can split groups as it splits the batch and micro-batching rescales G.
+// It returns nil when neither divides the other, or when no reshape is needed (S = T).
+func (m *MoE) groupSplit(t *transformer) ir.Shape {
+	B, T, H, S := t.batch, t.seq, t.hidden, m.Group
+	switch {
+	case S == T:
+		return nil
+	case S%T == 0 && B%(S/T) == 0:
+		return ir.Shape{B / (S / T), S / T, T, H}
+	case T%S == 0:
+		return ir.Shape{B, T / S, S, H}
+	}
+	return nil
+}
+
+// groupTokens reshapes x [B,T,H] into GShard's token groups [G,S,H].
+func (m *MoE) groupTokens(b *frontend.Builder, x frontend.Value, t *transformer) frontend.Value {
+	G, S := t.batch*t.seq/m.Group, m.Group
+	if S == t.seq {
+		return x
+	}
+	if mid := m.groupSplit(t); mid != nil {
+		x = b.Named("groups.split").Reshape(x, mid)
+	}
+	return b.Named("groups").Reshape(x, ir.Shape{G, S, t.hidden})
+}
+
+// ungroupTokens is the inverse of groupTokens: [G,S,H] back to [B,T,H].
+func (m *MoE) ungroupTokens(b *frontend.Builder, y frontend.Value, t *transformer) frontend.Value {
+	if m.Group == t.seq {
+		return y
+	}
+	if mid := m.groupSplit(t); mid != nil {
+		y = b.Named("out.split").Reshape(y, mid)
+	}
+	return b.Named("out").Reshape(y, ir.Shape{t.batch, t.seq, t.hidden})
 }
 
 // route turns gate probabilities [G,S,E] into the combine tensor [G,S,E,C], the weight

@@ -107,3 +107,24 @@ func TestMoERouting(t *testing.T) {
 		}
 	}
 }
+
+// TestMoEGroupsFollowBatch checks that the token groups are formed so that the group dim
+// shares the batch dim's label in the reshapes' dims signatures: then the sharding pass
+// can split groups (and the whole gating and dispatch) exactly as it splits the batch. A
+// single [B,T,H] -> [G,S,H] reshape would leave G a fixed label, unshardable.
+func TestMoEGroupsFollowBatch(t *testing.T) {
+	for _, preset := range []string{"moe-tiny", "moe-380m"} {
+		m, err := NewPreset(preset)
+		require.NoError(t, err)
+		g, err := m.Build()
+		require.NoError(t, err)
+		for _, name := range []string{"l1.moe.groups.split", "l1.moe.groups", "l1.moe.out.split", "l1.moe.out"} {
+			id, ok := g.Lookup(name)
+			require.True(t, ok, "%s: %s", preset, name)
+			d := g.Dims(id)
+			l := d.Result[0]
+			assert.Equal(t, l, d.Operands[0][0], "%s: %s must map dim 0 to dim 0 (%s)", preset, name, d)
+			assert.False(t, d.Fixed[l], "%s: %s fixes the group dim (%s)", preset, name, d)
+		}
+	}
+}
