@@ -2,11 +2,16 @@ package passes
 
 import (
 	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/runtime/interp"
 )
@@ -219,4 +224,53 @@ func withOutputs(g *ir.Graph, grads []ir.ValueID) *ir.Graph {
 		g.AddOutput(gr, ir.Pos{})
 	}
 	return g
+}
+
+// The rules composed on whole models: the tiny zoo models, turned to f64, against central
+// differences at a few sampled elements of every param. This is what catches a rule that is
+// right alone but wrong in composition (fan-out, broadcasting inside attention, MoE routing).
+func TestGradZooModelsF64(t *testing.T) {
+	for _, name := range []string{"mlp-tiny", "gpt-tiny", "moe-tiny", "wresnet-tiny"} {
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("..", "testdata", "models", name+".ir"))
+			require.NoError(t, err)
+			g, err := frontend.Parse(name+".ir", []byte(strings.ReplaceAll(string(src), "f32", "f64")))
+			require.NoError(t, err)
+			params := g.Leaves(ir.OpParam)
+			gg, grads, err := Grad(g, g.Outputs[0].Value, params)
+			require.NoError(t, err)
+			require.NoError(t, ir.Verify(gg))
+
+			feeds := interp.InitParams(g, 3)
+			inputs, err := interp.GenerateInputs(g, 4)
+			require.NoError(t, err)
+			for k, v := range inputs {
+				feeds[k] = v
+			}
+			r, err := interp.Run(context.Background(), withOutputs(gg, grads), feeds)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(1, 2))
+			var got, want []float64
+			for k, p := range params {
+				pname := g.Value(p).Name
+				i := rng.IntN(feeds[pname].Len())
+				got = append(got, r.Outputs[1+k].At(i))
+				want = append(want, numericAt(t, g, feeds, pname, i, 1e-5))
+			}
+			require.Greater(t, norm(want), 1e-6)
+			assert.Less(t, relErr(got, want), 1e-6, "\n got %v\nwant %v", got, want)
+		})
+	}
+}
+
+// numericAt is the central difference of the loss in element i of feed p.
+func numericAt(t *testing.T, g *ir.Graph, feeds interp.Feeds, p string, i int, h float64) float64 {
+	orig := feeds[p]
+	x := orig.Clone()
+	feeds[p] = x
+	defer func() { feeds[p] = orig }()
+	x.Set(i, orig.At(i)+h)
+	up := runLoss(t, g, feeds)
+	x.Set(i, orig.At(i)-h)
+	return (up - runLoss(t, g, feeds)) / (2 * h)
 }
