@@ -112,12 +112,12 @@ func randomInput(v *ir.Value, seed int64) (*kernels.Tensor, error) {
 			t.Int[i] = int64(r.IntN(2))
 		}
 	default:
-		limit := v.Attrs.Int("limit")
-		if limit <= 0 {
+		limit, _ := v.Attrs.Get("limit")
+		if l, ok := limit.(int); !ok || l <= 0 {
 			return nil, ir.Errorf(v.Pos, "input %s of type %s has no limit attribute: random integer data needs a bound, like limit=1000", v.Name, v.Type)
 		}
 		for i := range t.Len() {
-			t.Int[i] = r.Int64N(int64(limit))
+			t.Int[i] = r.Int64N(int64(limit.(int)))
 		}
 	}
 	return t, nil

@@ -174,7 +174,7 @@ func feed(v *ir.Value, feeds Feeds) (*kernels.Tensor, error) {
 	t, ok := feeds[v.Name]
 	if !ok || t == nil {
 		hint := ""
-		if v.Op == ir.OpInput && v.Type.DType.IsInt() && v.Attrs.Int("limit") == 0 {
+		if l, _ := v.Attrs.Get("limit"); v.Op == ir.OpInput && v.Type.DType.IsInt() && (l == nil || l == 0) {
 			hint = " (random inputs need a limit attribute on integer inputs)"
 		}
 		return nil, ir.Errorf(v.Pos, "missing feed for %s %s of type %s%s", v.Op, v.Name, v.Type, hint)

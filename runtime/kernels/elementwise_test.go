@@ -249,3 +249,21 @@ func TestLeafKernels(t *testing.T) {
 	io := eval(t, ir.OpIota, ir.Attrs{}.With("axis", 1).With("type", typ(ir.F32, 2, 3)))
 	requireClose(t, []float64{0, 1, 2, 0, 1, 2}, io, 0)
 }
+
+// TestCastAllPairs casts between every pair of dtypes; the result must be what Set stores
+// for the source's values (Set is the documented conversion), and casting to a dtype and
+// back to f64 must be exact where the value is representable.
+func TestCastAllPairs(t *testing.T) {
+	dts := []ir.DType{ir.F32, ir.F16, ir.BF16, ir.F64, ir.I32, ir.I64, ir.Bool}
+	src := []float64{-2.75, 0, 1, 3.5, 1e6 + 0.5}
+	for _, from := range dts {
+		x := vals(typ(from, len(src)), src...)
+		for _, to := range dts {
+			t.Run(from.String()+"->"+to.String(), func(t *testing.T) {
+				got := eval(t, ir.OpCast, ir.Attrs{}.With("to", to), x)
+				want := vals(typ(to, len(src)), x.Float64s()...)
+				require.Equal(t, want.Float64s(), got.Float64s())
+			})
+		}
+	}
+}
