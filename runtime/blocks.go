@@ -156,23 +156,3 @@ func chunks(x *kernels.Tensor, n int) []*kernels.Tensor {
 // tensorBytes is the size of x by its dtype (f16 counts 2 bytes though stored as f32).
 func tensorBytes(x *kernels.Tensor) int64 { return x.Type.Bytes() }
 
-// checkStorage checks that x keeps its elements where its dtype says, as many as its shape
-// has: a feed is the user's, and the block copies trust what they are given.
-func checkStorage(x *kernels.Tensor) error {
-	var n int
-	var name string
-	switch x.Type.DType {
-	case ir.F32, ir.F16, ir.BF16:
-		n, name = len(x.F32), "f32"
-	case ir.F64:
-		n, name = len(x.F64), "f64"
-	case ir.I32, ir.I64, ir.Bool:
-		n, name = len(x.Int), "integer"
-	default:
-		return fmt.Errorf("has no valid dtype")
-	}
-	if want := x.Type.Shape.NumElements(); int64(n) != want {
-		return fmt.Errorf("of type %s holds %d %s values, expected %d", x.Type, n, name, want)
-	}
-	return nil
-}

@@ -145,8 +145,8 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 	if feed.Type.DType != want.DType {
 		return nil, fmt.Errorf("feed %s is %s, expected dtype %s", in.Name, feed.Type, want.DType)
 	}
-	if err := checkStorage(feed); err != nil {
-		return nil, fmt.Errorf("feed %s %w", in.Name, err)
+	if err := feed.Check(); err != nil {
+		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
 	x, err := sliceBlock(feed, in.Offsets, want.Shape)
 	if err != nil {

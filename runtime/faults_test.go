@@ -164,12 +164,12 @@ func TestRunErrors(t *testing.T) {
 			b := newBuilder(0)
 			b.load("x", f2)
 			return []*builder{b}
-		}, Data{"x": {Type: f2, F64: make([]float64, 1)}}, "feed x of type f64[2] holds 1 f64 values, expected 2"},
+		}, Data{"x": {Type: f2, F64: make([]float64, 1)}}, "feed x: tensor of type f64[2] does not hold 2 elements"},
 		{"feed in the wrong storage", func() []*builder {
 			b := newBuilder(0)
 			b.load("x", typ(ir.F32, 2))
 			return []*builder{b}
-		}, Data{"x": {Type: typ(ir.F32, 2), F64: make([]float64, 2)}}, "feed x of type f32[2] holds 0 f32 values, expected 2"},
+		}, Data{"x": {Type: typ(ir.F32, 2), F64: make([]float64, 2)}}, "feed x: tensor of type f32[2] does not hold 2 elements"},
 		{"send never received", func() []*builder {
 			b0 := newBuilder(0)
 			b0.send(b0.load("x", f2), 1, "x", 2)

@@ -165,8 +165,9 @@ func (t *InProc) Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag)
 }
 
 // exchange is the one collective primitive: self gives out[j] to rank j of group and
-// receives block self's rank from every member; in[r] is out[r] itself, uncopied. phase
-// tells apart the exchanges of one collective.
+// receives block self's rank from every member; in[r] is out[r] itself. phase tells apart
+// the exchanges of one collective. The blocks travel uncopied: out[j] (j ≠ r) must be
+// private to the call (no caller's buffer), and receivers only read them.
 func (t *InProc) exchange(ctx context.Context, self DeviceID, group []DeviceID, seq uint64, phase uint8,
 	out []*kernels.Tensor) ([]*kernels.Tensor, Traffic, error) {
 	me := codegen.Rank(group, self)
@@ -183,7 +184,7 @@ func (t *InProc) exchange(ctx context.Context, self DeviceID, group []DeviceID, 
 		if err != nil {
 			return nil, tr, err
 		}
-		b.put(key, out[j].Clone())
+		b.put(key, out[j])
 		tr.Sent += tensorBytes(out[j])
 	}
 	mine, err := t.box(self)
@@ -246,8 +247,9 @@ func (t *InProc) AllGather(ctx context.Context, self DeviceID, group []DeviceID,
 		return nil, Traffic{}, fmt.Errorf("all_gather axis %d out of range for %s", axis, x.Type)
 	}
 	out := make([]*kernels.Tensor, len(group))
+	private := x.Clone() // one copy, read by every receiver
 	for j := range out {
-		out[j] = x
+		out[j] = private
 	}
 	in, tr, err := t.exchange(ctx, self, group, t.next(self, group), 0, out)
 	if err != nil {
@@ -306,7 +308,7 @@ func (t *InProc) AllToAll(ctx context.Context, self DeviceID, group []DeviceID, 
 func (t *InProc) AllReduce(ctx context.Context, self DeviceID, group []DeviceID, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
 	n := len(group)
 	seq := t.next(self, group)
-	in, tr, err := t.exchange(ctx, self, group, seq, 0, chunks(x, n))
+	in, tr, err := t.exchange(ctx, self, group, seq, 0, chunks(x.Clone(), n))
 	if err != nil {
 		return nil, tr, err
 	}
@@ -329,20 +331,28 @@ func (t *InProc) AllReduce(ctx context.Context, self DeviceID, group []DeviceID,
 }
 
 // sumInOrder adds blocks in rank order with the kernels' add, so rounding is the serial
-// interpreter's. It never modifies its operands.
+// interpreter's: ((b₀ + b₁) + b₂) + …. It never modifies its operands; the partial sums
+// alternate between two buffers.
 func sumInOrder(blocks []*kernels.Tensor, group []DeviceID) (*kernels.Tensor, error) {
-	sum := blocks[0]
 	for j := 1; j < len(blocks); j++ {
-		if !blocks[j].Type.Equal(sum.Type) {
-			return nil, fmt.Errorf("device %d gave %s, device %d gave %s, expected equal types to sum", group[j], blocks[j].Type, group[0], sum.Type)
-		}
-		var err error
-		if sum, err = kernels.Eval(ir.OpAdd, nil, sum.Type, []*kernels.Tensor{sum, blocks[j]}); err != nil {
-			return nil, err
+		if !blocks[j].Type.Equal(blocks[0].Type) {
+			return nil, fmt.Errorf("device %d gave %s, device %d gave %s, expected equal types to sum",
+				group[j], blocks[j].Type, group[0], blocks[0].Type)
 		}
 	}
 	if len(blocks) == 1 {
-		return sum.Clone(), nil
+		return blocks[0].Clone(), nil
+	}
+	sum, err := kernels.Eval(ir.OpAdd, nil, blocks[0].Type, blocks[:2])
+	if err != nil || len(blocks) == 2 {
+		return sum, err
+	}
+	spare := kernels.New(sum.Type)
+	for j := 2; j < len(blocks); j++ {
+		if err := kernels.EvalInto(ir.OpAdd, nil, spare, []*kernels.Tensor{sum, blocks[j]}); err != nil {
+			return nil, err
+		}
+		sum, spare = spare, sum
 	}
 	return sum, nil
 }
