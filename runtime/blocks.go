@@ -155,4 +155,3 @@ func chunks(x *kernels.Tensor, n int) []*kernels.Tensor {
 
 // tensorBytes is the size of x by its dtype (f16 counts 2 bytes though stored as f32).
 func tensorBytes(x *kernels.Tensor) int64 { return x.Type.Bytes() }
-
