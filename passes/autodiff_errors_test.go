@@ -133,11 +133,11 @@ output loss
 	require.NoError(t, ir.Verify(out))
 	// a feeds b and c: two contributions, summed into d.a in sweep order (c first).
 	// The gradient of add passes d.c straight through to a and b (no op); exp's
-	// contribution is the second, d.a.2; no op is built for the dead tanh.
+	// contribution is the first built, d.a.1; no op is built for the dead tanh.
 	want := `d.loss = constant type=f32[] value=1.0
 d.c = broadcast d.loss dims=[] shape=[3]
-d.a.2 = mul d.c, b
-d.a = add d.c, d.a.2
+d.a.1 = mul d.c, b
+d.a = add d.c, d.a.1
 grad.w = mul d.a, x
 grad.unused = constant type=f32[2] value=0.0
 `

@@ -93,14 +93,16 @@ type sweep struct {
 	contribs [][]ir.ValueID
 	// adj[x] is the adjoint of x once the sweep has passed it.
 	adj []ir.ValueID
-	// owner[c] is the value a renamed contribution c was named after.
+	// owner[c] is the value a renamed contribution c was named after; named[x] counts the
+	// contributions to x named d.x.k so far.
 	owner map[ir.ValueID]ir.ValueID
+	named map[ir.ValueID]int
 }
 
 func newSweep(g *ir.Graph, an *analysis, wrt []ir.ValueID) *sweep {
 	n := len(g.Values)
 	s := &sweep{b: newBuilder(g), an: an, wrt: make(map[ir.ValueID]bool, len(wrt)),
-		contribs: make([][]ir.ValueID, n), adj: make([]ir.ValueID, n), owner: map[ir.ValueID]ir.ValueID{}}
+		contribs: make([][]ir.ValueID, n), adj: make([]ir.ValueID, n), owner: map[ir.ValueID]ir.ValueID{}, named: map[ir.ValueID]int{}}
 	for _, w := range wrt {
 		s.wrt[w] = true
 	}
@@ -182,7 +184,8 @@ func (s *sweep) contribute(x, cv, mark ir.ValueID) {
 		if s.an.uses[x] == 1 {
 			s.b.rename(cv, s.adjName(x))
 		} else {
-			s.b.rename(cv, fmt.Sprintf("d.%s.%d", s.b.g.Values[x].Name, len(s.contribs[x])+1))
+			s.named[x]++
+			s.b.rename(cv, fmt.Sprintf("d.%s.%d", s.b.g.Values[x].Name, s.named[x]))
 		}
 	}
 	s.contribs[x] = append(s.contribs[x], cv)
