@@ -1,0 +1,436 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// Lower turns a plan into one Program per device, in Plan.Devices order.
+//
+// Each stage's program runs its tasks in the schedule's order (see stageTasks): for each
+// micro-batch the stage's forward ops, later its backward ops, in graph order; then the
+// update once. Around every op it inserts what the strategy needs:
+//
+//   - operands in the layout the op asks for: loads (inputs take their micro-batch's slice
+//     along the batch dim, directly in the consumer's layout; params and state are loaded
+//     in their stored layout), the collectives of mesh.ReshardCost between the layout a
+//     value has and the one asked for, or receives from the stage that produced it;
+//   - after a gradient or the loss: an accumulate into a buffer kept across micro-batches,
+//     scaled by 1/B at the start of the update; the scaled gradients and the loss are
+//     stored under their names, the updated params and state under the target's name;
+//   - frees after the last use of every buffer, per micro-batch.
+//
+// Cross-stage values go as Alpa's cross-mesh resharding (see transferPieces): the sender
+// resolves partial sums, every element crosses once, from one sender to one receiver, and
+// an all-gather inside the receiving mesh builds the layout its consumer asks for.
+//
+// Errors: a plan that is malformed, names a strategy CheckStrategy refuses, or whose
+// stage assignment deadlocks the schedule. The same plan gives the same programs, byte
+// for byte.
+func Lower(p *Plan) (progs []*Program, err error) {
+	an, err := checkPlan(p)
+	if err != nil {
+		return nil, err
+	}
+	orders := make([][]task, len(p.Stages))
+	for i := range p.Stages {
+		orders[i] = stageTasks(p.Schedule, len(p.Stages), i, p.Microbatches)
+	}
+	if err := checkDeadlock(p, an, orders); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			le, ok := r.(lowerError)
+			if !ok {
+				panic(r)
+			}
+			progs, err = nil, le.err
+		}
+	}()
+	l := newLowerer(p, an)
+	for s, em := range l.stages {
+		for _, t := range orders[s] {
+			em.runTask(t)
+		}
+		em.freeAll()
+		progs = append(progs, em.progs...)
+	}
+	for _, prog := range progs {
+		if err := prog.Validate(); err != nil {
+			panic(fmt.Sprintf("codegen: lowered an invalid program: %v", err))
+		}
+	}
+	return progs, nil
+}
+
+// lowerError carries a user-facing error out of the emitter's depths to Lower.
+type lowerError struct{ err error }
+
+func fail(format string, args ...any) {
+	panic(lowerError{fmt.Errorf("codegen: "+format, args...)})
+}
+
+type lowerer struct {
+	p      *Plan
+	g      *ir.Graph
+	an     *analysis
+	stages []*stageEm
+	// updateOf maps an updated param or state to the value that replaces it.
+	updateOf map[ir.ValueID]ir.ValueID
+	isUpdate []bool // value is the new content of some param or state
+	isOutput []bool
+}
+
+func newLowerer(p *Plan, an *analysis) *lowerer {
+	g := p.Step
+	l := &lowerer{p: p, g: g, an: an, isUpdate: make([]bool, len(g.Values)), isOutput: make([]bool, len(g.Values))}
+	for _, u := range g.Updates {
+		l.isUpdate[u.Value] = true
+	}
+	for _, o := range g.Outputs {
+		l.isOutput[o.Value] = true
+	}
+	for s := range p.Stages {
+		l.stages = append(l.stages, newStageEm(l, StageID(s)))
+	}
+	return l
+}
+
+// key names one tensor of the unrolled step: a value for one micro-batch, or (mb −1) a
+// value of the update, a param or state, or an accumulated gradient after scaling.
+type key struct {
+	v  ir.ValueID
+	mb int
+}
+
+// dbuf is one version of a value on a stage: its layout, and the buffer that holds each
+// device's block, by device index in the stage's mesh.
+type dbuf struct {
+	spec mesh.Spec
+	ids  []BufferID
+}
+
+// stageEm emits the programs of one stage. Its devices run the same instructions on their
+// own blocks (SPMD), except for the pieces of cross-stage transfers.
+type stageEm struct {
+	l     *lowerer
+	id    StageID
+	st    *Stage
+	m     *mesh.LogicalMesh
+	progs []*Program
+	live  [][]bool // per device, per buffer
+	have  map[key][]*dbuf
+	left  map[key]int // remaining uses; absent: kept until the update
+	accs  map[ir.ValueID]*dbuf
+	// usesM and usesU count operand uses on this stage per micro-batch and in the update.
+	usesM, usesU []int
+	opsF, opsB   []ir.ValueID
+	opsU         []ir.ValueID
+	update       bool // emitting the update task
+}
+
+func newStageEm(l *lowerer, id StageID) *stageEm {
+	st := &l.p.Stages[id]
+	n := len(l.g.Values)
+	em := &stageEm{l: l, id: id, st: st, m: st.Mesh, have: map[key][]*dbuf{}, left: map[key]int{},
+		accs: map[ir.ValueID]*dbuf{}, usesM: make([]int, n), usesU: make([]int, n)}
+	for _, d := range st.Mesh.Devices {
+		em.progs = append(em.progs, &Program{Device: d})
+		em.live = append(em.live, nil)
+	}
+	for vid := range l.g.Values {
+		v := ir.ValueID(vid)
+		if l.p.StageOf[v] != id {
+			continue
+		}
+		ph := l.an.phase[v]
+		switch ph {
+		case phaseF:
+			em.opsF = append(em.opsF, v)
+		case phaseB:
+			em.opsB = append(em.opsB, v)
+		}
+		if ph == phaseF || ph == phaseB {
+			for _, a := range l.g.Value(v).Args {
+				em.usesM[a]++
+			}
+		}
+		if ph == phaseU || l.an.alsoU[v] {
+			em.opsU = append(em.opsU, v)
+			for _, a := range l.g.Value(v).Args {
+				em.usesU[a]++
+			}
+		}
+	}
+	return em
+}
+
+func (em *stageEm) runTask(t task) {
+	switch t.ph {
+	case phaseF:
+		for _, v := range em.opsF {
+			em.compute(v, t.mb)
+		}
+	case phaseB:
+		for _, v := range em.opsB {
+			em.compute(v, t.mb)
+		}
+	case phaseU:
+		em.beginUpdate()
+		for _, v := range em.opsU {
+			em.compute(v, -1)
+		}
+	}
+}
+
+// keyOf is the key operand a of an op of micro-batch mb reads.
+func (em *stageEm) keyOf(a ir.ValueID, mb int) key {
+	if op := em.l.g.Value(a).Op; mb < 0 || op == ir.OpParam || op == ir.OpState {
+		return key{a, -1}
+	}
+	return key{a, mb}
+}
+
+func (em *stageEm) name(k key) string {
+	n := em.l.g.Value(k.v).Name
+	if k.mb >= 0 {
+		n += fmt.Sprintf(".mb%d", k.mb)
+	}
+	return n
+}
+
+// compute emits value v of micro-batch mb (−1: the update) with its operands in place.
+func (em *stageEm) compute(v ir.ValueID, mb int) {
+	g := em.l.g
+	val := g.Value(v)
+	k := key{v, mb}
+	out := em.st.Out[v]
+	local := localOf(em.m, val.Type, out)
+	var ids []BufferID
+	switch val.Op {
+	case ir.OpConstant:
+		ids = em.newBuf(em.name(k), local)
+		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ids[d], Value: val.Attrs.Float("value")} })
+	case ir.OpIota:
+		ids = em.iota(k, local, out)
+	default:
+		in := em.st.In[v]
+		args := make([][]BufferID, len(val.Args))
+		for i, a := range val.Args {
+			args[i] = em.ensure(em.keyOf(a, mb), in[i]).ids
+		}
+		ids = em.newBuf(em.name(k), local)
+		at := localAttrs(val, local)
+		em.each(func(d int) Instr {
+			ins := Instr{Kind: Compute, Out: ids[d], Op: val.Op, Attrs: at}
+			for _, a := range args {
+				ins.Args = append(ins.Args, a[d])
+			}
+			return ins
+		})
+		if val.Op == ir.OpReduceMean && out.Partial != 0 {
+			ids = em.scale(ids, local, 1/float64(em.m.AxisSize(out.Partial)), em.name(k)+".scaled")
+		}
+	}
+	em.have[k] = []*dbuf{{spec: out, ids: ids}}
+	em.produced(k)
+	for _, a := range val.Args {
+		em.use(em.keyOf(a, mb))
+	}
+}
+
+// produced runs what follows a value's production: accumulation, sends to the stages that
+// use it, stores, and the count of local uses (freeing it at once if there are none).
+func (em *stageEm) produced(k key) {
+	l := em.l
+	stages := l.an.usedIn[k.v][0]
+	uses := em.usesM[k.v]
+	if k.mb < 0 {
+		stages, uses = l.an.usedIn[k.v][1], em.usesU[k.v]
+	} else if l.an.acc[k.v] {
+		em.accumulate(k)
+	}
+	for _, t := range stages {
+		if t != em.id {
+			em.send(k, l.stages[t])
+		}
+	}
+	if k.mb < 0 {
+		em.stores(k)
+	}
+	em.left[k] = uses
+	if uses == 0 {
+		em.release(k)
+	}
+}
+
+// stores writes what the step returns: updated params and state (under the target's
+// name), outputs, and the scaled gradients.
+func (em *stageEm) stores(k key) {
+	g := em.l.g
+	for _, u := range g.Updates {
+		if u.Value == k.v {
+			em.store(k, g.Value(u.Target).Name)
+		}
+	}
+	if em.l.isOutput[k.v] || em.l.an.acc[k.v] {
+		em.store(k, g.Value(k.v).Name)
+	}
+}
+
+// use counts one use of k; the last frees every version of it.
+func (em *stageEm) use(k key) {
+	n, ok := em.left[k]
+	if !ok {
+		return
+	}
+	if n <= 1 {
+		em.release(k)
+		return
+	}
+	em.left[k] = n - 1
+}
+
+// release frees every version of k on every device.
+func (em *stageEm) release(k key) {
+	var bufs [][]BufferID
+	for _, b := range em.have[k] {
+		bufs = append(bufs, b.ids)
+	}
+	em.free(bufs...)
+	delete(em.have, k)
+	delete(em.left, k)
+}
+
+// beginUpdate scales the accumulators into the update's gradients and loss, and starts
+// counting the update's uses of the params and state loaded so far.
+func (em *stageEm) beginUpdate() {
+	em.update = true
+	g := em.l.g
+	for vid := range g.Values {
+		k := key{ir.ValueID(vid), -1}
+		if _, ok := em.have[k]; ok {
+			em.left[k] = em.usesU[vid]
+			if em.usesU[vid] == 0 {
+				em.release(k)
+			}
+		}
+	}
+	for vid := range g.Values {
+		v := ir.ValueID(vid)
+		acc, ok := em.accs[v]
+		if !ok {
+			continue
+		}
+		k := key{v, -1}
+		ids := acc.ids
+		if b := em.l.p.Microbatches; b > 1 {
+			ids = em.scale(ids, localOf(em.m, g.Value(v).Type, acc.spec), 1/float64(b), em.name(k))
+		}
+		em.have[k] = []*dbuf{{spec: acc.spec, ids: ids}}
+		em.produced(k)
+	}
+}
+
+// accumulate adds the fresh value of k into its accumulator, made at the first
+// micro-batch as zeros.
+func (em *stageEm) accumulate(k key) {
+	cur := em.have[k][0]
+	acc, ok := em.accs[k.v]
+	if !ok {
+		t := localOf(em.m, em.l.g.Value(k.v).Type, cur.spec)
+		acc = &dbuf{spec: cur.spec, ids: em.newBuf(em.l.g.Value(k.v).Name+".acc", t)}
+		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: acc.ids[d]} })
+		em.accs[k.v] = acc
+	}
+	em.each(func(d int) Instr {
+		return Instr{Kind: Accumulate, Out: NoBuffer, Args: []BufferID{acc.ids[d], cur.ids[d]}}
+	})
+}
+
+// scale returns x·f in new buffers and frees x.
+func (em *stageEm) scale(x []BufferID, t ir.Type, f float64, name string) []BufferID {
+	c := em.newBuf(name+".factor", t)
+	em.each(func(d int) Instr { return Instr{Kind: Constant, Out: c[d], Value: f} })
+	out := em.newBuf(name, t)
+	em.each(func(d int) Instr {
+		return Instr{Kind: Compute, Out: out[d], Op: ir.OpMul, Args: []BufferID{x[d], c[d]}}
+	})
+	em.free(x, c)
+	return out
+}
+
+// newBuf declares one buffer of type t on every device of the stage.
+func (em *stageEm) newBuf(name string, t ir.Type) []BufferID {
+	ids := make([]BufferID, len(em.progs))
+	for d, p := range em.progs {
+		ids[d] = p.AddBuffer(name, t)
+		em.live[d] = append(em.live[d], false)
+	}
+	return ids
+}
+
+// emit appends one instruction to device d's program, tracking liveness.
+func (em *stageEm) emit(d int, in Instr) {
+	if in.Out != NoBuffer && in.Kind != AllReduce {
+		em.live[d][in.Out] = true
+	}
+	if in.Kind == Free {
+		for _, b := range in.Args {
+			em.live[d][b] = false
+		}
+	}
+	em.progs[d].Instrs = append(em.progs[d].Instrs, in)
+}
+
+// each emits f(d) on every device d of the stage.
+func (em *stageEm) each(f func(d int) Instr) {
+	for d := range em.progs {
+		em.emit(d, f(d))
+	}
+}
+
+// free releases the given per-device buffer sets in one instruction per device.
+func (em *stageEm) free(sets ...[]BufferID) {
+	for d := range em.progs {
+		var args []BufferID
+		for _, s := range sets {
+			if s != nil && em.live[d][s[d]] && !contains(args, s[d]) {
+				args = append(args, s[d])
+			}
+		}
+		if len(args) > 0 {
+			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+		}
+	}
+}
+
+// freeAll frees every buffer still live at the end of the program.
+func (em *stageEm) freeAll() {
+	for d := range em.progs {
+		var args []BufferID
+		for b, live := range em.live[d] {
+			if live {
+				args = append(args, BufferID(b))
+			}
+		}
+		if len(args) > 0 {
+			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+		}
+	}
+}
+
+// coord returns the mesh coordinate of device index d.
+func (em *stageEm) coord(d int) (int, int) { return d / em.m.Shape[1], d % em.m.Shape[1] }
+
+func contains(bs []BufferID, b BufferID) bool {
+	for _, x := range bs {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,82 @@
+package codegen
+
+// DeviceCounters are the counters a run of one program should measure: the runtime's
+// DeviceStats PeakBytes, BytesSent and BytesReceived.
+type DeviceCounters struct {
+	Device        DeviceID
+	PeakBytes     int64
+	BytesSent     int64
+	BytesReceived int64
+}
+
+// Predict computes, per program (in order), the counters the runtime measures, under its
+// accounting exactly (runtime.DeviceStats):
+//
+//   - a buffer weighs its declared type's bytes from the instruction that defines it to
+//     the free that releases it; all_reduce and accumulate add nothing; the peak is taken
+//     after every instruction;
+//   - traffic is what the in-process transport's exchanges move: a send or a receive the
+//     tensor's bytes; an all-gather sends its block to and receives one from each of the
+//     n−1 others; a reduce-scatter and an all-to-all move n−1 of their n blocks each way;
+//     an all-reduce is a reduce-scatter of the flat elements in chunks [r·L/n, (r+1)·L/n)
+//     followed by an all-gather of the summed chunks, so rank r sends and receives
+//     (L − c_r) + (n−1)·c_r elements, c_r its chunk's length.
+//
+// The plan p is not read beyond the programs; it is taken so that callers predict for
+// the plan the programs came from.
+func Predict(_ *Plan, progs []*Program) []DeviceCounters {
+	out := make([]DeviceCounters, len(progs))
+	for i, p := range progs {
+		out[i] = predictOne(p)
+	}
+	return out
+}
+
+func predictOne(p *Program) DeviceCounters {
+	c := DeviceCounters{Device: p.Device}
+	var live int64
+	for _, in := range p.Instrs {
+		sent, recv := traffic(p, &in)
+		c.BytesSent += sent
+		c.BytesReceived += recv
+		switch {
+		case in.Kind == Free:
+			for _, b := range in.Args {
+				live -= p.Buffers[b].Type.Bytes()
+			}
+		case in.Out != NoBuffer && in.Kind != AllReduce:
+			live += p.Buffers[in.Out].Type.Bytes()
+			c.PeakBytes = max(c.PeakBytes, live)
+		}
+	}
+	return c
+}
+
+// traffic returns the bytes one instruction sends and receives.
+func traffic(p *Program, in *Instr) (sent, recv int64) {
+	n := int64(len(in.Group))
+	var x int64
+	if len(in.Args) > 0 {
+		x = p.Buffers[in.Args[0]].Type.Bytes()
+	}
+	switch in.Kind {
+	case Send:
+		return x, 0
+	case Recv:
+		b := p.Buffers[in.Out].Type.Bytes()
+		return 0, b
+	case AllGather:
+		return (n - 1) * x, (n - 1) * x
+	case ReduceScatter, AllToAll:
+		return (n - 1) * (x / n), (n - 1) * (x / n)
+	case AllReduce:
+		t := p.Buffers[in.Args[0]].Type
+		size := int64(t.DType.Size())
+		l := t.Shape.NumElements()
+		r := int64(Rank(in.Group, p.Device))
+		c := (r+1)*l/n - r*l/n
+		moved := (l - c + (n-1)*c) * size
+		return moved, moved
+	}
+	return 0, 0
+}

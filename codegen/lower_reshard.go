@@ -1,0 +1,214 @@
+package codegen
+
+import (
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// ensure returns a version of k in layout want, making it from the cheapest version the
+// stage holds (by mesh.ReshardCost), or first loading or receiving k.
+func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
+	if len(em.have[k]) == 0 {
+		em.materialize(k, want)
+	}
+	t := em.l.g.Value(k.v).Type
+	var best *dbuf
+	bestTime := 0.0
+	for _, b := range em.have[k] {
+		if b.spec.Equal(want) {
+			return b
+		}
+		r, err := mesh.ReshardCost(em.m, t.Shape, t.DType.Size(), b.spec, want)
+		if err != nil {
+			continue
+		}
+		if best == nil || r.Time < bestTime {
+			best, bestTime = b, r.Time
+		}
+	}
+	if best == nil {
+		fail("value %s: no collectives turn its layouts on stage %d into %s", em.l.g.Value(k.v).Name, em.id, want)
+	}
+	out := em.reshard(k, best, t, want)
+	if out != best {
+		em.have[k] = append(em.have[k], out)
+	}
+	return out
+}
+
+// materialize makes the first version of k on this stage: a load for a leaf, a receive for
+// a value of another stage.
+func (em *stageEm) materialize(k key, want mesh.Spec) {
+	l := em.l
+	v := l.g.Value(k.v)
+	switch {
+	case v.Op == ir.OpInput:
+		em.load(k, want)
+	case v.Op == ir.OpParam || v.Op == ir.OpState:
+		if l.p.StageOf[k.v] == em.id {
+			want = em.st.Out[k.v]
+		}
+		em.load(k, want)
+	case l.p.StageOf[k.v] != em.id:
+		em.receive(k, l.stages[l.p.StageOf[k.v]])
+	default:
+		panic("codegen: value " + v.Name + " is used before it is computed")
+	}
+	uses := em.usesM[k.v]
+	if em.update {
+		uses = em.usesU[k.v]
+	} else if k.mb < 0 {
+		return // a param or state: kept for every micro-batch and the update
+	}
+	em.left[k] = uses
+}
+
+// load defines k in layout s from the feed of its name: each device loads its block, an
+// input at its micro-batch's offset along the batch dim.
+func (em *stageEm) load(k key, s mesh.Spec) {
+	v := em.l.g.Value(k.v)
+	local := localOf(em.m, v.Type, s)
+	ids := em.newBuf(em.name(k), local)
+	em.each(func(d int) Instr {
+		i, j := em.coord(d)
+		off, err := em.m.LocalOffsets(v.Type.Shape, s, i, j)
+		if err != nil {
+			panic("codegen: offsets of a checked layout: " + err.Error())
+		}
+		if b := v.BatchDim(); b >= 0 && k.mb >= 0 {
+			off[b] += k.mb * v.Type.Shape[b]
+		}
+		return Instr{Kind: Load, Out: ids[d], Name: v.Name, Offsets: off}
+	})
+	em.have[k] = []*dbuf{{spec: s, ids: ids}}
+}
+
+// reshard lowers the steps of mesh.ReshardCost from src to want. An all-reduce updates its
+// buffer in place, so a first step that is one turns src itself into the reduced layout.
+func (em *stageEm) reshard(k key, src *dbuf, t ir.Type, want mesh.Spec) *dbuf {
+	r, err := mesh.ReshardCost(em.m, t.Shape, t.DType.Size(), src.spec, want)
+	if err != nil {
+		fail("value %s: %v", em.l.g.Value(k.v).Name, err)
+	}
+	cur := src
+	for _, st := range r.Steps {
+		next := em.step(k, cur, t, st)
+		if cur != src && next != cur {
+			em.free(cur.ids)
+		}
+		cur = next
+	}
+	return cur
+}
+
+// step lowers one resharding step on every device.
+func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
+	if st.Kind == mesh.AllReduce {
+		em.each(func(d int) Instr {
+			return Instr{Kind: AllReduce, Out: NoBuffer, Args: []BufferID{cur.ids[d]},
+				Group: em.group(st.Axes, d), Note: em.l.g.Value(k.v).Name}
+		})
+		cur.spec = st.After
+		return cur
+	}
+	oldLocal := localOf(em.m, t, cur.spec)
+	local := localOf(em.m, t, st.After)
+	next := &dbuf{spec: st.After, ids: em.newBuf(em.name(k)+"."+specText(st.After), local)}
+	em.each(func(d int) Instr {
+		in := Instr{Out: next.ids[d], Args: []BufferID{cur.ids[d]}}
+		switch st.Kind {
+		case mesh.Slice:
+			i, j := em.coord(d)
+			start := make([]int, len(local.Shape))
+			limit := append([]int(nil), oldLocal.Shape...)
+			start[st.Dim] = em.m.ShardIndex(st.Axes, i, j) * local.Shape[st.Dim]
+			limit[st.Dim] = start[st.Dim] + local.Shape[st.Dim]
+			in.Kind, in.Op = Compute, ir.OpSlice
+			in.Attrs = ir.Attrs{}.With("start", start).With("limit", limit)
+		case mesh.AllGather:
+			in.Kind, in.Axis, in.Group = AllGather, st.Dim, em.group(st.Axes, d)
+		case mesh.ReduceScatter:
+			in.Kind, in.Axis, in.Group = ReduceScatter, st.Dim, em.group(st.Axes, d)
+		case mesh.AllToAll:
+			in.Kind, in.Axis, in.ConcatAxis, in.Group = AllToAll, st.ToDim, st.Dim, em.group(st.Axes, d)
+		default:
+			panic("codegen: unknown resharding step " + st.String())
+		}
+		return in
+	})
+	return next
+}
+
+// group returns the group of device index d along axes, in rank order.
+func (em *stageEm) group(axes mesh.AxisSet, d int) []DeviceID {
+	me := em.m.Devices[d]
+	for _, g := range em.m.Groups(axes) {
+		if Rank(g, me) >= 0 {
+			return g
+		}
+	}
+	panic("codegen: device in no group of its own mesh")
+}
+
+// store writes k, reduced if partial, as the result name: one device per distinct block
+// (the one at coordinate 0 on every axis the layout does not use) stores it.
+func (em *stageEm) store(k key, name string) {
+	v := em.l.g.Value(k.v)
+	cur := em.have[k][0]
+	want := mesh.Spec{Dims: cur.spec.Dims, Partial: 0}
+	b := em.ensure(k, want)
+	used := want.Used()
+	for d := range em.progs {
+		i, j := em.coord(d)
+		if (!used.Has(0) && i != 0) || (!used.Has(1) && j != 0) {
+			continue
+		}
+		off, err := em.m.LocalOffsets(v.Type.Shape, want, i, j)
+		if err != nil {
+			panic("codegen: offsets of a checked layout: " + err.Error())
+		}
+		em.emit(d, Instr{Kind: Store, Out: NoBuffer, Args: []BufferID{b.ids[d]}, Name: name,
+			Offsets: off, Full: v.Type})
+	}
+}
+
+// iota computes an iota block as cumsum(ones) − ones along its axis, plus the block's
+// offset when the axis is split, in f64 (exact for any realistic extent), then cast.
+func (em *stageEm) iota(k key, local ir.Type, out mesh.Spec) []BufferID {
+	v := em.l.g.Value(k.v)
+	axis := v.Attrs.Int("axis")
+	f := ir.Type{DType: ir.F64, Shape: local.Shape}
+	ones := em.newBuf(em.name(k)+".ones", f)
+	em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ones[d], Value: 1} })
+	cs := em.newBuf(em.name(k)+".cumsum", f)
+	em.each(func(d int) Instr {
+		return Instr{Kind: Compute, Out: cs[d], Op: ir.OpCumsum, Args: []BufferID{ones[d]}, Attrs: ir.Attrs{}.With("axis", axis)}
+	})
+	idx := em.newBuf(em.name(k)+".f64", f)
+	em.each(func(d int) Instr {
+		return Instr{Kind: Compute, Out: idx[d], Op: ir.OpSub, Args: []BufferID{cs[d], ones[d]}}
+	})
+	em.free(ones, cs)
+	if a := out.Dims[axis]; a != mesh.AxesNone {
+		off := em.newBuf(em.name(k)+".offset", f)
+		em.each(func(d int) Instr {
+			i, j := em.coord(d)
+			return Instr{Kind: Constant, Out: off[d], Value: float64(em.m.ShardIndex(a, i, j) * local.Shape[axis])}
+		})
+		sum := em.newBuf(em.name(k)+".shifted", f)
+		em.each(func(d int) Instr {
+			return Instr{Kind: Compute, Out: sum[d], Op: ir.OpAdd, Args: []BufferID{idx[d], off[d]}}
+		})
+		em.free(idx, off)
+		idx = sum
+	}
+	if local.DType == ir.F64 {
+		return idx
+	}
+	res := em.newBuf(em.name(k), local)
+	em.each(func(d int) Instr {
+		return Instr{Kind: Compute, Out: res[d], Op: ir.OpCast, Args: []BufferID{idx[d]}, Attrs: ir.Attrs{}.With("to", local.DType)}
+	})
+	em.free(idx)
+	return res
+}
