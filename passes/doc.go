@@ -20,6 +20,14 @@
 // through an op with no gradient (a compare whose result is cast back to float, an integer
 // cast, a gradient op used in a forward graph) is an error positioned at that op.
 //
+// Decisions a reader of the rules should know: at a tie, max sends the whole gradient to
+// its first operand, reduce_max splits it equally among the tied maxima, relu has slope 0 at
+// 0 and max_pool follows the kernel's max_pool_grad; gelu is the exact erf form the kernels
+// compute; cumsum's gradient is Σdy - cumsum(dy) + dy (ir has no reverse); dropout's is
+// dropout of dy with the same seed and rate. The "autodiff" pass returns the gradients as
+// extra outputs after the loss; "optimizer" takes them off again. Updates of f16 and bf16
+// params are computed in f32 with f32 optimizer state.
+//
 // Errors and panics: a graph a user wrote that cannot be differentiated or stepped (no loss,
 // a non-scalar loss, a non-differentiable use, a bad hyperparameter) is a positioned error.
 // A gradient rule that builds an ill-typed op is a bug in this package and panics with a
