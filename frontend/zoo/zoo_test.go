@@ -180,3 +180,31 @@ func TestWResNetShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestGPTOptions covers the knobs the presets leave at their defaults: dropout emits one
+// op after the embedding and two per layer, each with its own seed; an untied head adds a
+// [hidden, vocab] matrix.
+func TestGPTOptions(t *testing.T) {
+	m := NewGPT()
+	m.Dropout = 0.1
+	g, err := m.Build()
+	require.NoError(t, err)
+	seeds := map[int]bool{}
+	for _, v := range g.Values {
+		if v.Op == ir.OpDropout {
+			assert.Equal(t, 0.1, v.Attrs.Float("rate"))
+			seeds[v.Attrs.Int("seed")] = true
+		}
+	}
+	assert.Len(t, seeds, 1+2*m.Layers, "one distinct seed per dropout op")
+
+	tied, err := NewGPT().Build()
+	require.NoError(t, err)
+	m = NewGPT()
+	m.Tied = 0
+	untied, err := m.Build()
+	require.NoError(t, err)
+	_, ok := untied.Lookup("head.w")
+	assert.True(t, ok)
+	assert.Equal(t, ParamCount(tied)+int64(m.Hidden*m.Vocab), ParamCount(untied))
+}
