@@ -106,7 +106,7 @@ func TestILPMatchesBruteForce(t *testing.T) {
 		for _, c := range cands {
 			combos *= len(c)
 		}
-		if combos > 20000 {
+		if combos > 8000 {
 			continue
 		}
 		best := bruteBest(g, lm, cands)
@@ -159,7 +159,7 @@ func TestMergedILPMatchesBruteForceOverGroups(t *testing.T) {
 		for _, gr := range p.groups {
 			combos *= len(gr.strats)
 		}
-		if combos > 20000 || len(p.groups) == len(g.Values) {
+		if combos > 8000 || len(p.groups) == len(g.Values) {
 			continue
 		}
 		choice := make([]int, len(p.groups))
