@@ -149,6 +149,8 @@ func TestValidateErrors(t *testing.T) {
 		{"missing out", func(p *Program) { p.Instrs[4].Out = NoBuffer }, "constant: defines no buffer, expected a result"},
 		{"stray out", func(p *Program) { p.Instrs[5].Out = 3 }, "all_reduce: defines %3, expected no result"},
 		{"no dtype", func(p *Program) { p.Buffers[3].Type = ir.Type{} }, "device0.prog:5:1: buffer %3 (s.mb0) has no dtype"},
+		{"double free", func(p *Program) { p.Instrs[13].Args = append(p.Instrs[13].Args, 0) }, "free: buffer %0 (x.mb0) is used after it is freed"},
+		{"empty free", func(p *Program) { p.Instrs[13].Args = nil }, "free: nothing to free"},
 		{"bad kind", func(p *Program) { p.Instrs[0].Kind = KindInvalid }, "unknown instruction kind 0"},
 	}
 	for _, tt := range tests {

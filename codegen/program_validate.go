@@ -143,11 +143,15 @@ func (v *validator) instr(i int) {
 		v.define(i, in.Kind == Recv)
 		v.transfer(i)
 	case Free:
-		if v.operands(i, -1) && v.define(i, false) {
-			for _, b := range in.Args {
+		if len(in.Args) == 0 {
+			v.errorf(i, "nothing to free, expected at least 1 buffer")
+		}
+		for _, b := range in.Args { // one at a time, so "free %1, %1" is a use after free
+			if v.live(i, b) {
 				v.freed[b] = i
 			}
 		}
+		v.define(i, false)
 	default:
 		v.errorf(i, "unknown instruction kind %d", in.Kind)
 	}
