@@ -24,7 +24,9 @@ const DefaultTimeout = time.Minute
 // Options configures Run.
 type Options struct {
 	// Transport carries collectives and transfers; nil means a fresh InProc over the
-	// programs' devices, which also checks after the run that every send was received.
+	// programs' devices. With an InProc, Run also checks after the run that every send was
+	// received. A transport serves one run: its collective counters assume every device
+	// finished the same collectives.
 	Transport Transport
 	// Timeout bounds each wait of one instruction (a collective, a recv, a send); 0 means
 	// DefaultTimeout. A device that waits longer fails, naming the instruction and the peers.
@@ -117,7 +119,7 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 	if err := context.Cause(runCtx); err != nil {
 		return nil, err
 	}
-	if inproc != nil && opts.Transport == Transport(inproc) {
+	if inproc != nil {
 		if pending := inproc.Pending(); len(pending) > 0 {
 			return nil, fmt.Errorf("runtime: %s", pending[0])
 		}
