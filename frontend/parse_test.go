@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -280,4 +281,92 @@ func TestLexLine(t *testing.T) {
 		}
 		assert.Equal(t, c.want, got, c.line)
 	}
+}
+
+// TestRoundTripSynthetic round-trips a graph built through the ir API rather than written
+// by hand, the benchmark's generator included.
+func TestRoundTripSynthetic(t *testing.T) {
+	g := syntheticGPT(t, 2)
+	text := checkRoundTrip(t, "synthetic", []byte(g.String()))
+	assert.Equal(t, g.String(), text)
+}
+
+// BenchmarkParseGPT39B parses and verifies the zoo's GPT-39B forward graph (Alpa's largest
+// GPT: 48 layers, hidden 8192, 64 heads).
+func BenchmarkParseGPT39B(b *testing.B) {
+	src, err := os.ReadFile("../testdata/models/gpt-39b.ir")
+	if errors.Is(err, os.ErrNotExist) {
+		b.Skip("../testdata/models/gpt-39b.ir is not generated yet")
+	}
+	require.NoError(b, err)
+	benchParse(b, src)
+}
+
+// BenchmarkParseSynthetic parses GPT-like graphs of growing depth, printed from graphs built
+// in the setup, to show that parsing stays linear well past the size of a GPT-39B training
+// step (about 10k values).
+func BenchmarkParseSynthetic(b *testing.B) {
+	for _, layers := range []int{48, 480, 4800} {
+		src := []byte(syntheticGPT(b, layers).String())
+		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) { benchParse(b, src) })
+	}
+}
+
+func benchParse(b *testing.B, src []byte) {
+	b.SetBytes(int64(len(src)))
+	b.ReportAllocs()
+	values := 0
+	for b.Loop() {
+		g, err := Parse("bench.ir", src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		values = len(g.Values)
+	}
+	b.ReportMetric(float64(values), "values")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(values), "ns/value")
+}
+
+// syntheticGPT builds a pre-LN transformer of the given depth through ir.Graph.Append, the
+// same op mix as the zoo's GPT at a small width (parse cost does not depend on dim sizes).
+func syntheticGPT(tb testing.TB, layers int) *ir.Graph {
+	const batch, seq, hidden, heads = 2, 16, 64, 4
+	g := ir.NewGraph("synthetic")
+	n := 0
+	add := func(op ir.Op, name string, at ir.Attrs, args ...ir.ValueID) ir.ValueID {
+		n++
+		id, err := g.Append(op, name, args, at, ir.Pos{Line: n, Col: 1})
+		require.NoError(tb, err)
+		return id
+	}
+	param := func(name string, shape ...int) ir.ValueID {
+		return add(ir.OpParam, name, ir.Attrs{}.With("type", ir.Type{DType: ir.F32, Shape: shape}))
+	}
+	spec := func(s string) ir.Attrs { return ir.Attrs{}.With("spec", s) }
+	shape := func(s ...int) ir.Attrs { return ir.Attrs{}.With("shape", s) }
+	x := add(ir.OpInput, "x", ir.Attrs{}.With("type", ir.Type{DType: ir.F32, Shape: ir.Shape{batch, seq, hidden}}).With("batch", 0))
+	for l := range layers {
+		p := fmt.Sprintf("l%d.", l)
+		ln := add(ir.OpLayerNorm, p+"ln", nil, x, param(p+"ln.g", hidden), param(p+"ln.b", hidden))
+		var qkv [3]ir.ValueID
+		for i, w := range []string{"q", "k", "v"} {
+			e := add(ir.OpEinsum, p+w+".e", spec("bsi,io->bso"), ln, param(p+w+".w", hidden, hidden))
+			a := add(ir.OpAdd, p+w, nil, e, param(p+w+".b", hidden))
+			qkv[i] = add(ir.OpReshape, p+w+".heads", shape(batch, seq, heads, hidden/heads), a)
+		}
+		s := add(ir.OpEinsum, p+"scores", spec("bqnd,bknd->bnqk"), qkv[0], qkv[1])
+		sm := add(ir.OpSoftmax, p+"probs", ir.Attrs{}.With("axis", 3), s)
+		c := add(ir.OpEinsum, p+"ctx", spec("bnqk,bknd->bqnd"), sm, qkv[2])
+		c = add(ir.OpReshape, p+"ctx.flat", shape(batch, seq, hidden), c)
+		o := add(ir.OpEinsum, p+"proj", spec("bsi,io->bso"), c, param(p+"proj.w", hidden, hidden))
+		x = add(ir.OpAdd, p+"res1", nil, x, o)
+		ln2 := add(ir.OpLayerNorm, p+"ln2", nil, x, param(p+"ln2.g", hidden), param(p+"ln2.b", hidden))
+		up := add(ir.OpEinsum, p+"up", spec("bsi,io->bso"), ln2, param(p+"up.w", hidden, 4*hidden))
+		act := add(ir.OpGelu, p+"gelu", nil, up)
+		down := add(ir.OpEinsum, p+"down", spec("bsi,io->bso"), act, param(p+"down.w", 4*hidden, hidden))
+		x = add(ir.OpDropout, p+"drop", ir.Attrs{}.With("rate", 0.1).With("seed", l), down)
+	}
+	g.AddOutput(add(ir.OpReduceMean, "loss", ir.Attrs{}.With("axes", []int{0, 1, 2}), x), ir.Pos{})
+	require.NoError(tb, ir.Verify(g))
+	return g
 }
