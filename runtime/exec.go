@@ -19,7 +19,8 @@ type device struct {
 	start time.Time // the run's start, the origin of trace times
 
 	bufs   []*kernels.Tensor
-	attrs  []ir.Attrs // per instruction: compute attributes with defaults filled in
+	attrs  []ir.Attrs        // per instruction: compute attributes with defaults filled in
+	args   []*kernels.Tensor // scratch for a compute's operands
 	live   int64
 	stats  DeviceStats
 	stores []storeRec
@@ -98,11 +99,11 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 	)
 	switch in.Kind {
 	case codegen.Compute:
-		args := make([]*kernels.Tensor, len(in.Args))
-		for k, b := range in.Args {
-			args[k] = d.bufs[b]
+		d.args = d.args[:0]
+		for _, b := range in.Args {
+			d.args = append(d.args, d.bufs[b])
 		}
-		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, args)
+		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, d.args)
 	case codegen.Constant:
 		out = kernels.New(d.prog.Buffers[in.Out].Type)
 		if in.Value != 0 {
