@@ -134,8 +134,13 @@ func (p *parser) suggestValue(name string) string {
 }
 
 // suggest returns ", did you mean X?" for the first candidate closest to name within an
-// edit distance of a third of its length (at most 3), or "".
+// edit distance of a third of its length (at most 3), or "". Names longer than
+// maxSuggestLen get none: the distance is quadratic in the length, and a typo in a
+// 100-character name is better found by eye than by a guess.
 func suggest(name string, candidates []string) string {
+	if len(name) > maxSuggestLen {
+		return ""
+	}
 	limit := min(3, len(name)/3)
 	if len(name) >= 3 {
 		limit = max(limit, 1)
@@ -154,6 +159,8 @@ func suggest(name string, candidates []string) string {
 	}
 	return ", did you mean " + best + "?"
 }
+
+const maxSuggestLen = 64
 
 // editDistance is the Levenshtein distance of a and b, or bound if it is at least bound.
 func editDistance(a, b string, bound int) int {

@@ -208,6 +208,9 @@ func TestParseErrorText(t *testing.T) {
 		{"bad byte", "param w: f32[2]\xff\n", "t.ir:1:16: unexpected byte 0xff, want an attribute name=value or end of line"},
 		{"long token clipped", "x = " + strings.Repeat("a", 100) + "\n",
 			"t.ir:1:5: unknown op " + strings.Repeat("a", 40) + "..."},
+		{"no quadratic suggestion for long names", // 10^10 steps of edit distance without the guard
+			"param " + strings.Repeat("n", 100000) + ": f32[1]\nx = relu " + strings.Repeat("n", 99999) + "m\n",
+			"t.ir:2:10: undefined value " + strings.Repeat("n", 40) + "..."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

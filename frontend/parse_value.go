@@ -16,6 +16,11 @@ import (
 // like f32[100000000000,100000000000] is a clear error instead of a silent overflow.
 const maxElements = 1 << 50
 
+// maxRank bounds the length of every int list: a type's dims and the per-dim attributes
+// (axes, perm, shape, ...). Real tensors have a handful of dims; the bound keeps ir's shape
+// rules, some quadratic in the rank, fast on any input.
+const maxRank = 64
+
 // attrAt is where an attribute was written; name is the op table's spelling.
 type attrAt struct {
 	name string
@@ -259,6 +264,10 @@ func (p *parser) parseInts(what string) ([]int, bool) {
 			return nil, false
 		case !ok:
 			p.errorf(p.pos(t), "integer %s is out of range", clip(string(t.text)))
+			return nil, false
+		}
+		if len(xs) == maxRank {
+			p.errorf(p.pos(t), "the %s list has more than %d entries, the most dims a tensor may have", what, maxRank)
 			return nil, false
 		}
 		xs = append(xs, n)
