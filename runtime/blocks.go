@@ -132,8 +132,7 @@ func concat(parts []*kernels.Tensor, axis int) *kernels.Tensor {
 	return out
 }
 
-// flatten views x as a vector of its elements (sharing storage) and chunks it into n nearly
-// equal runs: chunk r holds elements [r·L/n, (r+1)·L/n).
+// chunks views x as a vector of its elements (sharing storage) cut into n nearly equal runs: chunk r holds elements [r·L/n, (r+1)·L/n).
 func chunks(x *kernels.Tensor, n int) []*kernels.Tensor {
 	l := x.Len()
 	parts := make([]*kernels.Tensor, n)
