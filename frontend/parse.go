@@ -13,7 +13,7 @@ const maxErrors = 10
 
 // Parse reads a graph in the .ir text format that ir.Print writes:
 //
-//	graph mlp                         # optional, first
+//	graph mlp                         # optional
 //	param w1: f32[784,128] init="normal"
 //	input x: f32[32,784] batch=0      # data input; limit=N bounds integer data
 //	state m: f32[784,128]             # optimizer state
@@ -28,14 +28,19 @@ const maxErrors = 10
 // ir.Graph.Append, so the op table's arity, attribute and shape rules run with the position of
 // the offending token, and the finished graph passes ir.Verify.
 //
+// Beyond ir's rules, the parser bounds sizes so that no input overflows or runs long: a
+// tensor has at most 2^50 elements and 64 dims (declared or inferred), an int list at most
+// 64 entries.
+//
 // filename is used only in positions. On any mistake Parse returns a nil graph and an
 // ir.ErrorList of up to ten positioned diagnostics (file:line:col: message), continuing after
 // a bad line so that independent mistakes are reported together. Parse never panics on any
 // input; Print(Parse(Print(g))) is byte-identical to Print(g).
 func Parse(filename string, src []byte) (*ir.Graph, error) {
-	// One definition per line at most: sizing the map up front saves its rehashes.
+	// One definition per line at most, and a definition takes at least 8 bytes ("a = b c\n"):
+	// sizing the map up front saves its rehashes without letting blank lines inflate it.
 	lines := bytes.Count(src, []byte{'\n'}) + 1
-	p := &parser{file: filename, src: src, g: ir.NewGraph(""), defs: make(map[string]definition, min(lines, 1<<20))}
+	p := &parser{file: filename, src: src, g: ir.NewGraph(""), defs: make(map[string]definition, min(lines, len(src)/8+1))}
 	p.run()
 	return p.finish()
 }

@@ -306,8 +306,13 @@ func (p *parser) parseType() (ir.Type, bool) {
 	return typ, p.checkSize(typ, p.pos(t), "type")
 }
 
-// checkSize reports a type with a non-positive dim or more than maxElements elements.
+// checkSize reports a type with a non-positive dim, more than maxRank dims or more than
+// maxElements elements.
 func (p *parser) checkSize(t ir.Type, pos ir.Pos, what string) bool {
+	if t.Shape.Rank() > maxRank {
+		p.errorf(pos, "%s has %d dims, more than the %d a tensor may have", what, t.Shape.Rank(), maxRank)
+		return false
+	}
 	n := int64(1)
 	for _, d := range t.Shape {
 		if d <= 0 {
