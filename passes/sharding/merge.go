@@ -34,33 +34,28 @@ func isFollowerOp(op ir.Op) bool {
 	return op == ir.OpTranspose || op == ir.OpReshape || op == ir.OpBroadcast
 }
 
-// leaderOf returns the operand v follows, or NoValue. v follows u when v is a follower op,
-// u is v's only operand that is not a leaf, and v is u's only user (Alpa's rule: merging
-// then never hides a choice another consumer of u would make).
-func leaderOf(g *ir.Graph, users [][]ir.ValueID, v ir.ValueID) ir.ValueID {
+// leaderOf returns the operand v follows, or NoValue. As in Alpa, a follower op (see
+// isFollowerOp) follows one operand: its largest operand that is not a leaf, or, when all
+// are leaves, its largest param, state or input (a cast of a param follows the param).
+// Constants and iotas are never followed. Ties go to the first operand. The leader may
+// have other users: they keep their own edges to it.
+func leaderOf(g *ir.Graph, v ir.ValueID) ir.ValueID {
 	val := g.Value(v)
 	if !isFollowerOp(val.Op) {
 		return ir.NoValue
 	}
-	u := ir.NoValue
+	best, bestLeaf, bestBytes := ir.NoValue, true, int64(-1)
 	for _, a := range val.Args {
-		if g.Value(a).Op.Def().Category == ir.CatLeaf {
+		op := g.Value(a).Op
+		if op == ir.OpConstant || op == ir.OpIota {
 			continue
 		}
-		if u != ir.NoValue && u != a {
-			return ir.NoValue
-		}
-		u = a
-	}
-	if u == ir.NoValue {
-		return ir.NoValue
-	}
-	for _, w := range users[u] {
-		if w != v {
-			return ir.NoValue
+		leaf, b := op.IsLeaf(), g.Value(a).Type.Bytes()
+		if best == ir.NoValue || bestLeaf && !leaf || leaf == bestLeaf && b > bestBytes {
+			best, bestLeaf, bestBytes = a, leaf, b
 		}
 	}
-	return u
+	return best
 }
 
 // buildGroups merges followers into their leaders (unless merge is false or a value is
@@ -70,14 +65,13 @@ func (p *planner) buildGroups(merge bool) {
 	n := len(p.g.Values)
 	p.groupOf = make([]int, n)
 	p.memberIdx = make([]int, n)
-	users := p.g.Users()
 	for id := range n {
 		v := ir.ValueID(id)
 		u := ir.NoValue
 		if merge && !p.forced(v) {
-			u = leaderOf(p.g, users, v)
+			u = leaderOf(p.g, v)
 		}
-		if u == ir.NoValue {
+		if u == ir.NoValue || p.forced(u) {
 			p.newGroup(v)
 			continue
 		}

@@ -1,0 +1,107 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/frontend/zoo"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+)
+
+// The benchmarks time the whole pass — candidates, merging, tying, building the ILP,
+// lp_solve and the result — and report the ILP's size. Run them with
+//
+//	go test ./passes/sharding -run '^$' -bench . -benchtime 1x
+
+func benchMesh(b *testing.B, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.LogicalMesh) {
+	c, err := mesh.ParseCluster(cluster)
+	require.NoError(b, err)
+	sub := mesh.Submesh{Hosts: 1, Devices: n0 * n1}
+	if n0*n1 > c.DevicesPerHost {
+		sub = mesh.Submesh{Hosts: n0 * n1 / c.DevicesPerHost, Devices: c.DevicesPerHost}
+	}
+	lm, err := mesh.NewLogicalMesh(c, sub, n0, n1)
+	require.NoError(b, err)
+	return c, lm
+}
+
+// benchStep makes the SGD step of one micro-batch of 16 sequences, the unit the stage DP
+// asks the pass about (a whole batch of 1024 does not fit any device).
+func benchStep(b *testing.B, g *ir.Graph) *ir.Graph {
+	g, err := passes.Rebatch(g, 16)
+	require.NoError(b, err)
+	g, err = passes.TrainingStep(g, passes.Optimizer{Kind: "sgd", LR: 0.01})
+	require.NoError(b, err)
+	return g
+}
+
+func loadModel(b *testing.B, name string) *ir.Graph {
+	path := "../../testdata/models/" + name + ".ir"
+	if _, err := os.Stat(path); err != nil {
+		b.Skipf("%s is absent", path)
+	}
+	g, err := frontend.ParseFile(path)
+	require.NoError(b, err)
+	return benchStep(b, g)
+}
+
+func runSolve(b *testing.B, g *ir.Graph, c *mesh.Cluster, lm *mesh.LogicalMesh, once bool) {
+	var r *Result
+	b.ResetTimer()
+	for range b.N {
+		var err error
+		r, err = Solve(context.Background(), g, lm, Options{Cluster: c, SolveLayersOnce: once})
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(r.ILP.Variables), "vars")
+	b.ReportMetric(float64(r.ILP.EdgeVars), "edge-vars")
+	b.ReportMetric(float64(r.ILP.Rows), "rows")
+	b.ReportMetric(float64(r.ILP.Nodes), "nodes")
+	b.ReportMetric(r.ILP.SolveTime.Seconds(), "lp-s")
+}
+
+// BenchmarkGPTLayer: one layer of GPT-1.3B (hidden 2048, 32 heads, seq 1024, batch 1024)
+// with its embedding and head, on one host of dgx-a100, one micro-batch of 16.
+func BenchmarkGPTLayer(b *testing.B) {
+	m, err := zoo.NewPreset("gpt-1.3b")
+	require.NoError(b, err)
+	m.(*zoo.GPT).Layers = 1
+	g0, err := m.Build()
+	require.NoError(b, err)
+	g := benchStep(b, g0)
+	for _, shape := range [][2]int{{2, 4}, {1, 8}} {
+		b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
+			c, lm := benchMesh(b, "dgx-a100", shape[0], shape[1])
+			runSolve(b, g, c, lm, false)
+		})
+	}
+}
+
+// BenchmarkGPT13B: the GPT-1.3B training step (24 layers), identical layers solved once.
+func BenchmarkGPT13B(b *testing.B) {
+	g := loadModel(b, "gpt-1.3b")
+	for _, shape := range [][2]int{{2, 4}, {1, 8}} {
+		b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
+			c, lm := benchMesh(b, "dgx-a100", shape[0], shape[1])
+			runSolve(b, g, c, lm, true)
+		})
+	}
+}
+
+// BenchmarkGPT39B: the GPT-39B training step on 8 dgx-a100 hosts as an 8×8 mesh,
+// identical layers solved once.
+func BenchmarkGPT39B(b *testing.B) {
+	g := loadModel(b, "gpt-39b")
+	b.Run("8x8", func(b *testing.B) {
+		c, lm := benchMesh(b, "dgx-a100:8", 8, 8)
+		runSolve(b, g, c, lm, true)
+	})
+}
