@@ -129,3 +129,23 @@ func TestEquivRandomStrategies(t *testing.T) {
 		require.Positive(t, kinds[k], "no %s in any random plan", k)
 	}
 }
+
+func TestEquivPipeline(t *testing.T) {
+	two := [][2]int{{1, 1}, {1, 1}}
+	twoDP := [][2]int{{1, 2}, {1, 2}}
+	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
+	odd := [][2]int{{1, 2}, {2, 1}}
+	rng := rand.New(rand.NewSource(7))
+	cases := []equivCase{
+		{name: "2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(two, 2, codegen.GPipe, dataParallel(0), propagate)},
+		{name: "2-stage-1f1b", fwd: mlp(1), opt: adam, b: 4, plan: pipeline(two, 4, codegen.OneFOneB, dataParallel(0), propagate)},
+		{name: "2-stage-dp-1f1b", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
+		{name: "4-stage-gpipe", fwd: mlp(3), opt: adam, b: 4, plan: pipeline(four, 4, codegen.GPipe, dataParallel(0), propagate)},
+		{name: "4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: pipeline(four, 4, codegen.OneFOneB, dataParallel(0), propagate)},
+		{name: "2-stage-random-cross-mesh", fwd: mlp(1), opt: adam, b: 2, plan: pipeline(odd, 2, codegen.OneFOneB, randomLeaves(rng), randomChooser(rng))},
+		{name: "2-stage-gpt-1f1b", fwd: gpt, opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
+	}
+}

@@ -67,3 +67,95 @@ func TestLowerGolden(t *testing.T) {
 		})
 	}
 }
+
+func TestLowerErrors(t *testing.T) {
+	step := microStep(t, 1, 1, passes.Optimizer{Kind: "sgd", LR: 0.1})
+	valid := func(t testing.TB) *codegen.Plan {
+		return singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate)(t, step)
+	}
+	lookup := func(name string) ir.ValueID {
+		id, ok := step.Lookup(name)
+		require.True(t, ok, name)
+		return id
+	}
+	cases := []struct {
+		name   string
+		break_ func(p *codegen.Plan)
+		want   string
+	}{
+		{"no micro-batches", func(p *codegen.Plan) { p.Microbatches = 0 }, "0 micro-batches"},
+		{"short StageOf", func(p *codegen.Plan) { p.StageOf = p.StageOf[:3] }, "StageOf has 3 entries"},
+		{"stage out of range", func(p *codegen.Plan) { p.StageOf[lookup("l0.relu")] = 5 }, "value l0.relu is on stage 5"},
+		{"overlapping meshes", func(p *codegen.Plan) { p.Stages = append(p.Stages, p.Stages[0]) }, "device 0 is in stage 0 and stage 1"},
+		{"missing layout", func(p *codegen.Plan) { delete(p.Stages[0].Out, lookup("l0.relu")) }, "value l0.relu has no layout"},
+		{"missing strategy", func(p *codegen.Plan) { delete(p.Stages[0].In, lookup("l0.relu")) }, "op l0.relu has no operand layouts"},
+		{"softmax row split", func(p *codegen.Plan) {
+			id := lookup("d.ce.p")
+			p.Stages[0].In[id] = []mesh.Spec{mesh.MustParseSpec("RS1")}
+			p.Stages[0].Out[id] = mesh.MustParseSpec("RS1")
+		}, "is fixed (the op needs it whole)"},
+		{"inconsistent labels", func(p *codegen.Plan) {
+			id := lookup("l0.fc.matmul")
+			p.Stages[0].In[id] = []mesh.Spec{mesh.MustParseSpec("S1R"), mesh.MustParseSpec("RR")}
+			p.Stages[0].Out[id] = mesh.MustParseSpec("RR")
+		}, "result dim 0 is R but the same label is S1 elsewhere"},
+		{"partial not declared", func(p *codegen.Plan) {
+			id := lookup("l0.fc.matmul")
+			p.Stages[0].In[id] = []mesh.Spec{mesh.MustParseSpec("RS1"), mesh.MustParseSpec("S1R")}
+			p.Stages[0].Out[id] = mesh.MustParseSpec("RR")
+		}, `result is partial on "", expected "1"`},
+		{"indivisible", func(p *codegen.Plan) {
+			p.Stages[0].Mesh = meshAt(t, 1, 3, 0)
+		}, "cannot be split"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := valid(t)
+			c.break_(p)
+			_, err := codegen.Lower(p)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestLowerMissingGradient(t *testing.T) {
+	step := microStep(t, 1, 1, passes.Optimizer{Kind: "sgd", LR: 0.1})
+	_, err := step.Declare(ir.OpParam, "unused", ir.Type{DType: ir.F64, Shape: ir.Shape{4}}, -1, ir.Pos{})
+	require.NoError(t, err)
+	p := singleStage(1, 1, 1, dataParallel(0), propagate)(t, step)
+	_, err = codegen.Lower(p)
+	require.ErrorContains(t, err, "param unused has no gradient, expected a value named grad.unused")
+}
+
+func TestLowerDeadlockRefused(t *testing.T) {
+	step := microStep(t, 1, 2, passes.Optimizer{Kind: "sgd", LR: 0.1})
+	p := pipeline([][2]int{{1, 1}, {1, 1}}, 2, codegen.GPipe, dataParallel(0), propagate)(t, step)
+	for i, s := range p.StageOf { // run the pipeline backwards
+		p.StageOf[i] = 1 - s
+	}
+	p.Stages[0], p.Stages[1] = p.Stages[1], p.Stages[0]
+	_, err := codegen.Lower(p)
+	require.NoError(t, err, "swapping stages with their layouts is still a valid pipeline")
+	for i := range p.StageOf { // now tear the forward across stages: layer 0 after the head
+		if strings.HasPrefix(step.Value(ir.ValueID(i)).Name, "l0.") && p.StageOf[i] == 1 {
+			p.StageOf[i] = 0
+		}
+	}
+	_, err = codegen.Lower(p)
+	require.Error(t, err)
+}
+
+// Under 1F1B the first stage holds fewer micro-batches' activations than under GPipe, and
+// the predicted peak shows it.
+func TestOneFOneBHoldsLess(t *testing.T) {
+	step := microStep(t, 3, 8, passes.Optimizer{Kind: "sgd", LR: 0.1})
+	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
+	peak := func(s codegen.Schedule) int64 {
+		p := pipeline(four, 8, s, dataParallel(0), propagate)(t, step)
+		progs, err := codegen.Lower(p)
+		require.NoError(t, err)
+		return codegen.Predict(p, progs)[0].PeakBytes
+	}
+	require.Less(t, peak(codegen.OneFOneB), peak(codegen.GPipe))
+}

@@ -2,6 +2,7 @@ package codegen_test
 
 import (
 	"context"
+	"fmt"
 	"github.com/autopar/autopar/codegen"
 	"math"
 	"math/rand"
@@ -267,4 +268,87 @@ func runEquiv(t *testing.T, c equivCase) []*codegen.Program {
 		ref.Apply(want)
 	}
 	return progs
+}
+
+// layerStages assigns a pipeline stage per layer: a forward op named "l<k>.…" goes to
+// stage min(k, s−1); other forward ops go to stage 0 before the first layer (embeddings)
+// and to the last stage after it (the head and the loss).
+// Backward and update ops follow the earliest stage among their computed operands (so a
+// layer's backward runs where its forward did). Backward and update ops without such
+// operands (constants) go to the latest stage that uses them, so that they flow back with
+// the gradients; leaves go to the earliest stage that uses them.
+func layerStages(g *ir.Graph, s int) []codegen.StageID {
+	n := len(g.Values)
+	stage := make([]int, n)
+	fwd := make([]bool, n)
+	fwd[g.Outputs[0].Value] = true
+	for id := n - 1; id >= 0; id-- {
+		if fwd[id] {
+			for _, a := range g.Value(ir.ValueID(id)).Args {
+				fwd[a] = true
+			}
+		}
+	}
+	computed := func(a ir.ValueID) bool {
+		v := g.Value(a)
+		return !v.Op.IsLeaf() && len(v.Args) > 0
+	}
+	seenLayer := false
+	for id := range n {
+		v := g.Value(ir.ValueID(id))
+		stage[id] = -1
+		switch {
+		case v.Op.IsLeaf():
+		case fwd[id]:
+			stage[id] = 0
+			if seenLayer {
+				stage[id] = s - 1
+			}
+			var k int
+			if _, err := fmt.Sscanf(v.Name, "l%d.", &k); err == nil {
+				stage[id], seenLayer = min(k, s-1), true
+			}
+		default:
+			for _, a := range v.Args {
+				if computed(a) && stage[a] >= 0 && (stage[id] < 0 || stage[a] < stage[id]) {
+					stage[id] = stage[a]
+				}
+			}
+		}
+	}
+	users := g.Users()
+	for id := n - 1; id >= 0; id-- {
+		if stage[id] >= 0 {
+			continue
+		}
+		if g.Value(ir.ValueID(id)).Op.IsLeaf() {
+			stage[id] = s - 1
+			for _, u := range users[id] {
+				stage[id] = min(stage[id], stage[u])
+			}
+			continue
+		}
+		stage[id] = 0
+		for _, u := range users[id] {
+			stage[id] = max(stage[id], stage[u])
+		}
+	}
+	out := make([]codegen.StageID, n)
+	for i, x := range stage {
+		out[i] = codegen.StageID(x)
+	}
+	return out
+}
+
+// pipeline plans s stages, stage i on its own mesh shapes[i] after the previous ones'.
+func pipeline(shapes [][2]int, b int, sched codegen.Schedule, leaf leafRule, choose chooser) func(t testing.TB, step *ir.Graph) *codegen.Plan {
+	return func(t testing.TB, step *ir.Graph) *codegen.Plan {
+		var meshes []*mesh.LogicalMesh
+		first := 0
+		for _, sh := range shapes {
+			meshes = append(meshes, meshAt(t, sh[0], sh[1], first))
+			first += sh[0] * sh[1]
+		}
+		return buildPlan(step, b, sched, meshes, layerStages(step, len(shapes)), leaf, choose)
+	}
 }
