@@ -149,3 +149,33 @@ func TestEquivPipeline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
 	}
 }
+
+// moe and wresnet are the zoo's tiny default configs in f64.
+func moe(t testing.TB) *ir.Graph {
+	m := zoo.NewMoE()
+	m.DType = "f64"
+	g, err := m.Build()
+	require.NoError(t, err)
+	return g
+}
+
+func wresnet(t testing.TB) *ir.Graph {
+	m := zoo.NewWResNet()
+	m.DType = "f64"
+	g, err := m.Build()
+	require.NoError(t, err)
+	return g
+}
+
+func TestEquivMoEAndWideResNet(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	cases := []equivCase{
+		{name: "moe-dp-1x2", fwd: moe, opt: sgd, b: 1, plan: singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate)},
+		{name: "moe-random-2x2", fwd: moe, opt: sgd, b: 1, plan: singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng))},
+		{name: "wresnet-dp-1x2", fwd: wresnet, opt: sgd, b: 1, plan: singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate)},
+		{name: "wresnet-random-2x2", fwd: wresnet, opt: sgd, b: 1, plan: singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
+	}
+}
