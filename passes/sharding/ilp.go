@@ -24,7 +24,8 @@ type planner struct {
 	memberIdx []int // per value: index in its group's members
 	rep       []int // per group: the group whose variables it shares (itself unless tied)
 
-	memo map[reshardKey]mesh.Reshard
+	memo    map[reshardKey]mesh.Reshard
+	typeKey []string // per value, its type printed once
 
 	// The ILP.
 	prob      *ilp.Problem
@@ -47,16 +48,31 @@ type edgeRec struct {
 }
 
 type reshardKey struct {
-	shape    string
-	elem     int
-	from, to string
+	typ      string // the value's type, e.g. "f16[16,1024,2048]"
+	from, to uint64 // specKeys
 }
 
-// reshard prices turning value v from one layout into another, memoized per (shape, dtype
-// size, from, to): a GPT step prices the same few pairs thousands of times.
+// specBits packs a spec into an integer: two bits per dim and two for the partial axes.
+// Ranks above 31 do not occur in the IR's ops; they panic.
+func specBits(s mesh.Spec) uint64 {
+	if len(s.Dims) > 31 {
+		panic("sharding: rank above 31")
+	}
+	k := uint64(s.Partial) | uint64(len(s.Dims))<<2
+	for i, d := range s.Dims {
+		k |= uint64(d) << (7 + 2*i)
+	}
+	return k
+}
+
+// reshard prices turning value v from one layout into another, memoized per (type, from,
+// to): a GPT step prices the same few pairs thousands of times.
 func (p *planner) reshard(v ir.ValueID, from, to mesh.Spec) mesh.Reshard {
 	t := p.g.Value(v).Type
-	k := reshardKey{t.Shape.String(), t.DType.Size(), from.String(), to.String()}
+	if p.typeKey[v] == "" {
+		p.typeKey[v] = t.String()
+	}
+	k := reshardKey{p.typeKey[v], specBits(from), specBits(to)}
 	if r, ok := p.memo[k]; ok {
 		return r
 	}

@@ -136,31 +136,32 @@ type match struct {
 // plus the resharding of u into it.
 func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match {
 	var exact []match
-	best, bestCost := -1, 0.0
-	bestR := 0.0
+	for k := range p.cands[v] {
+		if allEqual(p.cands[v][k].In, slots, from) {
+			exact = append(exact, match{k: k})
+		}
+	}
+	if len(exact) > 0 {
+		// Cheapest first, stable.
+		for i := 1; i < len(exact); i++ {
+			for j := i; j > 0 && p.cands[v][exact[j].k].Cost() < p.cands[v][exact[j-1].k].Cost(); j-- {
+				exact[j], exact[j-1] = exact[j-1], exact[j]
+			}
+		}
+		return exact
+	}
+	best, bestCost, bestR := -1, 0.0, 0.0
 	for k := range p.cands[v] {
 		s := &p.cands[v][k]
 		r := 0.0
 		for _, i := range slots {
 			r += p.reshard(u, from, s.In[i]).Time
 		}
-		if r == 0 && allEqual(s.In, slots, from) {
-			exact = append(exact, match{k: k})
-		}
 		if c := s.Cost() + r; best < 0 || c < bestCost {
 			best, bestCost, bestR = k, c, r
 		}
 	}
-	if len(exact) == 0 {
-		return []match{{k: best, reshard: bestR}}
-	}
-	// Cheapest first, stable.
-	for i := 1; i < len(exact); i++ {
-		for j := i; j > 0 && p.cands[v][exact[j].k].Cost() < p.cands[v][exact[j-1].k].Cost(); j-- {
-			exact[j], exact[j-1] = exact[j-1], exact[j]
-		}
-	}
-	return exact
+	return []match{{k: best, reshard: bestR}}
 }
 
 func allEqual(in []mesh.Spec, slots []int, s mesh.Spec) bool {

@@ -174,7 +174,8 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()
-	p := &planner{g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{}}
+	p := &planner{g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{},
+		typeKey: make([]string, len(g.Values))}
 	if err := p.checkForce(); err != nil {
 		return nil, err
 	}
