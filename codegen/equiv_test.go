@@ -25,10 +25,12 @@ var (
 )
 
 // mlp is a small f64 MLP of the zoo.
-func mlp(layers int) func(t testing.TB) *ir.Graph {
+func mlp(layers int) func(t testing.TB) *ir.Graph { return mlpOf("f64", layers) }
+
+func mlpOf(dtype string, layers int) func(t testing.TB) *ir.Graph {
 	return func(t testing.TB) *ir.Graph {
 		m := zoo.NewMLP()
-		m.DType, m.Layers, m.Hidden, m.Batch, m.In, m.Classes = "f64", layers, 16, 16, 8, 8
+		m.DType, m.Layers, m.Hidden, m.Batch, m.In, m.Classes = dtype, layers, 16, 16, 8, 8
 		g, err := m.Build()
 		require.NoError(t, err)
 		return g
@@ -49,6 +51,7 @@ func TestEquivDataParallel(t *testing.T) {
 		{name: "1x4-adam", fwd: mlp(2), opt: adam, b: 1, plan: singleStage(1, 4, 1, dataParallel(mesh.Axis1), propagate)},
 		{name: "2x2", fwd: mlp(2), opt: sgd, b: 1, plan: singleStage(2, 2, 1, dataParallel(mesh.AxesBoth), propagate)},
 		{name: "1x2-microbatches", fwd: mlp(2), opt: adam, b: 2, plan: singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate)},
+		{name: "2x2-f32", fwd: mlpOf("f32", 2), opt: sgd, b: 2, plan: singleStage(2, 2, 2, dataParallel(mesh.AxesBoth), propagate)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
