@@ -29,6 +29,19 @@ func FuzzParse(f *testing.F) {
 			f.Add(src)
 		}
 	}
+	// Edge cases of the shape rules — scalars, empty lists, extreme ints and floats — as
+	// one-op files: small seeds are what the mutator explores best.
+	const prelude = "param s: f32[]\nparam a: f32[2,3]\nparam img: f32[1,1,4,4]\nparam f: f32[1,1,3,3]\ninput ids: i32[2] batch=0 limit=3\n"
+	for _, line := range []string{
+		`x = einsum s spec="->"`, `x = einsum s, a spec=",ij->ji"`, `x = broadcast s dims=[] shape=[]`,
+		`x = slice s limit=[] start=[]`, `x = transpose a perm=[1,0]`, `x = reshape s shape=[1,1,1]`,
+		`x = conv2d img, f pad=[2,2]`, `x = avg_pool_grad img window=[3,3] stride=[1,1] pad=[1,1] shape=[1,1,4,4]`,
+		`x = max_pool img window=[4611686018427387904,2] stride=[1,1] pad=[4611686018427387903,0]`,
+		`x = scatter_add ids, a rows=3`, `x = gather a, ids`, `x = constant type=f64[] value=-inf`,
+		`x = dropout a rate=0.5 seed=-9223372036854775808`, `x = cast a to=bool`, `x = concat a, a axis=1`,
+	} {
+		f.Add([]byte(prelude + line + "\noutput x\n"))
+	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		g, err := Parse("fuzz.ir", src)
 		if err != nil {
