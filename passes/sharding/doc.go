@@ -16,6 +16,8 @@
 //     budget over the liveness of values — solved with ilp.Solve.
 //   - layers.go: identical repeated layers share their node variables, so a 48-layer
 //     transformer costs the ILP of about one layer.
+//   - solve.go and result.go: Options, Candidates, Solve and the Result: a spec per value,
+//     the chosen strategies, every collective, the predicted cost and peak memory.
 //
 // Partial sums never leave an op. A strategy that splits a contracted label (matmul's k,
 // a reduced axis) pays, inside the op and in Alpa's style, either an all-reduce (the

@@ -143,56 +143,10 @@ func (p *planner) buildILP() {
 			p.nodeCost[r][k] += gs.cost()
 		}
 	}
-	pairs := map[[2]int][]edge{}
-	for _, e := range p.edges() {
-		a, m := p.rep[p.groupOf[e.from]], p.rep[p.groupOf[e.to]]
-		if a == m {
-			p.foldDiagonal(a, e)
-			continue
-		}
-		pairs[[2]int{a, m}] = append(pairs[[2]int{a, m}], e)
-	}
-	keys := make([][2]int, 0, len(pairs))
-	for k := range pairs {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
-	})
-	type pending struct {
-		a, m         int
-		rowOf, colOf []int
-		cost         [][]float64
-	}
-	var todo []pending
-	for _, k := range keys {
-		a, m := k[0], k[1]
-		es := pairs[k]
-		rowOf, rows := p.classes(a, es, func(e edge, k int) mesh.Spec { return p.outSpec(e.from, k) })
-		colOf, cols := p.classes(m, es, p.want)
-		cost := make([][]float64, len(rows))
-		zero := true
-		for r, ka := range rows {
-			cost[r] = make([]float64, len(cols))
-			for c, km := range cols {
-				for _, e := range es {
-					cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), p.want(e, km)).Time
-				}
-				zero = zero && cost[r][c] == 0
-			}
-		}
-		switch {
-		case zero:
-		case len(rows) == 1:
-			for km := range p.nodeCost[m] {
-				p.nodeCost[m][km] += cost[0][colOf[km]]
-			}
-		case len(cols) == 1:
-			for ka := range p.nodeCost[a] {
-				p.nodeCost[a][ka] += cost[rowOf[ka]][0]
-			}
-		default:
-			todo = append(todo, pending{a, m, rowOf, colOf, cost})
+	var todo []pairCost
+	for _, es := range p.pairs() {
+		if pc, ok := p.pairCost(es); ok {
+			todo = append(todo, pc)
 		}
 	}
 	var obj []ilp.Term
@@ -217,6 +171,74 @@ func (p *planner) buildILP() {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
 	p.prob.SetObjective(obj, 0)
+}
+
+// pairs groups the edges by the (producer, consumer) pair of representative groups, in
+// order of the pair; an edge within one representative is folded into its node cost.
+func (p *planner) pairs() [][]edge {
+	byPair := map[[2]int][]edge{}
+	for _, e := range p.edges() {
+		a, m := p.rep[p.groupOf[e.from]], p.rep[p.groupOf[e.to]]
+		if a == m {
+			p.foldDiagonal(a, e)
+			continue
+		}
+		byPair[[2]int{a, m}] = append(byPair[[2]int{a, m}], e)
+	}
+	keys := make([][2]int, 0, len(byPair))
+	for k := range byPair {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
+	out := make([][]edge, len(keys))
+	for i, k := range keys {
+		out[i] = byPair[k]
+	}
+	return out
+}
+
+// pairCost is the cost matrix of one group pair over its strategy classes.
+type pairCost struct {
+	a, m         int
+	rowOf, colOf []int
+	cost         [][]float64
+}
+
+// pairCost prices the edges of one pair. It reports false when the pair needs no edge
+// variables: every cell is zero, or the cost depends on one side only and has been folded
+// into that side's node cost.
+func (p *planner) pairCost(es []edge) (pairCost, bool) {
+	a, m := p.rep[p.groupOf[es[0].from]], p.rep[p.groupOf[es[0].to]]
+	rowOf, rows := p.classes(a, es, func(e edge, k int) mesh.Spec { return p.outSpec(e.from, k) })
+	colOf, cols := p.classes(m, es, p.want)
+	cost := make([][]float64, len(rows))
+	zero := true
+	for r, ka := range rows {
+		cost[r] = make([]float64, len(cols))
+		for c, km := range cols {
+			for _, e := range es {
+				cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), p.want(e, km)).Time
+			}
+			zero = zero && cost[r][c] == 0
+		}
+	}
+	switch {
+	case zero:
+		return pairCost{}, false
+	case len(rows) == 1:
+		for km := range p.nodeCost[m] {
+			p.nodeCost[m][km] += cost[0][colOf[km]]
+		}
+		return pairCost{}, false
+	case len(cols) == 1:
+		for ka := range p.nodeCost[a] {
+			p.nodeCost[a][ka] += cost[rowOf[ka]][0]
+		}
+		return pairCost{}, false
+	}
+	return pairCost{a, m, rowOf, colOf, cost}, true
 }
 
 // classes numbers group g's strategies by the tuple of layouts spec(e, k) over the edges;

@@ -99,7 +99,7 @@ func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, id ir.ValueID
 		out = append(out, e.expand(a)...)
 	}
 	if cm.alpa && e.r.heavy {
-		out = dropReplicatedWork(out, e, lm)
+		out = dropReplicatedWork(out, lm)
 	}
 	if len(out) == 0 {
 		panic(fmt.Sprintf("sharding: value %s has no strategy", v.Name))
@@ -313,7 +313,7 @@ func specName(s mesh.Spec) string {
 
 // dropReplicatedWork keeps, under Alpa's convention, only the strategies of a heavy op
 // that use every mesh axis of size > 1, unless none does (a dim no axis divides).
-func dropReplicatedWork(ss []Strategy, e *enumerator, lm *mesh.LogicalMesh) []Strategy {
+func dropReplicatedWork(ss []Strategy, lm *mesh.LogicalMesh) []Strategy {
 	var want mesh.AxisSet
 	for a := range 2 {
 		if lm.Shape[a] > 1 {

@@ -1,0 +1,103 @@
+package sharding
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+func names(ss []Strategy) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func candidatesOf(t *testing.T, g *ir.Graph, lm *mesh.LogicalMesh, name string) []Strategy {
+	t.Helper()
+	cands, err := Candidates(g, lm)
+	require.NoError(t, err)
+	return cands[lookup(t, g, name)]
+}
+
+func TestStrategiesFromDims(t *testing.T) {
+	b := newGB(t, "s")
+	x := b.input("x", 8, 4)
+	w := b.param("w", 4, 6)
+	b.op(ir.OpMatMul, "mm", nil, x, w)
+	b.op(ir.OpSoftmax, "sm", ir.Attrs{}.With("axis", 1), x)
+	odd := b.param("odd", 3, 5)
+	b.op(ir.OpRelu, "oddrelu", nil, odd)
+	table := b.param("table", 16, 4)
+	ids := b.declare(ir.OpInput, "ids", ir.Type{DType: ir.I32, Shape: ir.Shape{8}}, 0)
+	b.op(ir.OpGather, "emb", nil, table, ids)
+	logits := b.param("logits", 8, 16)
+	b.op(ir.OpSparseCrossEntropy, "ce", nil, logits, ids)
+	lm := uniform(t, 2, 2)
+	g := b.g
+
+	mm := names(candidatesOf(t, g, lm, "mm"))
+	for _, want := range []string{
+		"RR = RR x RR",                             // replicated
+		"S0R = S0R x RR",                           // data parallel on axis 0
+		"RS1 = RR x RS1",                           // column split
+		"RR = RS1 x S1R (all_reduce 1)",            // row split, partial summed in the op
+		"S1R = RS1 x S1R (reduce_scatter 1 dim 0)", // or scattered
+		"S0S1 = S0R x RS1",                         // 2-D
+		"S01R = S01R x RR",                         // both axes on the batch
+	} {
+		assert.Contains(t, mm, want)
+	}
+	assert.NotContains(t, mm, "RS01 = RR x RS01", "6 columns do not split 4 ways")
+
+	for _, s := range candidatesOf(t, g, lm, "sm") {
+		assert.Equal(t, mesh.AxesNone, s.Out.Dims[1], "softmax's axis is never split: %s", s.Name)
+	}
+	assert.Equal(t, []string{"RR = RR"}, names(candidatesOf(t, g, lm, "oddrelu")), "no axis divides 3 or 5: replicated")
+	for _, s := range candidatesOf(t, g, lm, "x") {
+		assert.Equal(t, mesh.AxesNone, s.Out.Dims[1], "an input splits only its batch dim: %s", s.Name)
+	}
+	assert.Contains(t, names(candidatesOf(t, g, lm, "emb")), "RR = S0R x R (all_reduce 0)", "vocab-parallel embedding")
+	var ce *Strategy
+	for _, s := range candidatesOf(t, g, lm, "ce") {
+		if s.In[0].String() == "RS0" && s.In[1].String() == "R" {
+			ce = &s
+		}
+	}
+	require.NotNil(t, ce, "vocab-parallel cross-entropy")
+	require.Len(t, ce.Collectives, 3)
+	assert.Equal(t, []string{"max", "sum", "sum"}, []string{ce.Collectives[0].Reduce, ce.Collectives[1].Reduce, ce.Collectives[2].Reduce})
+}
+
+func TestStrategyCosts(t *testing.T) {
+	b := newGB(t, "c")
+	x := b.input("x", 8, 4)
+	w := b.param("w", 4, 6)
+	b.op(ir.OpMatMul, "mm", nil, x, w)
+	lm := uniform(t, 2, 2)
+	seen := 0
+	for _, s := range candidatesOf(t, b.g, lm, "mm") {
+		seen++
+		switch s.Name {
+		case "RR = RR x RR":
+			assert.Equal(t, 2.0*8*4*6, s.Compute, "1 FLOP/s, replicated")
+			assert.Equal(t, int64(8*6*4), s.Memory)
+		case "S0S1 = S0R x RS1":
+			assert.Equal(t, 2.0*8*4*6/4, s.Compute)
+			assert.Equal(t, int64(8*6*4/4), s.Memory)
+		case "RR = RS1 x S1R (all_reduce 1)":
+			assert.Equal(t, 1+2*0.5*8*6*4, s.Comm, "α + 2β(n−1)/n·B with B = the 192-byte result")
+		case "S1R = RS1 x S1R (reduce_scatter 1 dim 0)":
+			assert.Equal(t, 1+0.5*8*6*4, s.Comm, "α + β(n−1)/n·B")
+			assert.Equal(t, int64(8*6*4/2), s.Memory)
+		default:
+			seen--
+		}
+	}
+	assert.Equal(t, 4, seen, "every hand-checked strategy is a candidate")
+}
