@@ -1,16 +1,17 @@
 // Package sharding is the intra-operator pass: for one logical device mesh it chooses how
 // every op of a training step is split (Alpa, OSDI'22 §4) and predicts what that costs.
 //
-// The pass runs in four steps, each a file:
+// The pass, file by file:
 //
 //   - strategy.go: every op gets its candidate strategies from one generic rule over its
 //     einsum-style dims signature (ir.Dims): each mesh axis goes to at most one splittable
 //     label (a label may take both axes, S01). The operand specs, the output spec, the
 //     compute, communication and memory costs follow. special.go holds the few ops whose
 //     signature alone says too little (gather, sparse cross-entropy, data inputs).
-//   - merge.go: followers (elementwise, layout and row-wise ops fed by one op whose output
-//     only they use) are merged into that op, Alpa's simplification, so the ILP has one
-//     node per group rather than per op.
+//   - merge.go: followers (elementwise, row-wise, reduction, transpose, reshape and
+//     broadcast ops) are merged into their largest non-leaf operand, Alpa's simplification:
+//     a follower takes the layout its leader produces, so the ILP has one node per group
+//     rather than per op.
 //   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge
 //     variables over distinct (producer spec, consumer spec) pairs, a per-device memory
 //     budget over the liveness of values — solved with ilp.Solve.
