@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/autopar/autopar/ir"
@@ -201,6 +202,9 @@ func (p *parser) finish() (*ir.Graph, error) {
 	if err := ir.Verify(p.g); err != nil {
 		return nil, err
 	}
+	// Values was sized by an estimate: clip it, so a pass appending to a copy of the slice
+	// header cannot write into the graph's spare capacity.
+	p.g.Values = slices.Clip(p.g.Values)
 	return p.g, nil
 }
 
