@@ -210,7 +210,8 @@ func (c *crossing) add(id ir.ValueID, i int) float64 {
 // layer among its operands, where a forward activation counts at the layer of its first
 // consumer (the backward op that reads it differentiates one of its consumers, not its
 // producer). What is still unplaced (state, constants made for the backward) goes with its
-// first user. The rule is a heuristic for balance only: any assignment is correct, since
+// last user: the backward runs from the last layer to the first, so a value sent from there
+// to earlier users travels the way the backward already does and cannot deadlock a pipeline. The rule is a heuristic for balance only: any assignment is correct, since
 // whatever crosses a stage bound is sent there.
 func followForward(g *ir.Graph, of []int) {
 	users := g.Users()
@@ -252,9 +253,17 @@ func followForward(g *ir.Graph, of []int) {
 	}
 	for i := len(g.Values) - 1; i >= 0; i-- {
 		if of[i] < 0 {
-			of[i] = max(0, firstUser(ir.ValueID(i), of))
+			of[i] = max(0, lastUser(users[i], of))
 		}
 	}
+}
+
+func lastUser(users []ir.ValueID, of []int) int {
+	best := -1
+	for _, u := range users {
+		best = max(best, of[u])
+	}
+	return best
 }
 
 func (lay *Layering) account(g *ir.Graph, fwd []ir.ValueID, cut []int) {

@@ -29,6 +29,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd())
 	return root
 }

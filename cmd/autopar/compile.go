@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/passes/sharding"
+)
+
+type compileFlags struct {
+	cluster, microbatches, schedule, memory, plan, out, emit string
+	optimizer                                                string
+	batch, layers                                            int
+	lr                                                       float64
+}
+
+func newCompileCmd() *cobra.Command {
+	var f compileFlags
+	cmd := &cobra.Command{
+		Use:   "compile MODEL.ir --cluster SPEC [-o DIR]",
+		Short: "plan data, tensor and pipeline parallelism for a model on a cluster",
+		Long: `Builds the training step of a forward graph, clusters it into layers, and searches
+pipeline stages, submeshes, logical meshes and the sharding of every op (Alpa's DP over the
+sharding ILP). Prints the plan's summary and writes DIR/plan.json; --emit programs also
+writes one program per device under DIR/programs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
+		},
+	}
+	fl := cmd.Flags()
+	addPlanFlags(fl.StringVar, fl.IntVar, &f)
+	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
+	fl.StringVarP(&f.out, "output", "o", "", "write plan.json (and programs) into `DIR`")
+	fl.StringVar(&f.emit, "emit", "", "also write `programs`: one text program per device")
+	_ = cmd.MarkFlagRequired("cluster")
+	return cmd
+}
+
+// addPlanFlags declares the flags compile and run share.
+func addPlanFlags(str func(*string, string, string, string), num func(*int, string, int, string), f *compileFlags) {
+	str(&f.cluster, "cluster", "", "cluster: preset[:hosts] (dgx-a100:16, cpu:8) or a JSON file")
+	num(&f.batch, "batch", 0, "global batch size (default: the model's)")
+	str(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
+	str(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	str(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
+	num(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
+	str(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N")
+	str(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+}
+
+// compileModel reads a model and compiles it as the flags say.
+func compileModel(ctx context.Context, stderr io.Writer, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
+	c, err := mesh.ParseCluster(f.cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := frontend.ParseFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.batch != 0 {
+		if g, err = passes.Rebatch(g, f.batch); err != nil {
+			return nil, nil, fmt.Errorf("--batch %d: %w", f.batch, err)
+		}
+	}
+	opts, err := compileOptions(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	bar := newProgress(stderr)
+	if bar != nil {
+		opts.Progress = func(b, done, total int) {
+			bar.ChangeMax(total)
+			bar.Describe(fmt.Sprintf("stage search, %d micro-batches", b))
+			_ = bar.Set(done)
+		}
+		defer bar.Clear()
+	}
+	plan, err := autopar.Compile(ctx, g, c, opts)
+	return g, plan, err
+}
+
+func compileOptions(f compileFlags) (autopar.Options, error) {
+	var o autopar.Options
+	switch f.optimizer {
+	case "sgd":
+		o.Optimizer = passes.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}
+	case "adam":
+		o.Optimizer = passes.Optimizer{Kind: "adam", LR: 0.01}
+	default:
+		return o, fmt.Errorf("--optimizer %q: expected sgd or adam", f.optimizer)
+	}
+	if f.lr > 0 {
+		o.Optimizer.LR = f.lr
+	}
+	if f.microbatches != "auto" {
+		b, err := strconv.Atoi(f.microbatches)
+		if err != nil || b < 1 {
+			return o, fmt.Errorf("--microbatches %q: expected a count ≥ 1 or auto", f.microbatches)
+		}
+		o.Microbatches = b
+	}
+	if f.schedule != "1f1b" && f.schedule != "gpipe" {
+		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
+	}
+	o.Schedule = f.schedule
+	o.Layers = f.layers
+	if f.layers < 0 {
+		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
+	}
+	if f.memory != "" {
+		m, err := parseBytes(f.memory)
+		if err != nil || m <= 0 {
+			return o, fmt.Errorf("--memory %q: expected a positive size such as 16GiB", f.memory)
+		}
+		o.MemoryPerDevice = m
+	}
+	if f.plan != "" {
+		m, err := autopar.ParseManual(f.plan)
+		if err != nil {
+			return o, err
+		}
+		o.Manual = m
+	}
+	return o, nil
+}
+
+// newProgress returns a progress bar on stderr, or nil when stderr is not a terminal.
+func newProgress(stderr io.Writer) *progressbar.ProgressBar {
+	f, ok := stderr.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return progressbar.NewOptions(1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true))
+}
+
+func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f compileFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, plan, err := compileModel(ctx, stderr, path, f)
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, plan)
+	if f.out == "" {
+		return nil
+	}
+	if f.emit != "" && f.emit != "programs" {
+		return fmt.Errorf("--emit %q: expected programs", f.emit)
+	}
+	return writePlanDir(f.out, plan, f.emit == "programs")
+}
+
+// writePlanDir writes plan.json, and the programs when asked, each file whole or not at all.
+func writePlanDir(dir string, plan *autopar.Plan, programs bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if programs {
+		progs, err := plan.Programs()
+		if err != nil {
+			return err
+		}
+		pdir := filepath.Join(dir, "programs")
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
+			return err
+		}
+		for _, p := range progs {
+			text := p.String()
+			name := filepath.Join(pdir, fmt.Sprintf("device%d.txt", p.Device))
+			if err := writeFileAtomic(name, func(w io.Writer) error { _, err := io.WriteString(w, text); return err }); err != nil {
+				return err
+			}
+		}
+	}
+	return writeFileAtomic(filepath.Join(dir, "plan.json"), plan.WriteJSON)
+}
+
+func printSummary(w io.Writer, p *autopar.Plan) {
+	pr := p.Predicted
+	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s), cluster %s\n\n",
+		p.Model, p.Batch, p.Microbatches, p.Schedule, p.Cluster.String())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tmemory/device\tcapacity")
+	for i, s := range p.Stages {
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t(%d, %d)\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
+			s.Logical[0], s.Logical[1], deviceRange(s.Devices), seconds(s.Time),
+			sharding.FormatBytes(s.MemoryBytes), sharding.FormatBytes(pr.DeviceMemory))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nstep time %s = compute %s + communication %s + pipeline bubble %s\n",
+		seconds(pr.StepTime), seconds(pr.Compute), seconds(pr.Communication), seconds(pr.Bubble))
+	fmt.Fprintf(w, "throughput %.4g samples/s, %.4g TFLOP/s per device, model-FLOPs utilization %.1f%%\n",
+		pr.SamplesPerSecond, pr.TFLOPSPerDevice, 100*pr.MFU)
+	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)
+}
+
+func deviceRange(ds []int) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	if ds[len(ds)-1]-ds[0] == len(ds)-1 {
+		if len(ds) == 1 {
+			return strconv.Itoa(ds[0])
+		}
+		return fmt.Sprintf("%d-%d", ds[0], ds[len(ds)-1])
+	}
+	var b bytes.Buffer
+	for i, d := range ds {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(d))
+	}
+	return b.String()
+}
+
+// seconds prints a duration in seconds with a unit that keeps it readable.
+func seconds(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.3g s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3g ms", s*1e3)
+	case s >= 1e-6:
+		return fmt.Sprintf("%.3g µs", s*1e6)
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.3g s", s))
+}

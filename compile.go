@@ -1,0 +1,256 @@
+package autopar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+)
+
+// Options steer Compile. The zero value compiles with SGD (momentum 0.9), micro-batches
+// searched automatically, the 1F1B schedule and an automatic layer count.
+type Options struct {
+	// Optimizer is the update of the training step; the zero value is SGD with lr 0.1 and
+	// momentum 0.9.
+	Optimizer passes.Optimizer
+	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
+	Microbatches int
+	// Schedule is "1f1b" (default) or "gpipe".
+	Schedule string
+	// Layers is the number of layers the step is clustered into; 0 picks min(8, devices).
+	Layers int
+	// MemoryPerDevice overrides the cluster's device memory, in bytes; 0 keeps it.
+	MemoryPerDevice int64
+	// Manual, if set, fixes the plan to Megatron-style degrees, costed with the same model.
+	Manual *Manual
+	// Constraints pin parts of the plan (stage boundaries, submeshes, logical meshes); the
+	// rest is searched. Manual, when set, replaces them.
+	Constraints dp.Constraints
+	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
+	ILPTimeLimit time.Duration
+	// Progress, if set, is called as the stage search advances (see dp.Options.Progress),
+	// with the micro-batch count being tried.
+	Progress func(microbatches, done, total int)
+}
+
+// MaxAutoMicrobatches bounds the micro-batch counts an automatic search tries.
+const MaxAutoMicrobatches = 64
+
+// Manual is a hand-written plan in Megatron's terms: TP-way tensor parallelism inside each
+// stage, PP pipeline stages of equal layer counts, and DP-way data parallelism.
+type Manual struct{ TP, PP, DP int }
+
+// ParseManual reads "tp=8,pp=2,dp=32"; a degree left out is 1.
+func ParseManual(s string) (*Manual, error) {
+	m := &Manual{TP: 1, PP: 1, DP: 1}
+	for _, part := range splitComma(s) {
+		var key string
+		var n int
+		if _, err := fmt.Sscanf(part, "%2s=%d", &key, &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("plan %q: %q is not tp=N, pp=N or dp=N with N ≥ 1", s, part)
+		}
+		switch key {
+		case "tp":
+			m.TP = n
+		case "pp":
+			m.PP = n
+		case "dp":
+			m.DP = n
+		default:
+			return nil, fmt.Errorf("plan %q: unknown degree %q, expected tp, pp or dp", s, key)
+		}
+	}
+	return m, nil
+}
+
+func (m *Manual) String() string { return fmt.Sprintf("tp=%d,pp=%d,dp=%d", m.TP, m.PP, m.DP) }
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// Compile plans the training of forward graph g (whose first output is a scalar loss that
+// is a mean over the batch) on cluster c. It returns a *dp.MemoryError-wrapping error when
+// no plan fits in device memory (naming the memory that would fit), and errors naming the
+// option at fault for a batch the micro-batch count does not divide, a manual plan that
+// does not match the cluster, or contradictory constraints.
+func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(g.Updates) > 0 {
+		return nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
+	}
+	opts = opts.withDefaults()
+	sched, err := codegen.ParseSchedule(opts.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	batch, err := passes.BatchSize(g)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	counts, err := microbatchCounts(batch, opts.Microbatches)
+	if err != nil {
+		return nil, err
+	}
+	var best *Plan
+	var firstErr error
+	for _, b := range counts {
+		p, err := compileWith(ctx, g, c, opts, sched, batch, b)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if firstErr == nil || isMemory(firstErr) && !isMemory(err) {
+				firstErr = err
+			}
+			continue
+		}
+		if best == nil || p.Predicted.StepTime < best.Predicted.StepTime {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil, firstErr
+	}
+	return best, nil
+}
+
+func isMemory(err error) bool {
+	var me *dp.MemoryError
+	return errors.As(err, &me)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Optimizer.Kind == "" {
+		o.Optimizer = passes.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}
+	}
+	if o.Schedule == "" {
+		o.Schedule = "1f1b"
+	}
+	if o.ILPTimeLimit == 0 {
+		o.ILPTimeLimit = 30 * time.Second
+	}
+	return o
+}
+
+// microbatchCounts lists the B to try: the one asked for, or every divisor of the batch up
+// to MaxAutoMicrobatches.
+func microbatchCounts(batch, asked int) ([]int, error) {
+	if asked < 0 {
+		return nil, fmt.Errorf("compile: micro-batch count %d is negative", asked)
+	}
+	if asked > 0 {
+		if batch%asked != 0 {
+			return nil, fmt.Errorf("compile: the batch %d is not divisible by %d micro-batches", batch, asked)
+		}
+		return []int{asked}, nil
+	}
+	var out []int
+	for b := 1; b <= min(batch, MaxAutoMicrobatches); b++ {
+		if batch%b == 0 {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// compileWith plans with b micro-batches.
+func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch, b int) (*Plan, error) {
+	mb, err := passes.Rebatch(g, batch/b)
+	if err != nil {
+		return nil, err
+	}
+	step, err := passes.TrainingStep(mb, opts.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	layers := opts.Layers
+	if layers == 0 {
+		// More layers than devices buys no more stages, and every layer range is priced on
+		// every submesh: the search grows with L².
+		layers = min(8, c.Devices())
+	}
+	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
+	if err != nil {
+		return nil, err
+	}
+	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
+	if opts.MemoryPerDevice > 0 {
+		dc.MemoryPerDevice = float64(opts.MemoryPerDevice)
+	}
+	cons := opts.Constraints
+	if opts.Manual != nil {
+		if cons, err = manualConstraints(opts.Manual, lay.L, c); err != nil {
+			return nil, err
+		}
+	}
+	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
+	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
+	if opts.Progress != nil {
+		do.Progress = func(done, total int) { opts.Progress(b, done, total) }
+	}
+	res, err := dp.Solve(ctx, lay.L, dc, o, do)
+	if err != nil {
+		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
+			return nil, fmt.Errorf("%w: %v", err, o.err)
+		}
+		return nil, err
+	}
+	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
+}
+
+func dpSchedule(s codegen.Schedule) dp.Schedule {
+	if s == codegen.GPipe {
+		return dp.GPipe
+	}
+	return dp.OneFOneB
+}
+
+// manualConstraints turns tp/pp/dp degrees into pinned stages: PP stages of equal layer
+// counts (the first ones one longer when L does not divide), each on TP·DP devices with
+// logical mesh (DP, TP).
+func manualConstraints(m *Manual, layers int, c *mesh.Cluster) (dp.Constraints, error) {
+	if n := m.TP * m.PP * m.DP; n != c.Devices() {
+		return dp.Constraints{}, fmt.Errorf("plan %s uses %d devices but cluster %s has %d", m, n, c, c.Devices())
+	}
+	if m.PP > layers {
+		return dp.Constraints{}, fmt.Errorf("plan %s has more stages than the %d layers of the model", m, layers)
+	}
+	per := m.TP * m.DP
+	var sub dp.Submesh
+	switch {
+	case per <= c.DevicesPerHost && c.DevicesPerHost%per == 0:
+		sub = dp.Submesh{Hosts: 1, Devices: per}
+	case per%c.DevicesPerHost == 0:
+		sub = dp.Submesh{Hosts: per / c.DevicesPerHost, Devices: c.DevicesPerHost}
+	default:
+		return dp.Constraints{}, fmt.Errorf("plan %s: a stage of %d devices is neither part of a host of %d nor whole hosts",
+			m, per, c.DevicesPerHost)
+	}
+	bounds := make([]int, m.PP+1)
+	for i := range m.PP {
+		bounds[i+1] = bounds[i] + layers/m.PP
+		if i < layers%m.PP {
+			bounds[i+1]++
+		}
+	}
+	return dp.Constraints{Boundaries: bounds, Submesh: &sub, Logical: &dp.Logical{DP: m.DP, MP: m.TP}}, nil
+}

@@ -1,0 +1,329 @@
+package autopar
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/passes/sharding"
+)
+
+// PlanVersion is the version of the plan.json format.
+const PlanVersion = 1
+
+// Plan is a compiled training plan: what plan.json holds. It is plain data, written and
+// read back byte for byte; Programs lowers it to one program per device.
+type Plan struct {
+	Version      int           `json:"version"`
+	Model        string        `json:"model"`
+	ModelHash    string        `json:"model_hash"` // sha256 of the forward graph's .ir text
+	Cluster      mesh.Cluster  `json:"cluster"`
+	Batch        int           `json:"batch"`
+	Microbatches int           `json:"microbatches"`
+	Schedule     string        `json:"schedule"`
+	Optimizer    OptimizerSpec `json:"optimizer"`
+	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
+	Layers       []Layer       `json:"layers"`
+	Stages       []Stage       `json:"stages"`
+	Predicted    Prediction    `json:"predicted"`
+
+	step *ir.Graph // the training step of one micro-batch
+}
+
+// OptimizerSpec is passes.Optimizer as plan.json spells it.
+type OptimizerSpec struct {
+	Kind        string  `json:"kind"`
+	LR          float64 `json:"lr"`
+	Momentum    float64 `json:"momentum,omitempty"`
+	Beta1       float64 `json:"beta1,omitempty"`
+	Beta2       float64 `json:"beta2,omitempty"`
+	Eps         float64 `json:"eps,omitempty"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+}
+
+func (o OptimizerSpec) optimizer() passes.Optimizer {
+	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+}
+
+func specOf(o passes.Optimizer) OptimizerSpec {
+	return OptimizerSpec{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+}
+
+// Layer is one layer of the clustering: its work and the activation bytes it receives.
+type Layer struct {
+	FLOPs   float64 `json:"flops"`
+	InBytes int64   `json:"in_bytes"`
+}
+
+// Stage is one pipeline stage of a plan.
+type Stage struct {
+	FirstLayer  int           `json:"first_layer"`
+	LastLayer   int           `json:"last_layer"`
+	Submesh     mesh.Submesh  `json:"submesh"`
+	Logical     [2]int        `json:"logical_mesh"` // (dp, mp)
+	Devices     []int         `json:"devices"`
+	Time        float64       `json:"time"` // seconds per micro-batch, forward + backward
+	Cost        sharding.Cost `json:"cost"`
+	WeightBytes int64         `json:"weight_bytes"`
+	ActBytes    int64         `json:"activation_bytes"`
+	InFlight    int           `json:"in_flight"`
+	MemoryBytes int64         `json:"memory_bytes"` // per device at the peak
+	ILP         sharding.ILPStats
+	Values      []ValuePlan `json:"values"`
+}
+
+// ValuePlan is the sharding of one value of a stage.
+type ValuePlan struct {
+	Name     string      `json:"name"`
+	Op       string      `json:"op"`
+	Spec     mesh.Spec   `json:"spec"`
+	In       []mesh.Spec `json:"in,omitempty"`
+	Strategy string      `json:"strategy,omitempty"`
+	Compute  float64     `json:"compute,omitempty"`
+	Comm     float64     `json:"comm,omitempty"`
+}
+
+// Prediction is what the plan predicts for one training step. StepTime = Compute +
+// Communication + Bubble, where Compute and Communication are the B micro-batches of the
+// slowest stage and Bubble the rest of the pipeline's fill and drain.
+type Prediction struct {
+	StepTime         float64 `json:"step_time"`
+	Compute          float64 `json:"compute"`
+	Communication    float64 `json:"communication"`
+	Bubble           float64 `json:"bubble"`
+	FLOPs            float64 `json:"flops"` // per step, forward + backward + update
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TFLOPSPerDevice  float64 `json:"tflops_per_device"`
+	MFU              float64 `json:"mfu"`
+	DeviceMemory     int64   `json:"device_memory"` // capacity per device
+	Solves           int     `json:"ilp_solves"`
+}
+
+// assemble turns the DP's result into a Plan.
+func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Options, sched codegen.Schedule,
+	batch, b int, res *dp.Result, o *oracle) (*Plan, error) {
+	p := &Plan{Version: PlanVersion, Model: g.Name, ModelHash: ModelHash(g), Cluster: *c, Batch: batch,
+		Microbatches: b, Schedule: sched.String(), Optimizer: specOf(opts.Optimizer), step: step}
+	if opts.Manual != nil {
+		p.Manual = opts.Manual.String()
+	}
+	for l := range lay.L {
+		p.Layers = append(p.Layers, Layer{FLOPs: lay.FLOPs[l], InBytes: lay.InBytes[l]})
+	}
+	for _, st := range res.Stages {
+		sol := o.solve(st.Start, st.End, st.Submesh, st.Logical)
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil || !sol.ok {
+			return nil, fmt.Errorf("compile: stage %d-%d lost its sharding: %v", st.Start, st.End-1, err)
+		}
+		p.Stages = append(p.Stages, stagePlan(step, st, sg, sol))
+	}
+	p.predict(res, step, c)
+	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
+	if opts.MemoryPerDevice > 0 {
+		p.Predicted.DeviceMemory = opts.MemoryPerDevice
+	}
+	p.Predicted.Solves = o.solves
+	return p, nil
+}
+
+// stagePlan lists the stage's values with their specs: its ops, and the leaves it reads.
+// Values other stages send it are left out: the consumers' In specs say how they arrive.
+func stagePlan(step *ir.Graph, st dp.Stage, sg *stageGraph, sol *stageSolution) Stage {
+	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
+		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
+		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
+		Cost: sol.res.Cost, WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
+		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: sol.res.ILP}
+	for i := range sg.g.Values {
+		v := &sg.g.Values[i]
+		if id, ok := step.Lookup(v.Name); !ok || step.Value(id).Op != v.Op {
+			continue // arrives from another stage
+		}
+		strat := sol.res.Strategies[i]
+		s.Values = append(s.Values, ValuePlan{Name: v.Name, Op: v.Op.String(), Spec: sol.res.Specs[i],
+			In: strat.In, Strategy: strat.Name, Compute: strat.Compute, Comm: strat.Comm})
+	}
+	return s
+}
+
+func (p *Plan) predict(res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
+	B := float64(p.Microbatches)
+	slow := 0
+	for i, st := range p.Stages {
+		if st.Time > p.Stages[slow].Time {
+			slow = i
+		}
+	}
+	s := p.Stages[slow]
+	comm := s.Cost.Communication + s.Cost.Resharding
+	frac := 0.0
+	if s.Cost.Total > 0 {
+		frac = comm / s.Cost.Total
+	}
+	pr := &p.Predicted
+	pr.StepTime = res.Time
+	pr.Communication = B * s.Time * frac
+	pr.Compute = B*s.Time - pr.Communication
+	pr.Bubble = res.Time - B*s.Time
+	pr.FLOPs = step.TotalFLOPs() * B
+	if res.Time > 0 {
+		pr.SamplesPerSecond = float64(p.Batch) / res.Time
+		perDevice := pr.FLOPs / res.Time / float64(c.Devices())
+		pr.TFLOPSPerDevice = perDevice / 1e12
+		pr.MFU = perDevice / c.DeviceFLOPS
+	}
+}
+
+// ModelHash identifies a forward graph: the sha256 of its .ir text.
+func ModelHash(g *ir.Graph) string {
+	sum := sha256.Sum256([]byte(g.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+// WriteJSON writes plan.json: indented, fields in a fixed order, so the same plan gives
+// the same bytes.
+func (p *Plan) WriteJSON(w io.Writer) error {
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+// ReadPlan reads a plan.json written for model (the forward graph it was compiled from).
+// A corrupt file, another format version, or a plan of another model is an error saying so.
+func ReadPlan(r io.Reader, model *ir.Graph) (*Plan, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("plan: corrupt plan.json: %w", err)
+	}
+	if p.Version != PlanVersion {
+		return nil, fmt.Errorf("plan: version %d, this autopar reads version %d", p.Version, PlanVersion)
+	}
+	if h := ModelHash(model); p.ModelHash != h {
+		return nil, fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
+			p.Model, p.ModelHash, model.Name, h)
+	}
+	if err := p.rebuild(model); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// rebuild recomputes the micro-batch step the plan was made for and checks the plan's
+// values against it.
+func (p *Plan) rebuild(model *ir.Graph) error {
+	if p.Microbatches < 1 || p.Batch%p.Microbatches != 0 || len(p.Stages) == 0 {
+		return fmt.Errorf("plan: corrupt plan.json: batch %d, %d micro-batches, %d stages", p.Batch, p.Microbatches, len(p.Stages))
+	}
+	mb, err := passes.Rebatch(model, p.Batch/p.Microbatches)
+	if err != nil {
+		return err
+	}
+	step, err := passes.TrainingStep(mb, p.Optimizer.optimizer())
+	if err != nil {
+		return err
+	}
+	for _, s := range p.Stages {
+		for _, v := range s.Values {
+			id, ok := step.Lookup(v.Name)
+			if !ok || step.Value(id).Op.String() != v.Op {
+				return fmt.Errorf("plan: value %s (%s) of the plan is not in the training step of %s", v.Name, v.Op, model.Name)
+			}
+		}
+	}
+	p.step = step
+	return nil
+}
+
+// Step returns the training step of one micro-batch the plan shards.
+func (p *Plan) Step() *ir.Graph { return p.step }
+
+// Programs lowers the plan to one program per device (codegen.Lower).
+func (p *Plan) Programs() ([]*codegen.Program, error) {
+	cp, err := p.CodegenPlan()
+	if err != nil {
+		return nil, err
+	}
+	return codegen.Lower(cp)
+}
+
+// CodegenPlan is the plan as codegen reads it: ValueIDs of the step instead of names.
+func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
+	if p.step == nil {
+		return nil, fmt.Errorf("plan: no training step: read the plan with ReadPlan")
+	}
+	sched, err := codegen.ParseSchedule(p.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	step := p.step
+	cp := &codegen.Plan{Step: step, Microbatches: p.Microbatches, Schedule: sched,
+		StageOf: make([]codegen.StageID, len(step.Values))}
+	owner := make([]int, len(step.Values))
+	for i := range owner {
+		owner[i] = -1
+	}
+	for si, s := range p.Stages {
+		for _, v := range s.Values {
+			if id, _ := step.Lookup(v.Name); owner[id] < 0 {
+				owner[id] = si // the first stage to list a leaf holds and updates it
+			}
+		}
+	}
+	for si, s := range p.Stages {
+		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
+		if err != nil {
+			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
+		}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		for _, v := range s.Values {
+			id, _ := step.Lookup(v.Name)
+			if owner[id] != si {
+				continue
+			}
+			st.Out[id] = localOut(step, id, v.In, v.Spec)
+			if len(v.In) > 0 {
+				st.In[id] = v.In
+			}
+		}
+		cp.Stages = append(cp.Stages, st)
+	}
+	for i := range owner {
+		if owner[i] < 0 {
+			owner[i] = 0 // a value no stage lists (dead code): stage 0 holds it
+		}
+		cp.StageOf[i] = codegen.StageID(owner[i])
+	}
+	return cp, nil
+}
+
+// StageNames lists the values of every stage, sorted, for error messages that must name
+// what exists.
+func (p *Plan) StageNames() []string {
+	var names []string
+	for _, s := range p.Stages {
+		for _, v := range s.Values {
+			names = append(names, v.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
