@@ -37,6 +37,9 @@ const maxErrors = 10
 // a bad line so that independent mistakes are reported together. Parse never panics on any
 // input; Print(Parse(Print(g))) is byte-identical to Print(g).
 func Parse(filename string, src []byte) (*ir.Graph, error) {
+	// A byte-order mark some editors write is skipped, as Go's scanner does; columns on the
+	// first line then count from after it, where the reader's eye starts.
+	src = bytes.TrimPrefix(src, []byte("\uFEFF"))
 	p := &parser{file: filename, src: src, g: ir.NewGraph("")}
 	n := estimateValues(src)
 	p.defs = make(map[string]definition, n)

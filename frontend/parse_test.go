@@ -176,6 +176,7 @@ func TestParseAccepts(t *testing.T) {
 		{"graph line later", "param w: f32[2]\ngraph late\n", "graph late\nparam w: f32[2]\n"},
 		{"keywords as names", "param output: f32[2]\ngraph = relu output\nupdate output <- graph\n",
 			"param output: f32[2]\ngraph = relu output\nupdate output <- graph\n"},
+		{"byte-order mark", "\uFEFFparam w: f32[2]\n", "param w: f32[2]\n"},
 		{"escaped string", "param w: f32[2] init=\"\\x7aeros\"\n", "param w: f32[2] init=\"zeros\"\n"},
 	}
 	for _, c := range cases {
