@@ -36,8 +36,8 @@ func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
 	return out
 }
 
-// materialize makes the first version of k on this stage: a load for a leaf, a receive for
-// a value of another stage.
+// materialize makes the first version of k on this stage: a load for a leaf, a fill for a
+// constant, a receive for any other value of another stage.
 func (em *stageEm) materialize(k key, want mesh.Spec) {
 	l := em.l
 	v := l.g.Value(k.v)
@@ -49,6 +49,13 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 			want = em.st.Out[k.v]
 		}
 		em.load(k, want)
+	case v.Op == ir.OpConstant && l.p.StageOf[k.v] != em.id:
+		// A constant costs nothing to make and sending one across stages would tie their
+		// schedules together (a constant shared by the backward of every stage deadlocks
+		// 1F1B), so each stage fills its own.
+		ids := em.newBuf(em.name(k), localOf(em.m, v.Type, want))
+		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ids[d], Value: v.Attrs.Float("value")} })
+		em.have[k] = []*dbuf{{spec: want, ids: ids}}
 	case l.p.StageOf[k.v] != em.id:
 		em.receive(k, l.stages[l.p.StageOf[k.v]])
 	default:

@@ -114,6 +114,9 @@ func checkValue(p *Plan, an *analysis, id ir.ValueID) error {
 		return nil
 	}
 	for _, a := range v.Args {
+		if g.Value(a).Op == ir.OpConstant && p.StageOf[a] != p.StageOf[id] {
+			continue // made where it is used: a constant is never sent
+		}
 		k := 0
 		if ph == phaseU {
 			k = 1

@@ -29,6 +29,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd())
 	return root
 }

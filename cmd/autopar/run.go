@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/runtime/kernels"
+)
+
+type runFlags struct {
+	compileFlags
+	steps   int
+	seed    int64
+	check   bool
+	trace   string
+	timeout time.Duration
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run MODEL.ir --cluster SPEC --steps N [--check]",
+		Short: "compile a model and train it on the built-in runtime, one goroutine per device",
+		Long: `Compiles the model as autopar compile does, lowers the plan to one program per device,
+and runs --steps training steps on the built-in runtime, printing the loss of each step.
+With --check the serial interpreter runs the same steps beside it, on the same parameters
+and data, and each step prints the largest absolute and relative differences in the loss,
+the gradients and the updated parameters.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
+		},
+	}
+	fl := cmd.Flags()
+	addPlanFlags(fl.StringVar, fl.IntVar, &f.compileFlags)
+	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
+	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
+	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
+	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
+	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
+	_ = cmd.MarkFlagRequired("cluster")
+	return cmd
+}
+
+func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.steps < 1 {
+		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
+	}
+	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, plan)
+	progs, err := plan.Programs()
+	if err != nil {
+		return err
+	}
+	full, err := passes.TrainingStep(fwd, planOptimizer(plan))
+	if err != nil {
+		return err
+	}
+	state := interp.InitParams(full, f.seed)
+	data, err := interp.GenerateInputs(full, f.seed+1)
+	if err != nil {
+		return err
+	}
+	loss := full.Value(full.Outputs[0].Value).Name
+	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", len(progs))
+	for step := 1; step <= f.steps; step++ {
+		feeds := merge(state, data)
+		start := time.Now()
+		got, err := runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{Timeout: f.timeout, Trace: f.trace != "" && step == f.steps})
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		took := time.Since(start)
+		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, got.Stores[loss].At(0), took.Round(time.Millisecond))
+		if f.check {
+			if err := checkStep(ctx, stdout, full, feeds, got); err != nil {
+				return err
+			}
+		}
+		if step == f.steps && f.trace != "" {
+			if err := writeFileAtomic(f.trace, got.WriteTrace); err != nil {
+				return err
+			}
+		}
+		for _, u := range full.Updates {
+			name := full.Value(u.Target).Name
+			state[name] = got.Stores[name]
+		}
+	}
+	return nil
+}
+
+func planOptimizer(p *autopar.Plan) passes.Optimizer {
+	o := p.Optimizer
+	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+}
+
+func merge(a, b interp.Feeds) interp.Feeds {
+	out := interp.Feeds{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// checkStep runs the full-batch step serially on the same feeds and prints the largest
+// differences from the parallel run, by kind.
+func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result) error {
+	want, err := interp.RunKeep(ctx, full, feeds)
+	if err != nil {
+		return fmt.Errorf("--check: serial run: %w", err)
+	}
+	var loss, grads, params diff
+	loss.add(full.Value(full.Outputs[0].Value).Name, got.Stores, want.Outputs[0])
+	for _, p := range full.Leaves(ir.OpParam) {
+		name := "grad." + full.Value(p).Name
+		if id, ok := full.Lookup(name); ok {
+			grads.add(name, got.Stores, want.Values[id])
+		}
+	}
+	names := make([]string, 0, len(want.Updates))
+	for name := range want.Updates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		params.add(name, got.Stores, want.Updates[name])
+	}
+	fmt.Fprintf(w, "      check: loss %s; gradients %s; params %s\n", loss, grads, params)
+	return nil
+}
+
+// diff tracks the largest absolute and relative differences over tensors.
+type diff struct {
+	abs, rel float64
+	worst    string
+	missing  []string
+}
+
+func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels.Tensor) {
+	got, ok := stores[name]
+	if !ok || want == nil {
+		d.missing = append(d.missing, name)
+		return
+	}
+	abs, rel := kernels.MaxAbsDiff(got, want)
+	if rel > d.rel || math.IsNaN(rel) {
+		d.worst = name
+	}
+	d.abs, d.rel = max(d.abs, abs), max(d.rel, rel)
+}
+
+func (d diff) String() string {
+	s := fmt.Sprintf("max abs %.3g, max rel %.3g", d.abs, d.rel)
+	if d.worst != "" && d.rel > 0 {
+		s += " (" + d.worst + ")"
+	}
+	if len(d.missing) > 0 {
+		s += fmt.Sprintf(", %d missing: %v", len(d.missing), d.missing)
+	}
+	return s
+}
