@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -25,7 +27,8 @@ const PlanVersion = 1
 type Plan struct {
 	Version      int           `json:"version"`
 	Model        string        `json:"model"`
-	ModelHash    string        `json:"model_hash"` // sha256 of the forward graph's .ir text
+	ModelHash    string        `json:"model_hash"` // sha256 of ModelIR
+	ModelIR      string        `json:"model_ir"`   // the forward graph, so the plan stands alone
 	Cluster      mesh.Cluster  `json:"cluster"`
 	Batch        int           `json:"batch"`
 	Microbatches int           `json:"microbatches"`
@@ -36,7 +39,8 @@ type Plan struct {
 	Stages       []Stage       `json:"stages"`
 	Predicted    Prediction    `json:"predicted"`
 
-	step *ir.Graph // the training step of one micro-batch
+	model *ir.Graph // the forward graph
+	step  *ir.Graph // the training step of one micro-batch
 }
 
 // OptimizerSpec is passes.Optimizer as plan.json spells it.
@@ -77,7 +81,7 @@ type Stage struct {
 	ActBytes    int64         `json:"activation_bytes"`
 	InFlight    int           `json:"in_flight"`
 	MemoryBytes int64         `json:"memory_bytes"` // per device at the peak
-	ILP         sharding.ILPStats
+	ILP         sharding.ILPStats `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
 	Values      []ValuePlan `json:"values"`
 }
 
@@ -111,8 +115,10 @@ type Prediction struct {
 // assemble turns the DP's result into a Plan.
 func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Options, sched codegen.Schedule,
 	batch, b int, res *dp.Result, o *oracle) (*Plan, error) {
-	p := &Plan{Version: PlanVersion, Model: g.Name, ModelHash: ModelHash(g), Cluster: *c, Batch: batch,
-		Microbatches: b, Schedule: sched.String(), Optimizer: specOf(opts.Optimizer), step: step}
+	text := g.String()
+	p := &Plan{Version: PlanVersion, Model: g.Name, ModelHash: hashText(text), ModelIR: text, Cluster: *c,
+		Batch: batch, Microbatches: b, Schedule: sched.String(), Optimizer: specOf(opts.Optimizer),
+		model: g, step: step}
 	if opts.Manual != nil {
 		p.Manual = opts.Manual.String()
 	}
@@ -144,6 +150,7 @@ func stagePlan(step *ir.Graph, st dp.Stage, sg *stageGraph, sol *stageSolution) 
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
 		Cost: sol.res.Cost, WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
 		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: sol.res.ILP}
+	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]
 		if id, ok := step.Lookup(v.Name); !ok || step.Value(id).Op != v.Op {
@@ -185,8 +192,10 @@ func (p *Plan) predict(res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
 }
 
 // ModelHash identifies a forward graph: the sha256 of its .ir text.
-func ModelHash(g *ir.Graph) string {
-	sum := sha256.Sum256([]byte(g.String()))
+func ModelHash(g *ir.Graph) string { return hashText(g.String()) }
+
+func hashText(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -201,9 +210,10 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 	return err
 }
 
-// ReadPlan reads a plan.json written for model (the forward graph it was compiled from).
-// A corrupt file, another format version, or a plan of another model is an error saying so.
-func ReadPlan(r io.Reader, model *ir.Graph) (*Plan, error) {
+// ReadPlan reads a plan.json. The plan carries its model, so nothing else is needed; a
+// corrupt file, another format version, or a model text that does not match its hash is an
+// error saying so.
+func ReadPlan(r io.Reader) (*Plan, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
@@ -217,15 +227,52 @@ func ReadPlan(r io.Reader, model *ir.Graph) (*Plan, error) {
 	if p.Version != PlanVersion {
 		return nil, fmt.Errorf("plan: version %d, this autopar reads version %d", p.Version, PlanVersion)
 	}
-	if h := ModelHash(model); p.ModelHash != h {
-		return nil, fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
-			p.Model, p.ModelHash, model.Name, h)
+	if hashText(p.ModelIR) != p.ModelHash {
+		return nil, fmt.Errorf("plan: corrupt plan.json: the model text does not match its hash %.12s", p.ModelHash)
+	}
+	model, err := frontend.Parse("plan.json:model_ir", []byte(p.ModelIR))
+	if err != nil {
+		return nil, fmt.Errorf("plan: corrupt plan.json: %w", err)
 	}
 	if err := p.rebuild(model); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
+
+// ReadPlanFile reads the plan.json at path.
+func ReadPlanFile(path string) (*Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := ReadPlan(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// CheckModel returns an error unless the plan was compiled for forward graph g.
+func (p *Plan) CheckModel(g *ir.Graph) error {
+	if h := ModelHash(g); h != p.ModelHash {
+		return fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
+			p.Model, p.ModelHash, g.Name, h)
+	}
+	return nil
+}
+
+// CheckCluster returns an error unless the plan was compiled for cluster c.
+func (p *Plan) CheckCluster(c *mesh.Cluster) error {
+	if p.Cluster != *c {
+		return fmt.Errorf("plan: the plan was compiled for cluster %s, not for %s", p.Cluster.String(), c.String())
+	}
+	return nil
+}
+
+// Forward returns the forward graph the plan was compiled from.
+func (p *Plan) Forward() *ir.Graph { return p.model }
 
 // rebuild recomputes the micro-batch step the plan was made for and checks the plan's
 // values against it.
@@ -249,7 +296,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 			}
 		}
 	}
-	p.step = step
+	p.model, p.step = model, step
 	return nil
 }
 
