@@ -70,19 +70,19 @@ type Layer struct {
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
-	FirstLayer  int           `json:"first_layer"`
-	LastLayer   int           `json:"last_layer"`
-	Submesh     mesh.Submesh  `json:"submesh"`
-	Logical     [2]int        `json:"logical_mesh"` // (dp, mp)
-	Devices     []int         `json:"devices"`
-	Time        float64       `json:"time"` // seconds per micro-batch, forward + backward
-	Cost        sharding.Cost `json:"cost"`
-	WeightBytes int64         `json:"weight_bytes"`
-	ActBytes    int64         `json:"activation_bytes"`
-	InFlight    int           `json:"in_flight"`
-	MemoryBytes int64         `json:"memory_bytes"` // per device at the peak
-	ILP         sharding.ILPStats `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
-	Values      []ValuePlan `json:"values"`
+	FirstLayer  int               `json:"first_layer"`
+	LastLayer   int               `json:"last_layer"`
+	Submesh     mesh.Submesh      `json:"submesh"`
+	Logical     [2]int            `json:"logical_mesh"` // (dp, mp)
+	Devices     []int             `json:"devices"`
+	Time        float64           `json:"time"` // seconds per micro-batch, forward + backward
+	Cost        sharding.Cost     `json:"cost"`
+	WeightBytes int64             `json:"weight_bytes"`
+	ActBytes    int64             `json:"activation_bytes"`
+	InFlight    int               `json:"in_flight"`
+	MemoryBytes int64             `json:"memory_bytes"` // per device at the peak
+	ILP         sharding.ILPStats `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values      []ValuePlan       `json:"values"`
 }
 
 // ValuePlan is the sharding of one value of a stage.
