@@ -89,6 +89,7 @@ type Stage struct {
 type ValuePlan struct {
 	Name     string      `json:"name"`
 	Op       string      `json:"op"`
+	Layer    int         `json:"layer"` // of the clustering; leaves: of their first user
 	Spec     mesh.Spec   `json:"spec"`
 	In       []mesh.Spec `json:"in,omitempty"`
 	Strategy string      `json:"strategy,omitempty"`
@@ -131,7 +132,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		if err != nil || !sol.ok {
 			return nil, fmt.Errorf("compile: stage %d-%d lost its sharding: %v", st.Start, st.End-1, err)
 		}
-		p.Stages = append(p.Stages, stagePlan(step, st, sg, sol))
+		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
 	}
 	p.predict(res, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
@@ -144,7 +145,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 
 // stagePlan lists the stage's values with their specs: its ops, and the leaves it reads.
 // Values other stages send it are left out: the consumers' In specs say how they arrive.
-func stagePlan(step *ir.Graph, st dp.Stage, sg *stageGraph, sol *stageSolution) Stage {
+func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph, sol *stageSolution) Stage {
 	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
 		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
@@ -153,11 +154,12 @@ func stagePlan(step *ir.Graph, st dp.Stage, sg *stageGraph, sol *stageSolution) 
 	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]
-		if id, ok := step.Lookup(v.Name); !ok || step.Value(id).Op != v.Op {
+		id, ok := step.Lookup(v.Name)
+		if !ok || step.Value(id).Op != v.Op {
 			continue // arrives from another stage
 		}
 		strat := sol.res.Strategies[i]
-		s.Values = append(s.Values, ValuePlan{Name: v.Name, Op: v.Op.String(), Spec: sol.res.Specs[i],
+		s.Values = append(s.Values, ValuePlan{Name: v.Name, Op: v.Op.String(), Layer: lay.Of[id], Spec: sol.res.Specs[i],
 			In: strat.In, Strategy: strat.Name, Compute: strat.Compute, Comm: strat.Comm})
 	}
 	return s
