@@ -30,9 +30,10 @@ fmt-check:
 test: deps fmt-check vet
 	$(GO) test -count=1 ./...
 
-# The main job on a bundled model: train the tiny GPT serially and watch the loss fall.
+# The main job on a bundled model: compile the tiny GPT for 4 CPU devices, train it on the
+# runtime, and check every step against the serial interpreter.
 demo: build
-	./autopar train testdata/models/gpt-tiny.ir --steps 20
+	./autopar run testdata/models/gpt-tiny.ir --cluster cpu:4 --microbatches 2 --steps 10 --check
 
 fuzz: deps
 	$(GO) test ./frontend -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCompileWritesPlanAndPrograms(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", out: dir, emit: "programs"}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	assert.Contains(t, out.String(), "step time")
+	assert.Contains(t, out.String(), "model-FLOPs utilization")
+	assert.Empty(t, errOut.String(), "no progress bar when stderr is not a terminal")
+	first, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	require.NoError(t, err)
+	progs, err := filepath.Glob(filepath.Join(dir, "programs", "device*.txt"))
+	require.NoError(t, err)
+	assert.Len(t, progs, 2)
+
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	again, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	require.NoError(t, err)
+	assert.Equal(t, string(first), string(again), "plan.json is byte-identical run to run")
+}
+
+func TestCompileFlagErrors(t *testing.T) {
+	var out, errOut bytes.Buffer
+	base := compileFlags{cluster: "cpu:2", microbatches: "auto", schedule: "1f1b", optimizer: "sgd"}
+	for _, tc := range []struct {
+		edit func(*compileFlags)
+		want string
+	}{
+		{func(f *compileFlags) { f.cluster = "tpu-v9" }, "tpu-v9"},
+		{func(f *compileFlags) { f.microbatches = "3" }, "not divisible by 3"},
+		{func(f *compileFlags) { f.microbatches = "many" }, "--microbatches"},
+		{func(f *compileFlags) { f.schedule = "zigzag" }, "--schedule"},
+		{func(f *compileFlags) { f.memory = "lots" }, "--memory"},
+		{func(f *compileFlags) { f.plan = "tp=4" }, "uses 4 devices"},
+	} {
+		f := base
+		tc.edit(&f)
+		err := runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f)
+		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+func TestRunCheckMatchesSerial(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd"},
+		steps: 3, seed: 1, check: true, timeout: 10e9}
+	require.NoError(t, runRun(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	ls := losses(t, out.String())
+	require.Len(t, ls, 3, out.String())
+	assert.Less(t, ls[2], ls[0])
+	rels := regexp.MustCompile(`rel ([0-9.e+-]+)`).FindAllStringSubmatch(out.String(), -1)
+	require.Len(t, rels, 9)
+	for _, m := range rels {
+		r, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		assert.Less(t, r, 1e-4, out.String())
+	}
+}
