@@ -47,8 +47,20 @@ type MemoryError struct {
 }
 
 func (e *MemoryError) Error() string {
-	return fmt.Sprintf("dp: no pipeline plan fits in memory: %d layers on %d×%d devices with %.6g bytes per device under %v with %d micro-batches; the smallest per-device memory that would fit is %.6g bytes",
-		e.Layers, e.Cluster.Hosts, e.Cluster.DevicesPerHost, e.Cluster.MemoryPerDevice, e.Schedule, e.Microbatches, e.Need)
+	return fmt.Sprintf("dp: no pipeline plan fits in memory: %d layers on %d×%d devices with %s per device under %v with %d micro-batches; the smallest per-device memory that would fit is %s",
+		e.Layers, e.Cluster.Hosts, e.Cluster.DevicesPerHost, gib(e.Cluster.MemoryPerDevice), e.Schedule, e.Microbatches, gib(e.Need))
+}
+
+// gib prints a byte count in GiB or MiB, with the exact count beside it; small counts (the
+// synthetic costs of tests) as they are.
+func gib(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.4g GiB (%.0f bytes)", b/(1<<30), b)
+	case b >= 1<<20:
+		return fmt.Sprintf("%.4g MiB (%.0f bytes)", b/(1<<20), b)
+	}
+	return fmt.Sprintf("%.6g bytes", b)
 }
 
 // ErrNoPlan is returned (wrapped) when no plan exists even with unlimited memory: the oracle

@@ -1,0 +1,105 @@
+package autopar
+
+import (
+	"context"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/passes"
+)
+
+// alpaSuite is the weak-scaling suite of Alpa's evaluation (OSDI'22, Fig. 7): each model at
+// the GPU count it was measured on, in p3.16xlarge hosts of 8 V100s.
+var alpaSuite = []struct {
+	model string
+	gpus  int
+}{
+	{"gpt-350m", 1}, {"gpt-760m", 4}, {"gpt-1.3b", 8}, {"gpt-2.6b", 16}, {"gpt-6.7b", 32}, {"gpt-15b", 64}, {"gpt-39b", 64},
+	{"moe-380m", 1}, {"moe-690m", 4}, {"moe-1.3b", 8}, {"moe-2.4b", 16}, {"moe-10b", 32}, {"moe-27b", 64}, {"moe-70b", 64},
+	{"wresnet-250m", 1}, {"wresnet-1b", 4}, {"wresnet-2b", 8}, {"wresnet-4b", 16}, {"wresnet-6.8b", 32}, {"wresnet-13b", 64},
+}
+
+// BenchmarkCompileAlpa compiles every model of Alpa's suite for its cluster with
+// micro-batches of one sample and reports the compile time and the peak heap of the compiler. Select one
+// with -bench 'CompileAlpa/gpt-1.3b'.
+func BenchmarkCompileAlpa(b *testing.B) {
+	for _, tc := range alpaSuite {
+		hosts := max(1, tc.gpus/8)
+		spec := fmt.Sprintf("p3.16xlarge:%d", hosts)
+		b.Run(fmt.Sprintf("%s/%dgpu", tc.model, tc.gpus), func(b *testing.B) {
+			path := "testdata/models/" + tc.model + ".ir"
+			if _, err := os.Stat(path); err != nil {
+				b.Skip("no " + path)
+			}
+			g, err := frontend.ParseFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := cluster(b, spec)
+			if tc.gpus < 8 {
+				c.DevicesPerHost = tc.gpus
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				peak := watchHeap()
+				p, err := Compile(context.Background(), g, c, Options{Microbatches: batchOf(b, g)})
+				heap := peak()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(len(p.Stages)), "stages")
+				b.ReportMetric(float64(p.Predicted.Solves), "ilps")
+				b.ReportMetric(p.Predicted.StepTime, "pred-step-s")
+			}
+		})
+	}
+}
+
+// watchHeap samples the heap in use every 5 ms until the returned function is called,
+// which returns the largest sample.
+func watchHeap() func() uint64 {
+	var mu sync.Mutex
+	var peak uint64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		var ms goruntime.MemStats
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			goruntime.ReadMemStats(&ms)
+			mu.Lock()
+			peak = max(peak, ms.HeapInuse)
+			mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		<-stopped
+		return peak
+	}
+}
+
+// batchOf is the model's batch: the benchmark runs micro-batches of one sample, the only
+// size whose activations fit V100 memory without rematerialization, which autopar does not
+// model (Alpa's suite remats every layer).
+func batchOf(b *testing.B, g *ir.Graph) int {
+	n, err := passes.BatchSize(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
