@@ -1,0 +1,52 @@
+package render
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/mesh"
+)
+
+// golden compares got with testdata/name, rewriting the file under UPDATE_GOLDEN=1.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "missing golden file; run UPDATE_GOLDEN=1 go test ./render/")
+	assert.Equal(t, string(want), got, "%s is stale; run UPDATE_GOLDEN=1 go test ./render/ and read the diff", path)
+}
+
+// planCase is a small plan compiled in the test, so the goldens follow the compiler.
+type planCase struct {
+	name, model, cluster string
+	opts                 autopar.Options
+}
+
+var planCases = []planCase{
+	{"mlp-cpu2", "mlp-tiny", "cpu:2", autopar.Options{Microbatches: 2, Layers: 2}},
+	{"mlp-cpu4-pp", "mlp-tiny", "cpu:4", autopar.Options{Microbatches: 4, Layers: 4}},
+	{"mlp-cpu4-gpipe", "mlp-tiny", "cpu:4", autopar.Options{Microbatches: 4, Layers: 4, Schedule: "gpipe",
+		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
+}
+
+func compilePlan(t testing.TB, c planCase) *autopar.Plan {
+	t.Helper()
+	g, err := frontend.ParseFile(filepath.Join("..", "testdata", "models", c.model+".ir"))
+	require.NoError(t, err)
+	cl, err := mesh.ParseCluster(c.cluster)
+	require.NoError(t, err)
+	p, err := autopar.Compile(context.Background(), g, cl, c.opts)
+	require.NoError(t, err)
+	return p
+}

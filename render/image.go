@@ -1,0 +1,87 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/emicklei/dot"
+)
+
+// Format is an output format of a graph.
+type Format string
+
+// The formats Graph's result can be written in. DOT is the text itself; SVG and PNG are
+// laid out by Graphviz's dot program.
+const (
+	DOT Format = "dot"
+	SVG Format = "svg"
+	PNG Format = "png"
+)
+
+// Formats lists the formats FormatOf accepts, for messages.
+var Formats = []Format{DOT, SVG, PNG}
+
+// FormatOf picks the format from a file name's extension (.dot, .gv, .svg, .png, any
+// case); any other is an error listing the ones there are.
+func FormatOf(path string) (Format, error) {
+	ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	switch ext {
+	case "dot", "gv":
+		return DOT, nil
+	case "svg":
+		return SVG, nil
+	case "png":
+		return PNG, nil
+	}
+	names := make([]string, len(Formats))
+	for i, f := range Formats {
+		names[i] = string(f)
+	}
+	if ext == "" {
+		return "", fmt.Errorf("render: %s has no extension, expected one of %s", path, strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("render: unknown output format %q of %s, expected one of %s", ext, path, strings.Join(names, ", "))
+}
+
+// dotProgram is the Graphviz command WriteImage runs; tests point it elsewhere.
+var dotProgram = "dot"
+
+// ErrNoDot is wrapped by WriteImage's error when Graphviz's dot program is not installed.
+var ErrNoDot = errors.New("render: Graphviz's dot program is not installed")
+
+// WriteImage writes g to w in format f. DOT needs nothing; SVG and PNG run `dot -Tsvg` or
+// `dot -Tpng`, and fail with an error wrapping ErrNoDot, naming the program and how to
+// get it, when it is not on PATH. Nothing is written to w unless dot succeeds.
+func WriteImage(ctx context.Context, w io.Writer, g *dot.Graph, f Format) error {
+	text := g.String()
+	switch f {
+	case DOT:
+		_, err := io.WriteString(w, text)
+		return err
+	case SVG, PNG:
+	default:
+		return fmt.Errorf("render: unknown format %q, expected dot, svg or png", f)
+	}
+	path, err := exec.LookPath(dotProgram)
+	if err != nil {
+		return fmt.Errorf("%w: %s output runs %q, which is not on PATH (install graphviz: apt-get install graphviz, or make deps), or write .dot", ErrNoDot, f, dotProgram)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, "-T"+string(f))
+	cmd.Stdin = strings.NewReader(text)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("render: %s -T%s failed: %v: %s", dotProgram, f, err, strings.TrimSpace(stderr.String()))
+	}
+	_, err = w.Write(out.Bytes())
+	return err
+}
