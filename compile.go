@@ -203,6 +203,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
+	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil {
+		o.prefetch(lay.L, dc)
+	}
 	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, done, total) }

@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/autopar/autopar/dp"
@@ -32,13 +35,15 @@ type oracle struct {
 	stages map[[2]int]*stageGraph
 	solved map[solveKey]*stageSolution
 	err    error // the first error that was not a question of memory
-	solves int
+	solves atomic.Int64
 }
 
 type stageGraph struct {
-	g    *ir.Graph
-	ids  []ir.ValueID // the step's values the stage computes, in graph order
-	hash string
+	g       *ir.Graph
+	ids     []ir.ValueID // the step's values the stage computes, in graph order
+	hash    string
+	weights int64   // bytes of its params (twice: their gradients) and optimizer state
+	flops   float64 // of one micro-batch
 }
 
 type solveKey struct {
@@ -48,10 +53,17 @@ type solveKey struct {
 }
 
 type stageSolution struct {
-	res  *sharding.Result
+	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
 	cost dp.StageCost
 	ok   bool
+	err  error
 }
+
+// pruneFactor: a stage whose weights alone, spread perfectly over its devices, exceed this
+// many times the device memory is not solved. Its cost is then a lower bound (the DP
+// rejects it for memory); a plan that needs less than this factor times the memory is
+// priced exactly, so a memory error's minimum is exact up to it.
+const pruneFactor = 4
 
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64) *oracle {
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
@@ -71,23 +83,76 @@ func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolutio
 		return &stageSolution{}
 	}
 	key := solveKey{sg.hash, s, l}
-	if sol, ok := o.solved[key]; ok {
-		return sol
+	sol, ok := o.solved[key]
+	if !ok {
+		sol = o.solveStage(sg, s, l)
+		o.solved[key] = sol
 	}
-	sol := o.solveStage(sg, s, l)
-	o.solved[key] = sol
+	if sol.err != nil {
+		o.note(sol.err)
+	}
 	return sol
 }
 
+// prefetch prices every stage the DP will ask for — every layer range on every submesh and
+// logical mesh — on all cores, so that the DP, which asks one at a time, finds them solved.
+// Each solve is deterministic, so the order they run in changes nothing.
+func (o *oracle) prefetch(layers int, c dp.Cluster) {
+	type job struct {
+		key solveKey
+		sg  *stageGraph
+	}
+	var jobs []job
+	for k := 0; k < layers; k++ {
+		for i := k + 1; i <= layers; i++ {
+			sg, err := o.stage(k, i)
+			if err != nil {
+				continue // reported when the DP asks
+			}
+			for _, s := range dp.Submeshes(c) {
+				for _, l := range dp.LogicalShapes(s) {
+					key := solveKey{sg.hash, s, l}
+					if _, ok := o.solved[key]; !ok {
+						o.solved[key] = nil
+						jobs = append(jobs, job{key, sg})
+					}
+				}
+			}
+		}
+	}
+	sols := make([]*stageSolution, len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range goruntime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
+				sols[j] = o.solveStage(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+			}
+		})
+	}
+	wg.Wait()
+	for j, sol := range sols {
+		if sol == nil {
+			delete(o.solved, jobs[j].key) // cancelled: solved on demand, if ever
+			continue
+		}
+		o.solved[jobs[j].key] = sol
+	}
+}
+
+// solveStage prices one stage on one logical mesh. It is safe to call concurrently.
 func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, mesh.Submesh{Hosts: s.Hosts, Devices: s.Devices}, l.DP, l.MP)
 	if err != nil {
-		o.note(err)
-		return &stageSolution{}
+		return &stageSolution{err: err}
+	}
+	n := float64(lm.Size())
+	if floor := float64(sg.weights) / n; o.memory > 0 && floor > pruneFactor*float64(o.memory) {
+		return &stageSolution{ok: true, cost: dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true,
 		Filter: lowerable(lm)}
-	o.solves++
+	o.solves.Add(1)
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
 	var me *sharding.MemoryError
 	if errors.As(err, &me) {
@@ -97,8 +162,7 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
 	}
 	if err != nil {
-		o.note(fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err))
-		return &stageSolution{}
+		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
 	return &stageSolution{res: res, ok: true, cost: dp.StageCost{
@@ -151,7 +215,16 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g)}
+	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs()}
+	for i := range g.Values {
+		switch v := &g.Values[i]; v.Op {
+		case ir.OpParam:
+			sg.weights += 2 * v.Type.Bytes()
+		case ir.OpState:
+			sg.weights += v.Type.Bytes()
+		}
+	}
+	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
 }

@@ -129,7 +129,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 	for _, st := range res.Stages {
 		sol := o.solve(st.Start, st.End, st.Submesh, st.Logical)
 		sg, err := o.stage(st.Start, st.End)
-		if err != nil || !sol.ok {
+		if err != nil || !sol.ok || sol.res == nil {
 			return nil, fmt.Errorf("compile: stage %d-%d lost its sharding: %v", st.Start, st.End-1, err)
 		}
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
@@ -139,7 +139,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 	if opts.MemoryPerDevice > 0 {
 		p.Predicted.DeviceMemory = opts.MemoryPerDevice
 	}
-	p.Predicted.Solves = o.solves
+	p.Predicted.Solves = int(o.solves.Load())
 	return p, nil
 }
 
