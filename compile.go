@@ -69,6 +69,20 @@ func ParseManual(s string) (*Manual, error) {
 	return m, nil
 }
 
+// ConstraintsOf pins the stages of plan p: their layer ranges, submeshes and logical
+// meshes, so that Compile re-costs a saved (or hand-edited) plan with the same model. Use it
+// with Options.Layers = len(p.Layers) and Options.Microbatches = p.Microbatches.
+func ConstraintsOf(p *Plan) dp.Constraints {
+	var c dp.Constraints
+	c.Boundaries = []int{0}
+	for _, s := range p.Stages {
+		c.Boundaries = append(c.Boundaries, s.LastLayer+1)
+		c.StageSubmeshes = append(c.StageSubmeshes, dp.Submesh{Hosts: s.Submesh.Hosts, Devices: s.Submesh.Devices})
+		c.StageLogicals = append(c.StageLogicals, dp.Logical{DP: s.Logical[0], MP: s.Logical[1]})
+	}
+	return c
+}
+
 func (m *Manual) String() string { return fmt.Sprintf("tp=%d,pp=%d,dp=%d", m.TP, m.PP, m.DP) }
 
 func splitComma(s string) []string {
@@ -197,13 +211,16 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		dc.MemoryPerDevice = float64(opts.MemoryPerDevice)
 	}
 	cons := opts.Constraints
+	if len(cons.Boundaries) > 0 && cons.Boundaries[len(cons.Boundaries)-1] != lay.L {
+		return nil, fmt.Errorf("compile: the pinned stages end at layer %d but the step has %d layers", cons.Boundaries[len(cons.Boundaries)-1], lay.L)
+	}
 	if opts.Manual != nil {
 		if cons, err = manualConstraints(opts.Manual, lay.L, c); err != nil {
 			return nil, err
 		}
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
-	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil {
+	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
 		o.prefetch(lay.L, dc)
 	}
 	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}

@@ -216,3 +216,21 @@ func TestCompileErrors(t *testing.T) {
 	_, err = ParseManual("tp=2,xx=3")
 	require.ErrorContains(t, err, "unknown degree")
 }
+
+// A saved plan, pinned as constraints, is re-costed to the same stages and prediction.
+func TestConstraintsOfRecostsAPlan(t *testing.T) {
+	g := model(t, "mlp-tiny")
+	c := cluster(t, "cpu:4")
+	p := compile(t, g, c, Options{Microbatches: 4})
+	q := compile(t, g, c, Options{Microbatches: p.Microbatches, Layers: len(p.Layers), Constraints: ConstraintsOf(p)})
+	require.Equal(t, len(p.Stages), len(q.Stages))
+	for i := range p.Stages {
+		assert.Equal(t, p.Stages[i].Devices, q.Stages[i].Devices)
+		assert.Equal(t, p.Stages[i].Values, q.Stages[i].Values)
+	}
+	assert.Equal(t, p.Predicted.StepTime, q.Predicted.StepTime)
+	assert.Less(t, q.Predicted.Solves, p.Predicted.Solves, "pinned stages need few solves")
+
+	_, err := Compile(context.Background(), g, c, Options{Microbatches: 4, Layers: 2, Constraints: ConstraintsOf(p)})
+	require.ErrorContains(t, err, "pinned stages end at layer")
+}

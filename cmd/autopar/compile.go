@@ -61,7 +61,7 @@ func addPlanFlags(str func(*string, string, string, string), num func(*int, stri
 	str(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
 	str(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
 	num(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
-	str(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N")
+	str(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
 	str(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 }
 
@@ -132,7 +132,15 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		}
 		o.MemoryPerDevice = m
 	}
-	if f.plan != "" {
+	switch {
+	case strings.HasSuffix(f.plan, ".json"):
+		p, err := autopar.ReadPlanFile(f.plan)
+		if err != nil {
+			return o, err
+		}
+		o.Constraints = autopar.ConstraintsOf(p)
+		o.Layers, o.Microbatches, o.Schedule = len(p.Layers), p.Microbatches, p.Schedule
+	case f.plan != "":
 		m, err := autopar.ParseManual(f.plan)
 		if err != nil {
 			return o, err
