@@ -1,0 +1,298 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/ir"
+)
+
+// traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes:
+// a complete slice ("ph":"X") per executed instruction, on thread Tid = the device, with
+// Args["instr"] its index in the device's program. Times are in microseconds.
+type traceEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat"`
+	Ph   string         `json:"ph"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	Args map[string]int `json:"args"`
+}
+
+// ReadTrace reads a runtime trace (autopar run --trace) of plan p and turns it into a
+// Schedule: per device, one block per task (the forward or backward of a micro-batch, the
+// update) spanning its instructions, with the communication instructions (collectives,
+// send, recv) inside it as Comm blocks. Which task an instruction belongs to comes from
+// p's programs: the value its output (or transfer tag) holds, and the micro-batch in its
+// buffer name.
+//
+// A trace that is not JSON, has no instruction events, or whose instructions are not the
+// ones p's programs have at those places (a trace of another plan) is an error.
+func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
+	if p == nil || p.Step() == nil {
+		return nil, errNoStep
+	}
+	var doc struct {
+		TraceEvents []traceEvent `json:"traceEvents"`
+	}
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("render: trace: not Chrome trace-event JSON: %w", err)
+	}
+	progs, err := p.Programs()
+	if err != nil {
+		return nil, fmt.Errorf("render: trace: lowering the plan: %w", err)
+	}
+	byDev := map[int]*codegen.Program{}
+	tasks := map[int][]task{}
+	ph := phases(p.Step())
+	for _, prog := range progs {
+		byDev[int(prog.Device)] = prog
+		tasks[int(prog.Device)] = programTasks(prog, p.Step(), ph)
+	}
+	events, err := checkEvents(doc.TraceEvents, byDev)
+	if err != nil {
+		return nil, err
+	}
+	out := &Schedule{Microbatches: p.Microbatches, Rows: rowsOf(p)}
+	for r, row := range out.Rows {
+		out.Blocks = append(out.Blocks, traceBlocks(r, events[row.Device], byDev[row.Device], tasks[row.Device])...)
+	}
+	sortBlocks(out.Blocks)
+	out.Title = fmt.Sprintf("%s on %s: measured %s schedule (runtime trace), %d micro-batches, step %s",
+		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, formatSeconds(out.End()))
+	return out, nil
+}
+
+// checkEvents keeps the instruction events, checks each against the plan's programs, and
+// returns them per device in time order with times in seconds from the first event.
+func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]traceEvent, error) {
+	out := map[int][]traceEvent{}
+	t0 := math.Inf(1)
+	n := 0
+	for i, e := range evs {
+		if e.Ph != "X" {
+			continue
+		}
+		prog := progs[e.Tid]
+		if prog == nil {
+			return nil, fmt.Errorf("render: trace event %d: device %d has no program in the plan: the trace is of another plan", i, e.Tid)
+		}
+		k, ok := e.Args["instr"]
+		if !ok || k < 0 || k >= len(prog.Instrs) {
+			return nil, fmt.Errorf("render: trace event %d: instruction %d of device %d is not in its program of %d instructions: the trace is of another plan",
+				i, k, e.Tid, len(prog.Instrs))
+		}
+		if want := instrName(&prog.Instrs[k]); want != e.Name {
+			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d is %s in the plan's program, the trace says %s: the trace is of another plan",
+				i, e.Tid, k, want, e.Name)
+		}
+		if e.Dur < 0 || math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) {
+			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected a finite start and a duration ≥ 0", i, e.Ts, e.Dur)
+		}
+		t0 = min(t0, e.Ts)
+		out[e.Tid] = append(out[e.Tid], e)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("render: trace: no instruction events, expected the Chrome trace of autopar run --trace")
+	}
+	for d, list := range out {
+		for i := range list {
+			list[i].Ts = (list[i].Ts - t0) * 1e-6
+			list[i].Dur *= 1e-6
+		}
+		sort.SliceStable(list, func(i, j int) bool { return list[i].Ts < list[j].Ts })
+		out[d] = list
+	}
+	return out, nil
+}
+
+// instrName is the name WriteTrace gives an instruction: its op for compute, else its kind.
+func instrName(in *codegen.Instr) string {
+	if in.Kind == codegen.Compute {
+		return in.Op.String()
+	}
+	return in.Kind.String()
+}
+
+func isComm(k codegen.Kind) bool {
+	return k.IsCollective() || k == codegen.Send || k == codegen.Recv
+}
+
+// programTasks assigns every instruction of prog to a task. An instruction that defines a
+// per-micro-batch value (buffer "NAME.mbK…") or moves one (tag NAME@mbK) starts or
+// continues that value's task; an update value's, the update. The rest (loads, frees,
+// accumulates, constants of no phase) belong to the task around them; the ones before the
+// first known task, to it.
+func programTasks(prog *codegen.Program, step *ir.Graph, ph []phase) []task {
+	out := make([]task, len(prog.Instrs))
+	cur, pending := task{mb: -2}, 0
+	for i := range prog.Instrs {
+		t, ok := instrTask(prog, &prog.Instrs[i], step, ph)
+		if !ok {
+			if cur.mb == -2 {
+				pending++
+				continue
+			}
+			t = cur
+		}
+		if cur.mb == -2 {
+			for j := i - pending; j < i; j++ {
+				out[j] = t
+			}
+		}
+		cur, out[i] = t, t
+	}
+	for j := len(prog.Instrs) - pending; j < len(prog.Instrs) && cur.mb == -2; j++ {
+		out[j] = task{Update, -1} // a program with no known task at all
+	}
+	return out
+}
+
+// instrTask is the task an instruction's value puts it in, if it says.
+func instrTask(prog *codegen.Program, in *codegen.Instr, step *ir.Graph, ph []phase) (task, bool) {
+	var id ir.ValueID
+	var mb int
+	var ok bool
+	switch {
+	case in.Kind == codegen.Send || in.Kind == codegen.Recv:
+		id, ok = step.Lookup(in.Tag.Value)
+		mb = in.Tag.MicroBatch
+	case in.Kind == codegen.Compute || in.Kind.IsCollective():
+		if b, defined := in.Defines(); defined && int(b) < len(prog.Buffers) {
+			id, mb, ok = bufferValue(prog.Buffers[b].Name, step)
+		}
+	}
+	if !ok {
+		return task{}, false
+	}
+	switch ph[id] {
+	case phaseU:
+		return task{Update, -1}, true
+	case phaseF, phaseB:
+		if mb < 0 {
+			return task{}, false // recomputed for the update: no micro-batch of its own
+		}
+		kind := Forward
+		if ph[id] == phaseB {
+			kind = Backward
+		}
+		return task{kind, mb}, true
+	}
+	return task{}, false
+}
+
+// bufferValue reads codegen's buffer names: the value's name, then ".mbK" for a
+// per-micro-batch copy, then any suffix of its own (.piece, .recv, a spec). It returns
+// the value and the micro-batch (−1 if none).
+func bufferValue(name string, step *ir.Graph) (ir.ValueID, int, bool) {
+	for i := strings.LastIndex(name, ".mb"); i >= 0; i = strings.LastIndex(name[:i], ".mb") {
+		rest := name[i+3:]
+		j := 0
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if j == 0 || (j < len(rest) && rest[j] != '.') {
+			continue
+		}
+		mb, err := strconv.Atoi(rest[:j])
+		if id, ok := step.Lookup(name[:i]); ok && err == nil {
+			return id, mb, true
+		}
+	}
+	for n := name; n != ""; {
+		if id, ok := step.Lookup(n); ok {
+			return id, -1, true
+		}
+		k := strings.LastIndexByte(n, '.')
+		if k < 0 {
+			break
+		}
+		n = n[:k]
+	}
+	return 0, -1, false
+}
+
+// traceBlocks folds one device's events into blocks: a task block from the start of its
+// first instruction to the end of its last, and a Comm block per run of communication
+// instructions inside it (frees between them do not break a run), so that a step of
+// thousands of instructions stays a readable handful of bars. The receives a task opens
+// with are waits for the previous stage more than transfers (in-process, a transfer is a
+// copy), so the bar starts after them and their time shows as a gap: the bubble; the
+// tooltip says how long the task waited.
+func traceBlocks(row int, evs []traceEvent, prog *codegen.Program, tasks []task) []Block {
+	var out []Block
+	var bar, comm *Block
+	var cur task
+	var instrs, comms int
+	var leading bool
+	var waited float64
+	closeComm := func() {
+		if comm != nil {
+			comm.Note = fmt.Sprintf("device %d communication in %s: %s, %s", prog.Device, taskName(cur),
+				plural(comms, "instruction"), formatSeconds(comm.End-comm.Start))
+			out = append(out, *comm)
+			comm, comms = nil, 0
+		}
+	}
+	closeBar := func() {
+		closeComm()
+		if bar != nil {
+			bar.Note = fmt.Sprintf("device %d %s: %s, %s", prog.Device, taskName(cur),
+				plural(instrs, "instruction"), formatSeconds(bar.End-bar.Start))
+			if waited > 0 {
+				bar.Note += fmt.Sprintf(" after waiting %s for its input", formatSeconds(waited))
+			}
+			out = append(out, *bar)
+			bar, instrs = nil, 0
+		}
+	}
+	for _, e := range evs {
+		k := e.Args["instr"]
+		t, in := tasks[k], &prog.Instrs[k]
+		if bar == nil || t != cur {
+			closeBar()
+			cur, bar = t, &Block{Row: row, Kind: t.kind, Microbatch: t.mb, Start: e.Ts, End: e.Ts}
+			leading, waited = true, 0
+		}
+		instrs++
+		bar.End = max(bar.End, e.Ts+e.Dur)
+		switch {
+		case leading && in.Kind == codegen.Recv:
+			waited += e.Dur
+			bar.Start = bar.End
+		case leading && in.Kind == codegen.Free:
+		case leading:
+			leading = false
+			fallthrough
+		default:
+			commRun(&comm, &comms, row, t, in, e, closeComm)
+		}
+	}
+	closeBar()
+	return out
+}
+
+// commRun extends the run of communication instructions with e, starts one, or (for an
+// instruction other than a free) closes it.
+func commRun(comm **Block, comms *int, row int, t task, in *codegen.Instr, e traceEvent, closeComm func()) {
+	switch {
+	case isComm(in.Kind) && *comm == nil:
+		*comm = &Block{Row: row, Kind: Comm, Microbatch: t.mb, Start: e.Ts, End: e.Ts + e.Dur}
+		*comms = 1
+	case isComm(in.Kind):
+		(*comm).End = max((*comm).End, e.Ts+e.Dur)
+		*comms++
+	case in.Kind != codegen.Free:
+		closeComm()
+	}
+}

@@ -1,0 +1,139 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
+)
+
+// runTrace runs one step of p on the runtime with tracing on and returns its trace JSON.
+func runTrace(t *testing.T, p *autopar.Plan) []byte {
+	t.Helper()
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	opt := passes.Optimizer{Kind: p.Optimizer.Kind, LR: p.Optimizer.LR, Momentum: p.Optimizer.Momentum}
+	full, err := passes.TrainingStep(p.Forward(), opt)
+	require.NoError(t, err)
+	feeds := interp.InitParams(full, 1)
+	data, err := interp.GenerateInputs(full, 2)
+	require.NoError(t, err)
+	for k, v := range data {
+		feeds[k] = v
+	}
+	res, err := runtime.Run(context.Background(), progs, runtime.Data(feeds), runtime.Options{Trace: true})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, res.WriteTrace(&buf))
+	return buf.Bytes()
+}
+
+// taskBars lists the task blocks of each row, in time order.
+func taskBars(s *Schedule) map[int][]task {
+	out := map[int][]task{}
+	for _, b := range s.Blocks {
+		if b.Kind != Comm {
+			out[b.Row] = append(out[b.Row], task{b.Kind, b.Microbatch})
+		}
+	}
+	return out
+}
+
+// A measured trace, folded into tasks, runs each stage's tasks in the order codegen
+// unrolled them: every instruction was put in its own task, none in a neighbour's.
+func TestReadTraceFollowsTheSchedule(t *testing.T) {
+	for _, c := range planCases[1:] {
+		t.Run(c.name, func(t *testing.T) {
+			p := compilePlan(t, c)
+			s, err := ReadTrace(bytes.NewReader(runTrace(t, p)), p)
+			require.NoError(t, err)
+			sched, err := codegen.ParseSchedule(p.Schedule)
+			require.NoError(t, err)
+			bars := taskBars(s)
+			for r, row := range s.Rows {
+				require.GreaterOrEqual(t, row.Stage, 0)
+				want := stageOrder(sched, len(p.Stages), row.Stage, p.Microbatches)
+				assert.Equal(t, want, bars[r], "device %d (stage %d)", row.Device, row.Stage)
+			}
+			for _, b := range s.Blocks {
+				assert.LessOrEqual(t, b.Start, b.End, b.Note)
+				assert.GreaterOrEqual(t, b.Start, 0.0, b.Note)
+			}
+		})
+	}
+}
+
+// syntheticTrace is a trace of p's programs where instruction i of every device starts at
+// i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic, for goldens.
+func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
+	t.Helper()
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	type ev = traceEvent
+	var evs []ev
+	for _, prog := range progs {
+		ts := 0.0
+		for i := range prog.Instrs {
+			in := &prog.Instrs[i]
+			dur := 1.0
+			if in.Kind == codegen.Recv {
+				dur = 3
+			}
+			evs = append(evs, ev{Name: instrName(in), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
+				Tid: int(prog.Device), Args: map[string]int{"instr": i}})
+			ts += dur
+		}
+	}
+	data, err := json.Marshal(map[string]any{"traceEvents": evs})
+	require.NoError(t, err)
+	return data
+}
+
+func TestTraceTimelineGolden(t *testing.T) {
+	c := planCases[1]
+	p := compilePlan(t, c)
+	s, err := ReadTrace(bytes.NewReader(syntheticTrace(t, p)), p)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, Timeline(&buf, s))
+	requireXML(t, buf.Bytes())
+	golden(t, c.name+"-trace.svg", buf.String())
+}
+
+func TestReadTraceErrors(t *testing.T) {
+	p := compilePlan(t, planCases[1])
+	good := string(syntheticTrace(t, p))
+	other := compilePlan(t, planCases[0])
+	tests := []struct {
+		name, trace string
+		plan        *autopar.Plan
+		want        string
+	}{
+		{"not json", "{", p, "not Chrome trace-event JSON"},
+		{"no events", `{"traceEvents":[]}`, p, "no instruction events"},
+		{"unknown device", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":9,"args":{"instr":0}}]}`, p, "device 9 has no program"},
+		{"instr out of range", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":99999}}]}`, p, "is not in its program"},
+		{"wrong instruction", `{"traceEvents":[{"name":"softmax","cat":"compute","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":0}}]}`, p, "the trace says softmax"},
+		{"negative duration", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":-1,"tid":2,"args":{"instr":0}}]}`, p, "duration"},
+		{"another plan", good, other, "the trace is of another plan"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadTrace(strings.NewReader(tc.trace), tc.plan)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := ReadTrace(strings.NewReader(good), &autopar.Plan{})
+	assert.ErrorIs(t, err, errNoStep)
+}
