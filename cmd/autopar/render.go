@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/render"
+)
+
+type renderFlags struct {
+	out      string
+	ops      bool
+	maxNodes int
+	timeline bool
+	trace    string
+	model    string
+}
+
+// newRenderCmd is `autopar render`: a plan as a Graphviz graph or as a pipeline timeline.
+func newRenderCmd() *cobra.Command {
+	var f renderFlags
+	cmd := &cobra.Command{
+		Use:   "render PLAN.json -o FILE.dot|.svg|.png [--ops] | --timeline -o FILE.svg [--trace TRACE.json]",
+		Short: "draw a plan: the sharded graph (Graphviz) or the pipeline timeline (SVG)",
+		Long: `Draws a compiled plan (autopar compile -o DIR writes DIR/plan.json).
+
+By default it draws the sharded training step with Graphviz: one cluster per pipeline
+stage (submesh, logical mesh, devices, time), one node per layer of each stage (--ops: per
+op, with its sharding spec), resharding collectives and send/recv on the edges. The
+format comes from the extension of -o: .dot needs nothing, .svg and .png run Graphviz's
+dot program.
+
+With --timeline it draws the pipeline schedule as an SVG Gantt chart, one row per device:
+simulated from the plan's predicted stage times, or with --trace measured by the runtime
+(autopar run --trace TRACE.json, with the flags that compiled the plan).
+
+--model checks that the plan was compiled from that model. The output file is written
+whole or not at all.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRender(cmd.Context(), cmd.OutOrStdout(), args[0], f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.out, "output", "o", "", "write the picture to `FILE` (.dot, .svg or .png; .svg for --timeline)")
+	fl.BoolVar(&f.ops, "ops", false, "draw every op instead of one node per layer per stage")
+	fl.IntVar(&f.maxNodes, "max-nodes", 3000, "with --ops, refuse plans with more values than this (0: no limit)")
+	fl.BoolVar(&f.timeline, "timeline", false, "draw the pipeline timeline instead of the graph")
+	fl.StringVar(&f.trace, "trace", "", "with --timeline, draw the runtime trace in `FILE` instead of the prediction")
+	fl.StringVar(&f.model, "model", "", "check that the plan belongs to the model in `FILE.ir`")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
+}
+
+func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.trace != "" && !f.timeline {
+		return fmt.Errorf("--trace draws a timeline, expected --timeline with it")
+	}
+	if f.timeline && f.ops {
+		return fmt.Errorf("--ops draws the graph, expected it without --timeline")
+	}
+	format, err := render.FormatOf(f.out)
+	if err != nil {
+		return err
+	}
+	if f.timeline && format != render.SVG {
+		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
+	}
+	p, err := autopar.ReadPlanFile(path)
+	if err != nil {
+		return err
+	}
+	if f.model != "" {
+		g, err := frontend.ParseFile(f.model)
+		if err != nil {
+			return err
+		}
+		if err := p.CheckModel(g); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	var write func(io.Writer) error
+	if f.timeline {
+		write, err = timelineWriter(p, f.trace)
+	} else {
+		write, err = graphWriter(ctx, p, f, format)
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(f.out, write); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", f.out)
+	return nil
+}
+
+// graphWriter builds the graph and lays it out before the output file is created, so a
+// missing dot program or a plan that cannot be drawn leaves no file behind.
+func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format render.Format) (func(io.Writer) error, error) {
+	g, err := render.Graph(p, render.Options{Ops: f.ops, MaxNodes: f.maxNodes})
+	if err != nil {
+		return nil, err
+	}
+	var img bytes.Buffer
+	if err := render.WriteImage(ctx, &img, g, format); err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error { _, err := w.Write(img.Bytes()); return err }, nil
+}
+
+func timelineWriter(p *autopar.Plan, trace string) (func(io.Writer) error, error) {
+	var s *render.Schedule
+	var err error
+	if trace == "" {
+		s, err = render.Predict(p)
+	} else {
+		var r *os.File
+		r, err = os.Open(trace)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		s, err = render.ReadTrace(r, p)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", trace, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error { return render.Timeline(w, s) }, nil
+}
