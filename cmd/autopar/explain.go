@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes/sharding"
+)
+
+type explainFlags struct {
+	op     string
+	stage  int
+	memory bool
+	json   bool
+}
+
+// newExplainCmd is `autopar explain`: the questions users ask of a plan (why this sharding,
+// what else the stage could have run on, where the memory goes), answered by the library's
+// Plan.ExplainOp, Plan.ExplainStage and Plan.MemoryBreakdown.
+func newExplainCmd() *cobra.Command {
+	var f explainFlags
+	cmd := &cobra.Command{
+		Use:   "explain PLAN.json (--op NAME | --stage N | --memory) [--json]",
+		Short: "say why a plan chose an op's sharding, a stage's mesh, and where each device's memory goes",
+		Long: `Reads a plan.json written by autopar compile and answers one question about it.
+
+--op NAME lists the value's candidate strategies on its stage's logical mesh, each with its
+compute, its own collectives and the resharding from its operands' chosen layouts and into
+its consumers', marks the chosen one (*) and the locally cheapest (<), and says why the
+chosen one won; when another is locally cheaper, the stage is solved again with that one
+forced to find out whether memory or the neighbours decided.
+--stage N prices the stage's layers on every submesh and logical mesh of the cluster, as
+the stage DP did, with the step time the plan would have with each.
+--memory splits each device's predicted peak into weights, gradients, optimizer state and
+activations.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stageSet := cmd.Flags().Changed("stage")
+			return runExplain(cmd.Context(), cmd.OutOrStdout(), args[0], f, stageSet)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.op, "op", "", "explain the sharding of the value `NAME`")
+	fl.IntVar(&f.stage, "stage", 0, "explain the mesh of stage `N` (0-based)")
+	fl.BoolVar(&f.memory, "memory", false, "break down each device's predicted memory")
+	fl.BoolVar(&f.json, "json", false, "print JSON instead of tables")
+	return cmd
+}
+
+func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, stageSet bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	asked := 0
+	for _, b := range []bool{f.op != "", stageSet, f.memory} {
+		if b {
+			asked++
+		}
+	}
+	if asked != 1 {
+		return errors.New("explain: give exactly one of --op NAME, --stage N or --memory")
+	}
+	p, err := autopar.ReadPlanFile(path)
+	if err != nil {
+		return err
+	}
+	if err := p.CheckLayouts(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var out any
+	var text func(io.Writer, *autopar.Plan)
+	switch {
+	case f.op != "":
+		e, err := p.ExplainOp(ctx, f.op)
+		if err != nil {
+			return err
+		}
+		out, text = e, func(w io.Writer, _ *autopar.Plan) { printOpExplanation(w, e) }
+	case stageSet:
+		e, err := p.ExplainStage(ctx, f.stage)
+		if err != nil {
+			return err
+		}
+		out, text = e, func(w io.Writer, p *autopar.Plan) { printStageExplanation(w, p, e) }
+	default:
+		rows := p.MemoryBreakdown()
+		out, text = rows, func(w io.Writer, _ *autopar.Plan) { printMemory(w, rows) }
+	}
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	text(w, p)
+	return nil
+}
+
+func printOpExplanation(w io.Writer, e *autopar.OpExplanation) {
+	fmt.Fprintf(w, "%s = %s : %s, stage %d, layer %d, on mesh %s\n\n", e.Name, e.Op, e.Type, e.Stage, e.Layer, e.Mesh)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\t#\tstrategy\tin\tout\tcompute\tcomm\treshard in\treshard out\ttotal\tmemory\tcollectives")
+	for _, c := range e.Candidates {
+		mark := ""
+		if c.Chosen {
+			mark = "*"
+		}
+		if c.Index == e.Cheapest && !c.Chosen {
+			mark = "<"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, c.Index, c.Name, specList(c.In), specText(c.Out),
+			secs(c.Compute), secs(c.Comm), secs(c.ReshardIn), secs(c.ReshardOut), secs(c.Total),
+			sharding.FormatBytes(c.Memory), orDash(strings.Join(c.Collectives, "; ")))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n* chosen, < locally cheapest; times per micro-batch, the stage costs %s\n", secs(e.StageCost))
+	fmt.Fprintf(w, "why (%s): %s\n", e.Why, e.Reason)
+	for _, n := range e.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func specList(specs []mesh.Spec) string {
+	if len(specs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(specs))
+	for i, s := range specs {
+		parts[i] = specText(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplanation) {
+	fmt.Fprintf(w, "stage %d of %d: layers %d-%d, %d ops, %d micro-batch(es) in flight under %s, %s per device\n\n",
+		e.Stage, len(p.Stages), e.FirstLayer, e.LastLayer, e.Ops, e.InFlight, e.Schedule, sharding.FormatBytes(e.Capacity))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcomm\treshard\tweights\tactivations\tmemory\tfits\tstep time")
+	for _, a := range e.Alternatives {
+		mark := ""
+		if a.Chosen {
+			mark = "*"
+		}
+		if !a.OK {
+			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
+			continue
+		}
+		step := "-"
+		if a.StepTime > 0 {
+			step = secs(a.StepTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
+			a.Devices, secs(a.Time), secs(a.Cost.Compute), secs(a.Cost.Communication), secs(a.Cost.Resharding),
+			sharding.FormatBytes(a.WeightBytes), sharding.FormatBytes(a.ActBytes), sharding.FormatBytes(a.MemoryBytes),
+			yesNo(a.Fits), step)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n* the plan's choice, step time %s; memory = weights + %d × activations; step time: the plan's\n"+
+		"with this stage on that mesh, shown for meshes of as many devices (the others would not tile the cluster)\n",
+		secs(e.StepTime), e.InFlight)
+}
+
+// secs is seconds with nanoseconds too: an op's costs on a small model are that small.
+func secs(s float64) string {
+	if s > 0 && s < 1e-6 {
+		return fmt.Sprintf("%.3g ns", s*1e9)
+	}
+	return seconds(s)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func printMemory(w io.Writer, rows []autopar.DeviceMemory) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "device\tstage\tweights\tgradients\toptimizer\tactivations\ttotal\tcapacity\tused")
+	for _, r := range rows {
+		used := 0.0
+		if r.Capacity > 0 {
+			used = 100 * float64(r.Total) / float64(r.Capacity)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.3g%%\n", r.Device, r.Stage, sharding.FormatBytes(r.Weights),
+			sharding.FormatBytes(r.Gradients), sharding.FormatBytes(r.Optimizer), sharding.FormatBytes(r.Activations),
+			sharding.FormatBytes(r.Total), sharding.FormatBytes(r.Capacity), used)
+	}
+	tw.Flush()
+}
