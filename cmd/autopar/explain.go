@@ -198,7 +198,7 @@ func printMemory(w io.Writer, rows []autopar.DeviceMemory) {
 		if r.Capacity > 0 {
 			used = 100 * float64(r.Total) / float64(r.Capacity)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.3g%%\n", r.Device, r.Stage, sharding.FormatBytes(r.Weights),
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\n", r.Device, r.Stage, sharding.FormatBytes(r.Weights),
 			sharding.FormatBytes(r.Gradients), sharding.FormatBytes(r.Optimizer), sharding.FormatBytes(r.Activations),
 			sharding.FormatBytes(r.Total), sharding.FormatBytes(r.Capacity), used)
 	}
