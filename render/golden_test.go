@@ -1,9 +1,11 @@
 package render
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,7 +42,26 @@ var planCases = []planCase{
 		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
 }
 
+// compiled holds each case's plan.json, so that a case compiles once per test binary.
+var compiled sync.Map
+
+// compilePlan returns a fresh copy of the case's plan (tests may break it), read back from
+// the plan.json the compiler wrote.
 func compilePlan(t testing.TB, c planCase) *autopar.Plan {
+	t.Helper()
+	data, ok := compiled.Load(c.name)
+	if !ok {
+		var buf bytes.Buffer
+		require.NoError(t, compileFresh(t, c).WriteJSON(&buf))
+		data, _ = compiled.LoadOrStore(c.name, buf.Bytes())
+	}
+	p, err := autopar.ReadPlan(bytes.NewReader(data.([]byte)))
+	require.NoError(t, err)
+	return p
+}
+
+// compileFresh compiles the case's plan.
+func compileFresh(t testing.TB, c planCase) *autopar.Plan {
 	t.Helper()
 	g, err := frontend.ParseFile(filepath.Join("..", "testdata", "models", c.model+".ir"))
 	require.NoError(t, err)
