@@ -66,10 +66,10 @@ func TestGraphCrossStageEdges(t *testing.T) {
 
 func TestGraphRejectsBadPlans(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(p *autopar.Plan)
-		opts  Options
-		want  string
+		opts   Options
+		want   string
 	}{
 		{"spec of the wrong rank", func(p *autopar.Plan) {
 			p.Stages[0].Values[0].Spec = mesh.MustParseSpec("RRR")
