@@ -4,6 +4,10 @@
 //	autopar model gpt --layers 24 --hidden 2048 > gpt.ir   write a zoo model as .ir
 //	autopar train model.ir --steps 20                      train it serially
 //	autopar shard model.ir --mesh 2x4 --cluster dgx-a100   shard its training step on one mesh
+//	autopar compile model.ir --cluster p3.16xlarge:2 -o out the whole compiler: plan.json
+//	autopar run model.ir --cluster cpu:4 --check             train on the runtime, checked
+//	autopar render out/plan.json -o plan.svg                draw a plan
+//	autopar explain out/plan.json --op NAME                 why an op got its sharding
 //
 // The logic lives in the library packages; this command only parses flags and prints.
 package main
@@ -29,6 +33,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd())
 	return root
 }
