@@ -260,3 +260,39 @@ func TestCheckLayouts(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, q.CheckLayouts(), "plan: stage 0")
 }
+
+// BenchmarkExplain times the three questions on compiled plans: an op (one re-solve of its
+// stage plus one without a memory budget, two more when the ILP traded it), a stage (one
+// solve per submesh and logical mesh) and the memory breakdown (no solve).
+func BenchmarkExplain(b *testing.B) {
+	cases := []struct {
+		model, cluster, op string
+		opts               Options
+	}{
+		{"mlp-tiny", "cpu:4", "l1.fc.matmul", Options{Microbatches: 2}},
+		{"gpt-tiny", "cpu:4", "l1.attn.scores", Options{Microbatches: 2, Layers: 2}},
+	}
+	ctx := context.Background()
+	for _, tc := range cases {
+		p := compile(b, model(b, tc.model), cluster(b, tc.cluster), tc.opts)
+		b.Run(tc.model+"/op", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := p.ExplainOp(ctx, tc.op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.model+"/stage", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := p.ExplainStage(ctx, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.model+"/memory", func(b *testing.B) {
+			for b.Loop() {
+				p.MemoryBreakdown()
+			}
+		})
+	}
+}
