@@ -56,7 +56,7 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 	ph := phases(p.Step())
 	for _, prog := range progs {
 		byDev[int(prog.Device)] = prog
-		tasks[int(prog.Device)] = programTasks(prog, p.Step(), ph)
+		tasks[int(prog.Device)] = programTasks(prog, p.Step(), ph, p.Microbatches)
 	}
 	events, err := checkEvents(doc.TraceEvents, byDev)
 	if err != nil {
@@ -133,11 +133,28 @@ func isComm(k codegen.Kind) bool {
 // continues that value's task; an update value's, the update. The rest (loads, frees,
 // accumulates, constants of no phase) belong to the task around them; the ones before the
 // first known task, to it.
-func programTasks(prog *codegen.Program, step *ir.Graph, ph []phase) []task {
+//
+// A task runs once, in one stretch, so an instruction naming a task that has already
+// ended belongs to the current one: codegen reshards a forward value where the backward
+// reads it, under the forward value's buffer name. Once the last backward has begun, an
+// op on a per-micro-batch value with no micro-batch of its own (the 1/B scaling and
+// data-parallel all-reduce of an accumulated loss or gradient, a constant recomputed for
+// the optimizer) is the update's.
+func programTasks(prog *codegen.Program, step *ir.Graph, ph []phase, mbs int) []task {
 	out := make([]task, len(prog.Instrs))
 	cur, pending := task{mb: -2}, 0
+	ended := map[task]bool{}
 	for i := range prog.Instrs {
 		t, ok := instrTask(prog, &prog.Instrs[i], step, ph)
+		if ok && t.mb == -2 {
+			t, ok = task{Update, -1}, cur == task{Backward, mbs - 1} || cur.kind == Update
+		}
+		if ok && t != cur && ended[t] {
+			ok = false
+		}
+		if ok && t != cur && cur.mb != -2 {
+			ended[cur] = true
+		}
 		if !ok {
 			if cur.mb == -2 {
 				pending++
@@ -180,7 +197,7 @@ func instrTask(prog *codegen.Program, in *codegen.Instr, step *ir.Graph, ph []ph
 		return task{Update, -1}, true
 	case phaseF, phaseB:
 		if mb < 0 {
-			return task{}, false // recomputed for the update: no micro-batch of its own
+			return task{mb: -2}, true // no micro-batch of its own: programTasks decides
 		}
 		kind := Forward
 		if ph[id] == phaseB {

@@ -52,7 +52,8 @@ func taskBars(s *Schedule) map[int][]task {
 // A measured trace, folded into tasks, runs each stage's tasks in the order codegen
 // unrolled them: every instruction was put in its own task, none in a neighbour's.
 func TestReadTraceFollowsTheSchedule(t *testing.T) {
-	for _, c := range planCases[1:] {
+	gpt := planCase{"gpt-cpu4-pp", "gpt-tiny", "cpu:4", autopar.Options{Microbatches: 4, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}}
+	for _, c := range append(planCases[1:], gpt) {
 		t.Run(c.name, func(t *testing.T) {
 			p := compilePlan(t, c)
 			s, err := ReadTrace(bytes.NewReader(runTrace(t, p)), p)
