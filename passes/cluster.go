@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -206,7 +207,8 @@ func (c *crossing) add(id ir.ValueID, i int) float64 {
 }
 
 // followForward gives every value outside the forward ops a layer. A param, input or
-// constant goes with its first forward user. A backward or update op goes with the earliest
+// constant goes with its first forward user. A backward or update op named after a forward
+// value or param goes with it (see namedLayer); any other goes with the earliest
 // layer among its operands, where a forward activation counts at the layer of its first
 // consumer (the backward op that reads it differentiates one of its consumers, not its
 // producer). What is still unplaced (state, constants made for the backward) goes with its
@@ -239,6 +241,10 @@ func followForward(g *ir.Graph, of []int) {
 		if of[i] >= 0 {
 			continue
 		}
+		if l := namedLayer(g, g.Values[i].Name, of); l >= 0 {
+			of[i] = l
+			continue
+		}
 		best := -1
 		for _, a := range g.Values[i].Args {
 			l := of[a]
@@ -255,6 +261,30 @@ func followForward(g *ir.Graph, of []int) {
 		if of[i] < 0 {
 			of[i] = max(0, lastUser(users[i], of))
 		}
+	}
+}
+
+// namedLayer places a backward or update op by the name autodiff and the optimizer give it:
+// "d.<x>…" (the adjoint of forward value x, or an op of its gradient rule), "grad.<p>" and
+// "<p>.m.next"-like optimizer ops go with the longest dotted prefix of the rest that names
+// an already placed value. This keeps a layer's backward with its forward even where the
+// rule reads a value shared by every layer (a causal mask, a constant), which the
+// earliest-operand rule would drag to the first layer. It returns -1 when no prefix names
+// a placed value.
+func namedLayer(g *ir.Graph, name string, of []int) int {
+	rest, _ := strings.CutPrefix(name, "d.")
+	if r, ok := strings.CutPrefix(name, "grad."); ok {
+		rest = r
+	}
+	for {
+		if id, ok := g.Lookup(rest); ok && rest != name && of[id] >= 0 {
+			return of[id]
+		}
+		i := strings.LastIndexByte(rest, '.')
+		if i < 0 {
+			return -1
+		}
+		rest = rest[:i]
 	}
 }
 
