@@ -220,6 +220,7 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
+	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
 		o.prefetch(lay.L, dc)
 	}

@@ -36,6 +36,9 @@ type oracle struct {
 	solved map[solveKey]*stageSolution
 	err    error // the first error that was not a question of memory
 	solves atomic.Int64
+	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
+	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
+	canonical bool
 }
 
 type stageGraph struct {
@@ -72,6 +75,9 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 
 // StageCost implements dp.Oracle.
 func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+	if o.mirrored(s, l) {
+		return dp.StageCost{}, false
+	}
 	sol := o.solve(start, end, s, l)
 	return sol.cost, sol.ok
 }
@@ -94,6 +100,10 @@ func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolutio
 	return sol
 }
 
+func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
+	return o.canonical && s.Hosts == 1 && l.MP == 1 && l.DP > 1
+}
+
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
 // logical mesh — on all cores, so that the DP, which asks one at a time, finds them solved.
 // Each solve is deterministic, so the order they run in changes nothing.
@@ -111,6 +121,9 @@ func (o *oracle) prefetch(layers int, c dp.Cluster) {
 			}
 			for _, s := range dp.Submeshes(c) {
 				for _, l := range dp.LogicalShapes(s) {
+					if o.mirrored(s, l) {
+						continue
+					}
 					key := solveKey{sg.hash, s, l}
 					if _, ok := o.solved[key]; !ok {
 						o.solved[key] = nil
