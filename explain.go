@@ -216,51 +216,61 @@ type solvedStage struct {
 	notes []string
 }
 
-// cutStage rebuilds stage n's subgraph as the oracle cut it.
-func (p *Plan) cutStage(n int) (*stageGraph, error) {
-	s := &p.Stages[n]
-	var ids []ir.ValueID
-	for _, v := range s.Values {
-		id, ok := p.step.Lookup(v.Name)
-		if !ok {
-			return nil, fmt.Errorf("explain: stage %d: value %s is not in the training step", n, v.Name)
-		}
-		if v.Layer >= s.FirstLayer && v.Layer <= s.LastLayer && !p.step.Value(id).Op.IsLeaf() {
-			ids = append(ids, id)
+// explainOracle is an oracle set up as compile's was for this plan: the same cluster,
+// memory budget and (default) ILP time limit, and a layering rebuilt from the layer of
+// every value the plan lists, so that its stage cuts are compile's.
+func (p *Plan) explainOracle(ctx context.Context) *oracle {
+	of := make([]int, len(p.step.Values))
+	for i := range of {
+		of[i] = -1
+	}
+	for _, s := range p.Stages {
+		for _, v := range s.Values {
+			if id, ok := p.step.Lookup(v.Name); ok {
+				of[id] = v.Layer
+			}
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	g, err := passes.Subgraph(p.step, fmt.Sprintf("layers%d-%d", s.FirstLayer, s.LastLayer), ids)
+	lay := &passes.Layering{L: len(p.Layers), Of: of}
+	o := newOracle(ctx, p.step, lay, &p.Cluster, Options{}.withDefaults().ILPTimeLimit, p.Predicted.DeviceMemory)
+	o.canonical = true
+	return o
+}
+
+// cutStage cuts stage n's subgraph with the oracle, as compile did.
+func (p *Plan) cutStage(o *oracle, n int) (*stageGraph, error) {
+	s := &p.Stages[n]
+	if s.FirstLayer < 0 || s.LastLayer < s.FirstLayer {
+		return nil, fmt.Errorf("explain: stage %d: layers %d-%d in plan.json", n, s.FirstLayer, s.LastLayer)
+	}
+	sg, err := o.stage(s.FirstLayer, s.LastLayer+1)
 	if err != nil {
 		return nil, fmt.Errorf("explain: stage %d: %w", n, err)
 	}
-	if s.ILP.Values != 0 && len(g.Values) != s.ILP.Values {
+	if s.ILP.Values != 0 && len(sg.g.Values) != s.ILP.Values {
 		return nil, fmt.Errorf("explain: stage %d: its subgraph rebuilds with %d values, plan.json says %d",
-			n, len(g.Values), s.ILP.Values)
+			n, len(sg.g.Values), s.ILP.Values)
 	}
-	return &stageGraph{g: g, ids: ids}, nil
-}
-
-// explainOracle is an oracle set up as compile's was for this plan: same cluster, memory
-// budget and (default) ILP time limit.
-func (p *Plan) explainOracle(ctx context.Context) *oracle {
-	return newOracle(ctx, p.step, nil, &p.Cluster, Options{}.withDefaults().ILPTimeLimit, p.Predicted.DeviceMemory)
+	return sg, nil
 }
 
 // solveOwnStage re-solves stage n on its own submesh and logical mesh.
 func (p *Plan) solveOwnStage(ctx context.Context, n int) (*solvedStage, error) {
-	sg, err := p.cutStage(n)
+	o := p.explainOracle(ctx)
+	sg, err := p.cutStage(o, n)
 	if err != nil {
 		return nil, err
 	}
 	s := &p.Stages[n]
-	o := p.explainOracle(ctx)
 	sol := o.solveStage(sg, dp.Submesh{Hosts: s.Submesh.Hosts, Devices: s.Submesh.Devices}, dp.Logical{DP: s.Logical[0], MP: s.Logical[1]})
-	if !sol.ok {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("explain: stage %d: %v", n, o.err)
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case !sol.ok:
+		return nil, fmt.Errorf("explain: stage %d: %v", n, sol.err)
+	case sol.res == nil:
+		return nil, fmt.Errorf("explain: stage %d: its weights alone overflow the device memory %d times over; the plan cannot be one compile made",
+			n, pruneFactor)
 	}
 	st := &solvedStage{stage: n, sg: sg, res: sol.res, out: append([]mesh.Spec(nil), sol.res.Specs...),
 		in: make([][]mesh.Spec, len(sg.g.Values))}
@@ -561,6 +571,10 @@ type StageAlternative struct {
 	Err     string        `json:"error,omitempty"` // why not, when !OK
 	Time    float64       `json:"time"`            // seconds per micro-batch, the ILP's objective
 	Cost    sharding.Cost `json:"cost"`
+	// Pruned: not solved, as compile did not solve it, because its weights alone, spread
+	// evenly over its devices, overflow the device memory several times over. Time and
+	// WeightBytes are then lower bounds and Cost is zero.
+	Pruned bool `json:"pruned,omitempty"`
 	// WeightBytes are params, their gradients and optimizer state; ActBytes one
 	// micro-batch's activations; MemoryBytes = WeightBytes + InFlight·ActBytes.
 	WeightBytes int64 `json:"weight_bytes"`
@@ -576,7 +590,8 @@ type StageAlternative struct {
 
 // ExplainStage prices stage n's layer range on every submesh (dp.Submeshes) and logical
 // mesh (dp.LogicalShapes) of the cluster, one sharding solve each as compile made them,
-// and marks the plan's choice. An unknown stage is an error listing the stages.
+// and marks the plan's choice. Like compile, it leaves out the meshes (n, 1) inside a host,
+// which price exactly as (1, n), unless the plan chose one. An unknown stage is an error listing the stages.
 func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, error) {
 	if p.step == nil {
 		return nil, errNoStep
@@ -585,35 +600,25 @@ func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, erro
 		return nil, p.unknownStage(n)
 	}
 	s := &p.Stages[n]
-	sg, err := p.cutStage(n)
+	o := p.explainOracle(ctx)
+	sg, err := p.cutStage(o, n)
 	if err != nil {
 		return nil, err
 	}
 	e := &StageExplanation{Stage: n, FirstLayer: s.FirstLayer, LastLayer: s.LastLayer, Ops: len(sg.ids), InFlight: s.InFlight,
 		Capacity: p.Predicted.DeviceMemory, Schedule: p.Schedule, StepTime: p.stepTime(n, s.Time), Chosen: -1}
-	o := p.explainOracle(ctx)
 	dc := dp.Cluster{Hosts: p.Cluster.Hosts, DevicesPerHost: p.Cluster.DevicesPerHost, MemoryPerDevice: float64(p.Predicted.DeviceMemory)}
 	for _, sub := range dp.Submeshes(dc) {
 		for _, l := range dp.LogicalShapes(sub) {
-			o.err = nil
-			sol := o.solveStage(sg, sub, l)
+			chosen := sub.Hosts == s.Submesh.Hosts && sub.Devices == s.Submesh.Devices && l.DP == s.Logical[0] && l.MP == s.Logical[1]
+			if o.mirrored(sub, l) && !chosen {
+				continue // prices exactly as its mirror (1, n), as compile knows
+			}
+			a := p.alternative(o, sg, sub, l, n)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			a := StageAlternative{Submesh: mesh.Submesh{Hosts: sub.Hosts, Devices: sub.Devices}, Logical: [2]int{l.DP, l.MP},
-				Devices: sub.Size(), OK: sol.ok}
-			if !sol.ok {
-				a.Err = fmt.Sprint(o.err)
-			} else {
-				a.Time, a.Cost = sol.cost.Time, sol.res.Cost
-				a.WeightBytes, a.ActBytes = int64(sol.cost.WeightBytes), int64(sol.cost.ActBytes)
-				a.MemoryBytes = int64(sol.cost.Memory(s.InFlight))
-				a.Fits = a.MemoryBytes <= p.Predicted.DeviceMemory
-				if a.Devices == len(s.Devices) {
-					a.StepTime = p.stepTime(n, a.Time)
-				}
-			}
-			if a.Submesh == s.Submesh && a.Logical == s.Logical {
+			if chosen {
 				a.Chosen, e.Chosen = true, len(e.Alternatives)
 			}
 			e.Alternatives = append(e.Alternatives, a)
@@ -623,6 +628,31 @@ func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, erro
 		return nil, fmt.Errorf("explain: stage %d: its submesh %s is not one of the cluster's", n, s.Submesh)
 	}
 	return e, nil
+}
+
+// alternative prices stage n's layers on (sub, l) as compile's oracle did.
+func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logical, n int) StageAlternative {
+	s := &p.Stages[n]
+	sol := o.solveStage(sg, sub, l)
+	a := StageAlternative{Submesh: mesh.Submesh{Hosts: sub.Hosts, Devices: sub.Devices}, Logical: [2]int{l.DP, l.MP},
+		Devices: sub.Size(), OK: sol.ok}
+	if !sol.ok {
+		a.Err = fmt.Sprint(sol.err)
+		return a
+	}
+	a.Time = sol.cost.Time
+	if sol.res != nil {
+		a.Cost = sol.res.Cost
+	} else {
+		a.Pruned = true
+	}
+	a.WeightBytes, a.ActBytes = int64(sol.cost.WeightBytes), int64(sol.cost.ActBytes)
+	a.MemoryBytes = int64(sol.cost.Memory(s.InFlight))
+	a.Fits = !a.Pruned && a.MemoryBytes <= p.Predicted.DeviceMemory
+	if a.Devices == len(s.Devices) {
+		a.StepTime = p.stepTime(n, a.Time)
+	}
+	return a
 }
 
 // stepTime is Σ t_i + (B−1)·max t_j over the plan's stages with stage n taking t.

@@ -169,16 +169,22 @@ func TestExplainStage(t *testing.T) {
 			c := cluster(t, tc.cluster)
 			p := compile(t, model(t, tc.model), c, tc.opts)
 			dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost}
-			shapes := 0
-			for _, s := range dp.Submeshes(dc) {
-				shapes += len(dp.LogicalShapes(s))
-			}
 			for si, s := range p.Stages {
+				// Every submesh and logical mesh but the mirrors (n, 1) inside a host.
+				shapes := 0
+				for _, sub := range dp.Submeshes(dc) {
+					for _, l := range dp.LogicalShapes(sub) {
+						mirror := sub.Hosts == 1 && l.DP > 1 && l.MP == 1
+						if !mirror || s.Logical == [2]int{l.DP, l.MP} && s.Submesh.Devices == sub.Devices {
+							shapes++
+						}
+					}
+				}
 				e, err := p.ExplainStage(context.Background(), si)
 				require.NoError(t, err)
 				assert.Equal(t, s.FirstLayer, e.FirstLayer)
 				assert.Equal(t, s.LastLayer, e.LastLayer)
-				require.Len(t, e.Alternatives, shapes, "every submesh and logical mesh")
+				require.Len(t, e.Alternatives, shapes)
 				assert.InDelta(t, p.Predicted.StepTime, e.StepTime, 1e-9*e.StepTime)
 				marked := 0
 				for _, a := range e.Alternatives {
@@ -224,12 +230,15 @@ func TestMemoryBreakdown(t *testing.T) {
 			assert.Equal(t, s.MemoryBytes, r.Total)
 			assert.Equal(t, p.Predicted.DeviceMemory, r.Capacity)
 			assert.Positive(t, r.Weights)
+			// A stage may read params another stage updates (a backward op clustered with
+			// the layer it feeds), and the state is sharded on its own (ZeRO-style plans
+			// shard it where the params are replicated): at most the moments of its params.
+			moments := int64(1)
 			if opts.Optimizer.Kind == "adam" {
-				// Two moments per param, and the step counter adam.t on the stage that holds it.
-				assert.Contains(t, []int64{2 * r.Weights, 2*r.Weights + 4}, r.Optimizer)
-			} else {
-				assert.Equal(t, r.Weights, r.Optimizer, "momentum keeps one buffer per param")
+				moments = 2
 			}
+			assert.Positive(t, r.Optimizer)
+			assert.LessOrEqual(t, r.Optimizer, moments*r.Weights+4, "adam also keeps its step counter adam.t")
 		}
 		var buf bytes.Buffer
 		require.NoError(t, p.WriteJSON(&buf))
@@ -295,4 +304,28 @@ func BenchmarkExplain(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Meshes whose weights alone overflow the memory several times are not solved, as in
+// compile: they are listed as pruned, with lower bounds, and never fit.
+func TestExplainStagePruned(t *testing.T) {
+	p := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:4"), Options{Microbatches: 1, Layers: 1})
+	require.Len(t, p.Stages, 1)
+	p.Predicted.DeviceMemory = 2000 // as if compiled for 2000 bytes: the whole model needs ~19 KiB
+	e, err := p.ExplainStage(context.Background(), 0)
+	require.NoError(t, err)
+	pruned, solved := 0, 0
+	for _, a := range e.Alternatives {
+		switch {
+		case a.Pruned:
+			pruned++
+			assert.False(t, a.Fits)
+			assert.Greater(t, a.WeightBytes, int64(pruneFactor)*2000)
+			assert.Zero(t, a.Cost.Total)
+		case a.OK:
+			solved++
+		}
+	}
+	assert.Positive(t, pruned, "the one-device mesh holds all the weights")
+	assert.Positive(t, solved, "four devices share them")
 }

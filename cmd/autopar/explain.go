@@ -160,6 +160,11 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
 			continue
 		}
+		if a.Pruned {
+			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t≥ %s\tnot solved: its weights alone, ≥ %s per device, overflow the memory\n", mark, a.Submesh,
+				a.Logical[0], a.Logical[1], a.Devices, secs(a.Time), sharding.FormatBytes(a.WeightBytes))
+			continue
+		}
 		step := "-"
 		if a.StepTime > 0 {
 			step = secs(a.StepTime)
