@@ -234,3 +234,20 @@ func TestConstraintsOfRecostsAPlan(t *testing.T) {
 	_, err := Compile(context.Background(), g, c, Options{Microbatches: 4, Layers: 2, Constraints: ConstraintsOf(p)})
 	require.ErrorContains(t, err, "pinned stages end at layer")
 }
+
+// The memory a memory error names is the least that fits: with it the plan compiles, with
+// one byte less it does not.
+func TestMemoryErrorNamesTheLeastThatFits(t *testing.T) {
+	g := model(t, "mlp-tiny")
+	c := cluster(t, "cpu:4")
+	opts := Options{Microbatches: 1, Manual: &Manual{TP: 4, PP: 1, DP: 1}, MemoryPerDevice: 4000}
+	_, err := Compile(context.Background(), g, c, opts)
+	var me *dp.MemoryError
+	require.True(t, errors.As(err, &me), "%v", err)
+	opts.MemoryPerDevice = int64(math.Ceil(me.Need))
+	p := compile(t, g, c, opts)
+	assert.LessOrEqual(t, p.Stages[0].MemoryBytes, opts.MemoryPerDevice)
+	opts.MemoryPerDevice--
+	_, err = Compile(context.Background(), g, c, opts)
+	require.True(t, errors.As(err, &me), "%v", err)
+}

@@ -169,10 +169,14 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
 	var me *sharding.MemoryError
 	if errors.As(err, &me) {
-		// Nothing fits one micro-batch: price the fastest plan anyway and let the DP's
-		// memory check reject it, so that its error names the memory that would fit.
-		opts.MemoryBudget = 1 << 62
-		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
+		// names its peak) and let the DP's memory check reject it, so that the DP's error
+		// names the memory that would fit; failing that, the fastest plan.
+		opts.MemoryBudget = me.Minimum
+		if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+			opts.MemoryBudget = 1 << 62
+			res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		}
 	}
 	if err != nil {
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}

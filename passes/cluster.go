@@ -241,7 +241,7 @@ func followForward(g *ir.Graph, of []int) {
 		if of[i] >= 0 {
 			continue
 		}
-		if l := namedLayer(g, g.Values[i].Name, of); l >= 0 {
+		if l := namedLayer(g, g.Values[i].Name, of, consumer); l >= 0 {
 			of[i] = l
 			continue
 		}
@@ -264,14 +264,26 @@ func followForward(g *ir.Graph, of []int) {
 	}
 }
 
-// namedLayer places a backward or update op by the name autodiff and the optimizer give it:
-// "d.<x>…" (the adjoint of forward value x, or an op of its gradient rule), "grad.<p>" and
-// "<p>.m.next"-like optimizer ops go with the longest dotted prefix of the rest that names
-// an already placed value. This keeps a layer's backward with its forward even where the
-// rule reads a value shared by every layer (a causal mask, a constant), which the
-// earliest-operand rule would drag to the first layer. It returns -1 when no prefix names
-// a placed value.
-func namedLayer(g *ir.Graph, name string, of []int) int {
+// namedLayer places a backward or update op by the name autodiff and the optimizer give it.
+// "d.<x>" and its fan-out parts "d.<x>.<n>" are the adjoint of x, which the gradient rule of
+// x's consumer computes, so they go with that consumer's layer. Any other name — an op
+// inside a gradient rule ("d.<y>.m1"), "grad.<p>", an optimizer op ("<p>.m.next") — goes
+// with the longest dotted prefix that names a placed value. This keeps a layer's backward
+// with its forward even where a rule reads a value every layer shares (a causal mask, a
+// constant), which the earliest-operand rule would drag to the first layer. It returns -1
+// when no prefix names a placed value.
+func namedLayer(g *ir.Graph, name string, of, consumer []int) int {
+	if rest, ok := strings.CutPrefix(name, "d."); ok {
+		x := rest
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 && isDigits(rest[i+1:]) {
+			if _, whole := g.Lookup(rest); !whole {
+				x = rest[:i]
+			}
+		}
+		if id, ok := g.Lookup(x); ok && consumer[id] >= 0 {
+			return consumer[id]
+		}
+	}
 	rest, _ := strings.CutPrefix(name, "d.")
 	if r, ok := strings.CutPrefix(name, "grad."); ok {
 		rest = r
@@ -286,6 +298,15 @@ func namedLayer(g *ir.Graph, name string, of []int) int {
 		}
 		rest = rest[:i]
 	}
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func lastUser(users []ir.ValueID, of []int) int {
