@@ -113,7 +113,13 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 			}
 			for _, m := range ms {
 				s := &p.cands[v][m.k]
-				out = append(out, groupStrategy{pick: append(append([]int32(nil), gs.pick...), int32(m.k)),
+				pick := gs.pick
+				if len(ms) > 1 {
+					// Several children: each needs its own copy. A single child takes over gs's
+					// slice, which nothing else refers to once gr.strats is replaced.
+					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
+				}
+				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
 					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard})
 			}
 		}
