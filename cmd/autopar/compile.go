@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -25,9 +26,10 @@ import (
 
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
-	optimizer                                                string
+	optimizer, dump                                          string
 	batch, layers                                            int
 	lr                                                       float64
+	timePasses                                               bool
 }
 
 func newCompileCmd() *cobra.Command {
@@ -49,6 +51,8 @@ writes one program per device under DIR/programs.`,
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.StringVarP(&f.out, "output", "o", "", "write plan.json (and programs) into `DIR`")
 	fl.StringVar(&f.emit, "emit", "", "also write `programs`: one text program per device")
+	fl.StringVar(&f.dump, "dump", "", "print the graph after `PASS` ("+strings.Join(passes.Names(), ", ")+") and stop")
+	fl.BoolVar(&f.timePasses, "time", false, "print the time each pass of the pass table takes, on stderr")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
 }
@@ -164,6 +168,11 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f.dump != "" || f.timePasses {
+		if err := runPasses(stdout, stderr, path, f); err != nil || f.dump != "" {
+			return err
+		}
+	}
 	_, plan, err := compileModel(ctx, stderr, path, f)
 	if err != nil {
 		return err
@@ -176,6 +185,33 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 		return fmt.Errorf("--emit %q: expected programs", f.emit)
 	}
 	return writePlanDir(f.out, plan, f.emit == "programs")
+}
+
+// runPasses runs the pass table on the model (verifying between passes), printing the
+// graph after --dump's pass and each pass's time with --time.
+func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
+	g, err := frontend.ParseFile(path)
+	if err != nil {
+		return err
+	}
+	opts, err := compileOptions(f)
+	if err != nil {
+		return err
+	}
+	if _, ok := passes.Lookup(f.dump); f.dump != "" && !ok {
+		return fmt.Errorf("--dump %q: no such pass, expected one of %s", f.dump, strings.Join(passes.Names(), ", "))
+	}
+	cfg := &passes.Config{Optimizer: opts.Optimizer, Check: true}
+	if f.timePasses {
+		cfg.AfterPass = func(pass string, g *ir.Graph, took time.Duration) {
+			fmt.Fprintf(stderr, "pass %-10s %10v  %d values\n", pass, took.Round(time.Microsecond), len(g.Values))
+		}
+	}
+	out, err := passes.Run(g, cfg, f.dump)
+	if err != nil || f.dump == "" {
+		return err
+	}
+	return ir.Print(stdout, out)
 }
 
 // writePlanDir writes plan.json, and the programs when asked, each file whole or not at all.

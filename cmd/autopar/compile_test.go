@@ -70,3 +70,14 @@ func TestRunCheckMatchesSerial(t *testing.T) {
 		assert.Less(t, r, 1e-4, out.String())
 	}
 }
+
+func TestCompileDumpAndTime(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "1", schedule: "1f1b", optimizer: "sgd", dump: "autodiff", timePasses: true}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	assert.Contains(t, out.String(), "grad.l0.fc.w = ")
+	assert.NotContains(t, out.String(), ".m.next", "the optimizer pass runs after autodiff")
+	assert.Contains(t, errOut.String(), "pass autodiff")
+	f.dump = "nope"
+	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, autodiff, optimizer")
+}
