@@ -40,7 +40,8 @@ func newCompileCmd() *cobra.Command {
 		Long: `Builds the training step of a forward graph, clusters it into layers, and searches
 pipeline stages, submeshes, logical meshes and the sharding of every op (Alpa's DP over the
 sharding ILP). Prints the plan's summary and writes DIR/plan.json; --emit programs also
-writes one program per device under DIR/programs.`,
+writes one program per device under DIR/programs, as text (deviceN.txt) and in the stable
+serialized form (deviceN.json).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -229,10 +230,15 @@ func writePlanDir(dir string, plan *autopar.Plan, programs bool) error {
 			return err
 		}
 		for _, p := range progs {
-			text := p.String()
-			name := filepath.Join(pdir, fmt.Sprintf("device%d.txt", p.Device))
-			if err := writeFileAtomic(name, func(w io.Writer) error { _, err := io.WriteString(w, text); return err }); err != nil {
+			data, err := p.MarshalJSON()
+			if err != nil {
 				return err
+			}
+			base := filepath.Join(pdir, fmt.Sprintf("device%d", p.Device))
+			for ext, text := range map[string]string{".txt": p.String(), ".json": string(data)} {
+				if err := writeFileAtomic(base+ext, func(w io.Writer) error { _, err := io.WriteString(w, text); return err }); err != nil {
+					return err
+				}
 			}
 		}
 	}

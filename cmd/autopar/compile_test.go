@@ -23,7 +23,7 @@ func TestCompileWritesPlanAndPrograms(t *testing.T) {
 	assert.Empty(t, errOut.String(), "no progress bar when stderr is not a terminal")
 	first, err := os.ReadFile(filepath.Join(dir, "plan.json"))
 	require.NoError(t, err)
-	progs, err := filepath.Glob(filepath.Join(dir, "programs", "device*.txt"))
+	progs, err := filepath.Glob(filepath.Join(dir, "programs", "device*.json"))
 	require.NoError(t, err)
 	assert.Len(t, progs, 2)
 
