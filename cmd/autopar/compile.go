@@ -235,8 +235,8 @@ func writePlanDir(dir string, plan *autopar.Plan, programs bool) error {
 				return err
 			}
 			base := filepath.Join(pdir, fmt.Sprintf("device%d", p.Device))
-			for ext, text := range map[string]string{".txt": p.String(), ".json": string(data)} {
-				if err := writeFileAtomic(base+ext, func(w io.Writer) error { _, err := io.WriteString(w, text); return err }); err != nil {
+			for _, f := range [][2]string{{".txt", p.String()}, {".json", string(data)}} {
+				if err := writeFileAtomic(base+f[0], func(w io.Writer) error { _, err := io.WriteString(w, f[1]); return err }); err != nil {
 					return err
 				}
 			}
