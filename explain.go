@@ -19,8 +19,7 @@ import (
 // inputs: the stage's subgraph is cut from the training step exactly as the oracle cut it
 // (the step's non-leaf values of the stage's layers, in graph order) and solved by the
 // oracle's own solveStage, so the candidates, their order and their prices are the ones the
-// ILP chose among. plan.json does not record the ILP time limit, so explain uses Compile's
-// default.
+// ILP chose among, under the ILP time limit plan.json records.
 
 // Why says which fact decided an op's strategy.
 type Why string
@@ -217,7 +216,7 @@ type solvedStage struct {
 }
 
 // explainOracle is an oracle set up as compile's was for this plan: the same cluster,
-// memory budget and (default) ILP time limit, and a layering rebuilt from the layer of
+// memory budget and ILP time limit, and a layering rebuilt from the layer of
 // every value the plan lists, so that its stage cuts are compile's.
 func (p *Plan) explainOracle(ctx context.Context) *oracle {
 	of := make([]int, len(p.step.Values))
@@ -232,7 +231,7 @@ func (p *Plan) explainOracle(ctx context.Context) *oracle {
 		}
 	}
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
-	o := newOracle(ctx, p.step, lay, &p.Cluster, Options{}.withDefaults().ILPTimeLimit, p.Predicted.DeviceMemory)
+	o := newOracle(ctx, p.step, lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory)
 	o.canonical = true
 	return o
 }
@@ -419,7 +418,7 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 // solveWith solves stage st as compile did, with force pinned and the given memory budget.
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
-	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: Options{}.withDefaults().ILPTimeLimit,
+	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
 		SolveLayersOnce: true, Filter: lowerable(lm), Force: force}
 	return sharding.Solve(ctx, st.sg.g, lm, opts)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
@@ -35,6 +36,7 @@ type Plan struct {
 	Schedule     string        `json:"schedule"`
 	Optimizer    OptimizerSpec `json:"optimizer"`
 	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
+	ILPTimeLimit float64       `json:"ilp_time_limit_s"` // each sharding solve's, so explain can redo them
 	Layers       []Layer       `json:"layers"`
 	Stages       []Stage       `json:"stages"`
 	Predicted    Prediction    `json:"predicted"`
@@ -123,6 +125,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 	if opts.Manual != nil {
 		p.Manual = opts.Manual.String()
 	}
+	p.ILPTimeLimit = opts.ILPTimeLimit.Seconds()
 	for l := range lay.L {
 		p.Layers = append(p.Layers, Layer{FLOPs: lay.FLOPs[l], InBytes: lay.InBytes[l]})
 	}
@@ -375,4 +378,12 @@ func (p *Plan) StageNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// ilpTimeLimit is the time limit the plan's sharding solves ran under.
+func (p *Plan) ilpTimeLimit() time.Duration {
+	if p.ILPTimeLimit <= 0 {
+		return Options{}.withDefaults().ILPTimeLimit
+	}
+	return time.Duration(p.ILPTimeLimit * float64(time.Second))
 }
