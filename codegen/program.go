@@ -1,13 +1,3 @@
-// Package codegen turns a Plan into one Program per device, and defines that Program: the
-// per-device instruction set the runtime executes.
-//
-// A Program is plain data: a list of buffer declarations (dense BufferIDs, each with the
-// local shard type it holds and a readable name) and a list of instructions over them. It
-// has a readable text form (Program.String, one instruction per line), a stable JSON form
-// with a version field (MarshalJSON / UnmarshalProgram) and a validator (Validate) that
-// the runtime runs before executing anything.
-//
-// codegen decides what runs where; it must not run anything.
 package codegen
 
 import (
