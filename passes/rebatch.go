@@ -29,10 +29,11 @@ func BatchSize(g *ir.Graph) (int, error) {
 	return size, nil
 }
 
-// batchAt says where the batch lies in a value: dim Dim, whose extent is outer·B·Inner
-// (a reshape may merge the batch with the dims around it). Dim < 0: the value does not
-// carry the batch.
-type batchAt struct{ Dim, Inner int }
+// batchAt says where the batch lies in a value: dim Dim, whose extent is outer·Part·Inner.
+// Part is the batch B itself, or, once a reshape has split the batch over several dims (MoE
+// groups: [B, T, H] → [B/k, k, T, H]), the major part B/k that Dim carries; the minor dims
+// keep their extent. Dim < 0: the value does not carry the batch.
+type batchAt struct{ Dim, Inner, Part int }
 
 var noBatch = batchAt{Dim: -1}
 
@@ -88,7 +89,7 @@ func followBatch(g *ir.Graph, id ir.ValueID, at []batchAt, size int) batchAt {
 	v := &g.Values[id]
 	if v.Op == ir.OpInput {
 		if bd := v.BatchDim(); bd >= 0 {
-			return batchAt{Dim: bd, Inner: 1}
+			return batchAt{Dim: bd, Inner: 1, Part: size}
 		}
 		return noBatch
 	}
@@ -106,7 +107,7 @@ func followBatch(g *ir.Graph, id ir.ValueID, at []batchAt, size int) batchAt {
 		}
 		l := d.Operands[i][ba.Dim]
 		if r := slices.Index(d.Result, l); l >= 0 && r >= 0 {
-			return batchAt{Dim: r, Inner: ba.Inner}
+			return batchAt{Dim: r, Inner: ba.Inner, Part: ba.Part}
 		}
 	}
 	return noBatch
@@ -130,23 +131,49 @@ func BatchDims(g *ir.Graph) []int {
 	return dims
 }
 
-// reshapeBatch follows the batch through a reshape by its stride in the flat element order.
-func reshapeBatch(in, out ir.Shape, ba batchAt, size int) batchAt {
+// reshapeBatch follows the batch through a reshape by its stride in the flat element order:
+// into the one output dim that holds it whole, or, when the reshape splits it, into the
+// outermost of the output dims that hold it exactly.
+func reshapeBatch(in, out ir.Shape, ba batchAt, _ int) batchAt {
 	if ba.Dim < 0 {
 		return noBatch
 	}
-	stride := ba.Inner
+	stride := ba.Inner // flat stride of one step along the batch
 	for _, n := range in[ba.Dim+1:] {
 		stride *= n
 	}
-	after := 1 // product of out's dims after r
+	after := make([]int, len(out)+1) // after[r]: product of out's dims after r
+	after[len(out)] = 1
 	for r := len(out) - 1; r >= 0; r-- {
-		if stride%after == 0 && stride/after*size <= out[r] && out[r]%(stride/after*size) == 0 {
-			return batchAt{Dim: r, Inner: stride / after}
+		after[r] = after[r+1] * out[r]
+	}
+	for r := len(out) - 1; r >= 0; r-- {
+		a := after[r+1]
+		if stride%a == 0 && stride/a*ba.Part <= out[r] && out[r]%(stride/a*ba.Part) == 0 {
+			return batchAt{Dim: r, Inner: stride / a, Part: ba.Part}
 		}
-		after *= out[r]
+	}
+	// Split: dims r0..r1 hold exactly the batch, r1's unit being the batch's stride.
+	for r1 := len(out) - 1; r1 >= 0; r1-- {
+		if after[r1+1] != stride {
+			continue
+		}
+		for r0 := r1 - 1; r0 >= 0; r0-- {
+			if after[r0]/after[r1+1] == ba.Part {
+				return batchAt{Dim: r0, Inner: 1, Part: out[r0]}
+			}
+		}
 	}
 	return batchAt{Dim: -2} // lost: checkRebatched reports it
+}
+
+// scaled is the extent a batch-carrying dim of extent n gets when the batch goes from old
+// to batch, or an error when the part of the batch it carries does not scale to a whole.
+func scaled(n int, ba batchAt, old, batch int) (int, bool) {
+	if ba.Part*batch%old != 0 {
+		return 0, false
+	}
+	return n / ba.Part * (ba.Part * batch / old), true
 }
 
 // rebatchAttrs rewrites the shape attributes of value id that carry the batch.
@@ -154,14 +181,22 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 	v := &g.Values[id]
 	ba := at[id]
 	switch {
-	case v.Op == ir.OpInput && ba.Dim >= 0:
-		t := v.Type
-		t.Shape = slices.Clone(t.Shape)
-		t.Shape[ba.Dim] = t.Shape[ba.Dim] / old * batch
-		return v.Attrs.With("type", t), nil
-	case (v.Op == ir.OpReshape || v.Op == ir.OpBroadcast) && ba.Dim >= 0:
+	case ba.Dim == -2:
+		return nil, ir.Errorf(v.Pos, "cannot micro-batch: reshape %s mixes the batch with other dims", v.Name)
+	case ba.Dim >= 0 && (v.Op == ir.OpInput || v.Op == ir.OpReshape || v.Op == ir.OpBroadcast):
+		n, ok := scaled(v.Type.Shape[ba.Dim], ba, old, batch)
+		if !ok {
+			return nil, ir.Errorf(v.Pos, "cannot micro-batch: %s splits the batch into groups of %d, which batch %d does not fill",
+				v.Name, old/ba.Part, batch)
+		}
+		if v.Op == ir.OpInput {
+			t := v.Type
+			t.Shape = slices.Clone(t.Shape)
+			t.Shape[ba.Dim] = n
+			return v.Attrs.With("type", t), nil
+		}
 		shape := slices.Clone(v.Attrs.Ints("shape"))
-		shape[ba.Dim] = shape[ba.Dim] / old * batch
+		shape[ba.Dim] = n
 		return v.Attrs.With("shape", shape), nil
 	case v.Op == ir.OpSlice || v.Op == ir.OpConcat || v.Op == ir.OpScatterAdd ||
 		v.Op == ir.OpConv2DInputGrad || v.Op == ir.OpAvgPoolGrad:
@@ -182,7 +217,7 @@ func checkRebatched(old, now *ir.Value, ba batchAt, oldB, newB int) error {
 	}
 	want := slices.Clone(old.Type.Shape)
 	if ba.Dim >= 0 {
-		want[ba.Dim] = want[ba.Dim] / oldB * newB
+		want[ba.Dim], _ = scaled(want[ba.Dim], ba, oldB, newB)
 	}
 	if !slices.Equal(want, now.Type.Shape) {
 		return ir.Errorf(old.Pos, "cannot micro-batch: %s becomes %s, expected shape %v", old.Name, now.Type, want)

@@ -79,3 +79,29 @@ func TestRebatchErrors(t *testing.T) {
 	_, err = BatchSize(ir.NewGraph("none"))
 	require.ErrorContains(t, err, "no data input with a batch dim")
 }
+
+// MoE forms token groups by splitting the batch over two dims ([B,T,H] → [B/k,k,T,H]); the
+// micro-batch rescales the major part, and must fill whole groups.
+func TestRebatchSplitBatch(t *testing.T) {
+	g := ir.NewGraph("groups")
+	must := func(id ir.ValueID, err error) ir.ValueID {
+		t.Helper()
+		require.NoError(t, err)
+		return id
+	}
+	x := must(g.Declare(ir.OpInput, "x", ir.Type{DType: ir.F32, Shape: ir.Shape{8, 3, 5}}, 0, ir.Pos{}))
+	split := must(g.Append(ir.OpReshape, "split", []ir.ValueID{x}, ir.Attrs{}.With("shape", []int{4, 2, 3, 5}), ir.Pos{}))
+	groups := must(g.Append(ir.OpReshape, "groups", []ir.ValueID{split}, ir.Attrs{}.With("shape", []int{4, 6, 5}), ir.Pos{}))
+	back := must(g.Append(ir.OpReshape, "back", []ir.ValueID{groups}, ir.Attrs{}.With("shape", []int{8, 15}), ir.Pos{}))
+	loss := must(g.Append(ir.OpReduceSum, "loss", []ir.ValueID{back}, ir.Attrs{}.With("axes", []int{0, 1}), ir.Pos{}))
+	g.AddOutput(loss, ir.Pos{})
+
+	mb, err := Rebatch(g, 4)
+	require.NoError(t, err)
+	for name, typ := range map[string]string{"x": "f32[4,3,5]", "split": "f32[2,2,3,5]", "groups": "f32[2,6,5]", "back": "f32[4,15]"} {
+		id, _ := mb.Lookup(name)
+		assert.Equal(t, typ, mb.Value(id).Type.String(), name)
+	}
+	_, err = Rebatch(g, 3)
+	require.ErrorContains(t, err, "splits the batch into groups of 2, which batch 3 does not fill")
+}
