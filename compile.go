@@ -34,9 +34,10 @@ type Options struct {
 	Constraints dp.Constraints
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
-	// Progress, if set, is called as the stage search advances (see dp.Options.Progress),
-	// with the micro-batch count being tried.
-	Progress func(microbatches, done, total int)
+	// Progress, if set, is called as the search advances, with the micro-batch count being
+	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
+	// search" (the DP). Calls come one at a time.
+	Progress func(microbatches int, phase string, done, total int)
 }
 
 // MaxAutoMicrobatches bounds the micro-batch counts an automatic search tries.
@@ -222,11 +223,15 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
-		o.prefetch(lay.L, dc)
+		var progress func(done, total int)
+		if opts.Progress != nil {
+			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
+		}
+		o.prefetch(lay.L, dc, progress)
 	}
 	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
 	if opts.Progress != nil {
-		do.Progress = func(done, total int) { opts.Progress(b, done, total) }
+		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
 	res, err := dp.Solve(ctx, lay.L, dc, o, do)
 	if err != nil {

@@ -107,7 +107,9 @@ func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
 // logical mesh — on all cores, so that the DP, which asks one at a time, finds them solved.
 // Each solve is deterministic, so the order they run in changes nothing.
-func (o *oracle) prefetch(layers int, c dp.Cluster) {
+// progress, if set, is called after each solve with the count done and the total, one call
+// at a time.
+func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total int)) {
 	type job struct {
 		key solveKey
 		sg  *stageGraph
@@ -136,10 +138,18 @@ func (o *oracle) prefetch(layers int, c dp.Cluster) {
 	sols := make([]*stageSolution, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
 				sols[j] = o.solveStage(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+				if progress != nil {
+					mu.Lock()
+					done++
+					progress(done, len(jobs))
+					mu.Unlock()
+				}
 			}
 		})
 	}

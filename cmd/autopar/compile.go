@@ -91,9 +91,9 @@ func compileModel(ctx context.Context, stderr io.Writer, path string, f compileF
 	}
 	bar := newProgress(stderr)
 	if bar != nil {
-		opts.Progress = func(b, done, total int) {
+		opts.Progress = func(b int, phase string, done, total int) {
 			bar.ChangeMax(total)
-			bar.Describe(fmt.Sprintf("stage search, %d micro-batches", b))
+			bar.Describe(fmt.Sprintf("%s, %d micro-batches", phase, b))
 			_ = bar.Set(done)
 		}
 		defer bar.Clear()

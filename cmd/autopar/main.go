@@ -13,14 +13,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	// Ctrl-C cancels the context: a long search or run stops cleanly, writing nothing.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "autopar:", err)
 		os.Exit(1)
 	}
