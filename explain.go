@@ -695,7 +695,7 @@ type DeviceMemory struct {
 // MemoryBreakdown splits every device's predicted peak into weights, gradients, optimizer
 // state and activations, sorted by device. It counts as compile's memory check does: every
 // param and state a stage lists, sharded under its spec on the stage's logical mesh. It
-// panics on a plan CheckLayouts rejects (a hand-edited plan.json: check it first).
+// relies on the layouts ReadPlan checked (see checkLayouts).
 func (p *Plan) MemoryBreakdown() []DeviceMemory {
 	g := p.step
 	if g == nil {
@@ -733,18 +733,26 @@ func (p *Plan) MemoryBreakdown() []DeviceMemory {
 	return out
 }
 
-// CheckLayouts returns an error unless every stage's logical mesh exists on the plan's
-// cluster and every value a stage lists has a valid spec that divides its shape there:
-// what a plan.json edited by hand can break while still reading back.
-func (p *Plan) CheckLayouts() error {
+// checkLayouts returns an error unless every stage's devices and logical mesh exist on the
+// plan's cluster and every spec is valid and divides its value's shape: a hand-edited
+// plan.json can parse and still describe layouts nothing can hold. ReadPlan runs it.
+func (p *Plan) checkLayouts() error {
 	g := p.step
 	if g == nil {
 		return errNoStep
 	}
 	for si, s := range p.Stages {
-		lm, err := mesh.NewLogicalMesh(&p.Cluster, s.Submesh, s.Logical[0], s.Logical[1])
+		if len(s.Devices) == 0 || len(s.Devices) != s.Submesh.NumDevices() {
+			return fmt.Errorf("plan: stage %d lists %d devices for submesh %s", si, len(s.Devices), s.Submesh)
+		}
+		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
 		if err != nil {
 			return fmt.Errorf("plan: stage %d: %w", si, err)
+		}
+		for k, d := range lm.Devices {
+			if int(d) != s.Devices[k] {
+				return fmt.Errorf("plan: stage %d lists devices %v, but submesh %s from device %d holds %v", si, s.Devices, s.Submesh, s.Devices[0], lm.Devices)
+			}
 		}
 		for _, v := range s.Values {
 			if err := v.Spec.Validate(); err != nil {

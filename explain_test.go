@@ -245,18 +245,17 @@ func TestMemoryBreakdown(t *testing.T) {
 		q, err := ReadPlan(&buf)
 		require.NoError(t, err)
 		assert.Equal(t, rows, q.MemoryBreakdown(), "the same from plan.json")
-		require.NoError(t, q.CheckLayouts())
 	}
 }
 
 func adam() passes.Optimizer { return passes.Optimizer{Kind: "adam", LR: 0.01} }
 
-func TestCheckLayouts(t *testing.T) {
+// ReadPlan refuses a hand-edited plan.json whose layouts nothing can hold.
+func TestReadPlanChecksLayouts(t *testing.T) {
 	p := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 1})
-	require.NoError(t, p.CheckLayouts())
 	var buf bytes.Buffer
 	require.NoError(t, p.WriteJSON(&buf))
-	// A 16-wide dim split three ways does not divide: a hand edit that still parses.
+	// A submesh of three devices where the plan lists two: a hand edit that still parses.
 	bad := strings.Replace(buf.String(), `"submesh": {
         "hosts": 1,
         "devices": 2
@@ -265,9 +264,19 @@ func TestCheckLayouts(t *testing.T) {
         "devices": 3
       },`, 1)
 	require.NotEqual(t, buf.String(), bad)
-	q, err := ReadPlan(strings.NewReader(bad))
-	require.NoError(t, err)
-	require.ErrorContains(t, q.CheckLayouts(), "plan: stage 0")
+	_, err := ReadPlan(strings.NewReader(bad))
+	require.ErrorContains(t, err, "plan: stage 0 lists 2 devices for submesh 1x3")
+	noDevices := strings.Replace(buf.String(), `"devices": [
+        0,
+        1
+      ],`, `"devices": [],`, 1)
+	require.NotEqual(t, buf.String(), noDevices)
+	_, err = ReadPlan(strings.NewReader(noDevices))
+	require.ErrorContains(t, err, "lists 0 devices")
+	twice := strings.Replace(buf.String(), `"spec": "RR"`, `"spec": "S1S1"`, 1)
+	require.NotEqual(t, buf.String(), twice)
+	_, err = ReadPlan(strings.NewReader(twice))
+	require.ErrorContains(t, err, "reuses a mesh axis")
 }
 
 // BenchmarkExplain times the three questions on compiled plans: an op (one re-solve of its

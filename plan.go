@@ -302,7 +302,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 		}
 	}
 	p.model, p.step = model, step
-	return nil
+	return p.checkLayouts()
 }
 
 // Step returns the training step of one micro-batch the plan shards.

@@ -73,9 +73,6 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 	if err != nil {
 		return err
 	}
-	if err := p.CheckLayouts(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	var out any
 	var text func(io.Writer, *autopar.Plan)
 	switch {
