@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/autopar/autopar/codegen"
@@ -50,7 +51,7 @@ type Manual struct{ TP, PP, DP int }
 // ParseManual reads "tp=8,pp=2,dp=32"; a degree left out is 1.
 func ParseManual(s string) (*Manual, error) {
 	m := &Manual{TP: 1, PP: 1, DP: 1}
-	for _, part := range splitComma(s) {
+	for _, part := range strings.Split(s, ",") {
 		var key string
 		var n int
 		if _, err := fmt.Sscanf(part, "%2s=%d", &key, &n); err != nil || n < 1 {
@@ -85,20 +86,6 @@ func ConstraintsOf(p *Plan) dp.Constraints {
 }
 
 func (m *Manual) String() string { return fmt.Sprintf("tp=%d,pp=%d,dp=%d", m.TP, m.PP, m.DP) }
-
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
-}
 
 // Compile plans the training of forward graph g (whose first output is a scalar loss that
 // is a mean over the batch) on cluster c. It returns a *dp.MemoryError-wrapping error when

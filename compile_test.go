@@ -114,7 +114,7 @@ func checkAgainstSerial(t *testing.T, p *Plan, tol float64) {
 	ctx := context.Background()
 	progs, err := p.Programs()
 	require.NoError(t, err)
-	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.optimizer())
+	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
 	require.NoError(t, err)
 	ref := interp.InitParams(full, 1)
 	data, err := interp.GenerateInputs(full, 2)

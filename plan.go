@@ -56,7 +56,8 @@ type OptimizerSpec struct {
 	WeightDecay float64 `json:"weight_decay,omitempty"`
 }
 
-func (o OptimizerSpec) optimizer() passes.Optimizer {
+// Optimizer is the spec as the passes take it.
+func (o OptimizerSpec) Optimizer() passes.Optimizer {
 	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
 }
 
@@ -289,7 +290,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 	if err != nil {
 		return err
 	}
-	step, err := passes.TrainingStep(mb, p.Optimizer.optimizer())
+	step, err := passes.TrainingStep(mb, p.Optimizer.Optimizer())
 	if err != nil {
 		return err
 	}

@@ -192,10 +192,8 @@ func (c *crossing) reset(r int) { c.r, c.bytes = int32(r), 0 }
 func (c *crossing) add(id ir.ValueID, i int) float64 {
 	if c.stamp[id] == c.r { // it was an input of the segment, now it is inside
 		c.bytes -= float64(c.g.Values[id].Type.Bytes())
-		c.stamp[id] = -c.r
-	} else {
-		c.stamp[id] = -c.r
 	}
+	c.stamp[id] = -c.r
 	for _, a := range c.g.Values[id].Args {
 		if p := c.pos[a]; p == 0 || int(p) >= i || c.stamp[a] == c.r || c.stamp[a] == -c.r {
 			continue // a leaf, a value inside, or one counted already

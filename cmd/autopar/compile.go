@@ -104,17 +104,11 @@ func compileModel(ctx context.Context, stderr io.Writer, path string, f compileF
 
 func compileOptions(f compileFlags) (autopar.Options, error) {
 	var o autopar.Options
-	switch f.optimizer {
-	case "sgd":
-		o.Optimizer = passes.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}
-	case "adam":
-		o.Optimizer = passes.Optimizer{Kind: "adam", LR: 0.01}
-	default:
-		return o, fmt.Errorf("--optimizer %q: expected sgd or adam", f.optimizer)
+	opt, err := optimizerFrom(trainFlags{optimizer: f.optimizer, lr: f.lr, momentum: 0.9})
+	if err != nil {
+		return o, err
 	}
-	if f.lr > 0 {
-		o.Optimizer.LR = f.lr
-	}
+	o.Optimizer = opt
 	if f.microbatches != "auto" {
 		b, err := strconv.Atoi(f.microbatches)
 		if err != nil || b < 1 {
@@ -294,5 +288,5 @@ func seconds(s float64) string {
 	case s >= 1e-6:
 		return fmt.Sprintf("%.3g µs", s*1e6)
 	}
-	return strings.TrimSpace(fmt.Sprintf("%.3g s", s))
+	return fmt.Sprintf("%.3g s", s)
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime"
@@ -70,7 +70,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if err != nil {
 		return err
 	}
-	full, err := passes.TrainingStep(fwd, planOptimizer(plan))
+	full, err := passes.TrainingStep(fwd, plan.Optimizer.Optimizer())
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	loss := full.Value(full.Outputs[0].Value).Name
 	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", len(progs))
 	for step := 1; step <= f.steps; step++ {
-		feeds := merge(state, data)
+		feeds := interp.Feeds{}
+		maps.Copy(feeds, state)
+		maps.Copy(feeds, data)
 		start := time.Now()
 		got, err := runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{Timeout: f.timeout, Trace: f.trace != "" && step == f.steps})
 		if err != nil {
@@ -106,22 +108,6 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		}
 	}
 	return nil
-}
-
-func planOptimizer(p *autopar.Plan) passes.Optimizer {
-	o := p.Optimizer
-	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
-}
-
-func merge(a, b interp.Feeds) interp.Feeds {
-	out := interp.Feeds{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }
 
 // checkStep runs the full-batch step serially on the same feeds and prints the largest

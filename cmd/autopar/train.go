@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,12 +109,8 @@ func runTrain(ctx context.Context, w io.Writer, path string, f trainFlags) error
 			data = interp.RandomInputs(step, f.seed+int64(i))
 		}
 		feeds := interp.Feeds{}
-		for k, v := range state {
-			feeds[k] = v
-		}
-		for k, v := range data {
-			feeds[k] = v
-		}
+		maps.Copy(feeds, state)
+		maps.Copy(feeds, data)
 		start := time.Now()
 		res, err := interp.Run(ctx, step, feeds)
 		if err != nil {
