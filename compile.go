@@ -113,16 +113,14 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		return nil, err
 	}
 	var best *Plan
-	var firstErr error
+	var why error // when no count gives a plan: the memory error that needs least, or the first
 	for _, b := range counts {
 		p, err := compileWith(ctx, g, c, opts, sched, batch, b)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if firstErr == nil || isMemory(firstErr) && !isMemory(err) {
-				firstErr = err
-			}
+			why = worse(why, err)
 			continue
 		}
 		if best == nil || p.Predicted.StepTime < best.Predicted.StepTime {
@@ -130,14 +128,25 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 	}
 	if best == nil {
-		return nil, firstErr
+		return nil, why
 	}
 	return best, nil
 }
 
-func isMemory(err error) bool {
-	var me *dp.MemoryError
-	return errors.As(err, &me)
+// worse picks the error to report of two: a memory error, which names the memory that
+// would fit, over any other (a micro-batch count the model cannot take, say), and of two
+// memory errors the one that needs less.
+func worse(prev, err error) error {
+	var pm, em *dp.MemoryError
+	switch {
+	case prev == nil:
+		return err
+	case !errors.As(err, &em):
+		return prev
+	case !errors.As(prev, &pm) || em.Need < pm.Need:
+		return err
+	}
+	return prev
 }
 
 func (o Options) withDefaults() Options {

@@ -253,3 +253,18 @@ func TestMemoryErrorNamesTheLeastThatFits(t *testing.T) {
 	_, err = Compile(context.Background(), g, c, opts)
 	require.True(t, errors.As(err, &me), "%v", err)
 }
+
+// With the micro-batch count searched, the error of a model that fits nowhere is the
+// memory error that needs least, not the complaint of a count the model cannot take.
+func TestAutoMicrobatchesReportsTheLeastMemory(t *testing.T) {
+	g := model(t, "moe-tiny") // batch 8 in groups of 4: 4 and 8 micro-batches cannot be made
+	_, err := Compile(context.Background(), g, cluster(t, "cpu:2"), Options{MemoryPerDevice: 1024, Layers: 2})
+	var me *dp.MemoryError
+	require.True(t, errors.As(err, &me), "%v", err)
+	for _, b := range []int{1, 2} {
+		_, err := Compile(context.Background(), g, cluster(t, "cpu:2"), Options{MemoryPerDevice: 1024, Layers: 2, Microbatches: b})
+		var one *dp.MemoryError
+		require.True(t, errors.As(err, &one), "%v", err)
+		assert.LessOrEqual(t, me.Need, one.Need)
+	}
+}
