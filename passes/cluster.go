@@ -334,14 +334,3 @@ func (lay *Layering) account(g *ir.Graph, fwd []ir.ValueID, cut []int) {
 		}
 	}
 }
-
-// Range lists the values of layers [first, last] in graph order.
-func (lay *Layering) Range(first, last int) []ir.ValueID {
-	var ids []ir.ValueID
-	for i, l := range lay.Of {
-		if l >= first && l <= last {
-			ids = append(ids, ir.ValueID(i))
-		}
-	}
-	return ids
-}
