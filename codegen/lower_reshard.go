@@ -49,10 +49,7 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 			want = em.st.Out[k.v]
 		}
 		em.load(k, want)
-	case v.Op == ir.OpConstant && l.p.StageOf[k.v] != em.id:
-		// A constant costs nothing to make and sending one across stages would tie their
-		// schedules together (a constant shared by the backward of every stage deadlocks
-		// 1F1B), so each stage fills its own.
+	case madeWhereUsed(v) && l.p.StageOf[k.v] != em.id:
 		ids := em.newBuf(em.name(k), localOf(em.m, v.Type, want))
 		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ids[d], Value: v.Attrs.Float("value")} })
 		em.have[k] = []*dbuf{{spec: want, ids: ids}}

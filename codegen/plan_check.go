@@ -114,8 +114,8 @@ func checkValue(p *Plan, an *analysis, id ir.ValueID) error {
 		return nil
 	}
 	for _, a := range v.Args {
-		if g.Value(a).Op == ir.OpConstant && p.StageOf[a] != p.StageOf[id] {
-			continue // made where it is used: a constant is never sent
+		if madeWhereUsed(g.Value(a)) && p.StageOf[a] != p.StageOf[id] {
+			continue // never sent
 		}
 		k := 0
 		if ph == phaseU {
@@ -273,3 +273,9 @@ func dependsOnInputs(g *ir.Graph) []bool {
 func (p *Plan) outSpec(id ir.ValueID) mesh.Spec {
 	return p.Stages[p.StageOf[id]].Out[id]
 }
+
+// madeWhereUsed reports whether v is filled on every stage that uses it instead of being
+// sent there: a constant costs nothing to make, and sending one across stages would tie
+// their schedules together (a constant shared by the backward of every stage deadlocks
+// 1F1B). Parameters, inputs and state are likewise loaded where used, not sent.
+func madeWhereUsed(v *ir.Value) bool { return v.Op == ir.OpConstant }

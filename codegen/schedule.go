@@ -81,7 +81,7 @@ func checkDeadlock(p *Plan, an *analysis, orders [][]task) error {
 		v := g.Value(ir.ValueID(id))
 		s := p.StageOf[id]
 		for _, a := range v.Args {
-			if op := g.Value(a).Op; op.IsLeaf() || op == ir.OpConstant || p.StageOf[a] == s {
+			if av := g.Value(a); av.Op.IsLeaf() || madeWhereUsed(av) || p.StageOf[a] == s {
 				continue // loaded, or filled, where it is used
 			}
 			if an.phase[id] == phaseF || an.phase[id] == phaseB {
