@@ -6,7 +6,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME ?= 5m
 
-.PHONY: all deps build test vet fmt-check demo fuzz bench clean
+.PHONY: all deps build install test vet fmt-check nocgo demo fuzz bench clean
 
 all: build
 
@@ -20,6 +20,9 @@ deps:
 build: deps
 	$(GO) build -o autopar ./cmd/autopar
 
+install: deps
+	$(GO) install ./cmd/autopar
+
 vet: deps
 	$(GO) vet ./...
 
@@ -27,7 +30,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-test: deps fmt-check vet
+# Everything but the ILP solver builds without cgo (the plan and program formats, the
+# runtime, rendering); a build without it says how to get the solver back.
+nocgo:
+	CGO_ENABLED=0 $(GO) build ./...
+
+test: deps fmt-check vet nocgo
 	$(GO) test -count=1 ./...
 
 # The main job on a bundled model: compile the tiny GPT for 4 CPU devices, train it on the
