@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -145,4 +146,23 @@ func TestPlacementsMatchSpecs(t *testing.T) {
 		}
 	}
 	assert.Greater(t, n, 100)
+}
+
+// TestNoSearchDependency holds the package to its doc: exporting a plan needs neither
+// the search nor cgo (lp_solve), only mesh and the standard library.
+func TestNoSearchDependency(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is not installed")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{len .CgoFiles}}", ".").Output()
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, cgo, _ := strings.Cut(line, " ")
+		if strings.HasPrefix(pkg, "github.com/autopar/autopar") {
+			assert.Contains(t, []string{"github.com/autopar/autopar/mesh", "github.com/autopar/autopar/export"}, pkg, "export imports %s", pkg)
+		}
+		if pkg != "runtime/cgo" {
+			assert.Equal(t, "0", cgo, "%s needs cgo", pkg)
+		}
+	}
 }
