@@ -21,7 +21,7 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 	ep := &export.Plan{Model: p.Model, Source: source, Batch: p.Batch, Microbatches: p.Microbatches, Schedule: p.Schedule,
 		Optimizer: export.Optimizer{Kind: p.Optimizer.Kind, LR: p.Optimizer.LR, Momentum: p.Optimizer.Momentum,
 			Beta1: p.Optimizer.Beta1, Beta2: p.Optimizer.Beta2, Eps: p.Optimizer.Eps, WeightDecay: p.Optimizer.WeightDecay}}
-	held := make([]bool, len(p.step.Values))
+	held := make([]*export.Value, len(p.step.Values)) // by ValueID: the exported leaf
 	for si, s := range p.Stages {
 		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
 		if err != nil {
@@ -33,15 +33,22 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 		}
 		for _, v := range s.Values {
 			id, ok := p.step.Lookup(v.Name)
-			if !ok || held[id] {
+			if !ok {
 				continue
 			}
-			held[id] = true
+			if first := held[id]; first != nil {
+				first.AlsoOn = append(first.AlsoOn, export.Use{Stage: si, Spec: v.Spec})
+				continue
+			}
 			val := p.step.Value(id)
 			es.Values = append(es.Values, export.Value{Name: v.Name, Op: v.Op, Role: p.roleOf(val),
 				DType: val.Type.DType.String(), Shape: val.Type.Shape.Clone(), BatchDim: val.BatchDim(), Spec: v.Spec})
 		}
 		ep.Stages = append(ep.Stages, es)
+		for i := range es.Values {
+			id, _ := p.step.Lookup(es.Values[i].Name)
+			held[id] = &ep.Stages[si].Values[i]
+		}
 	}
 	return ep, nil
 }

@@ -3,6 +3,8 @@ package export
 import (
 	"fmt"
 	"strings"
+
+	"github.com/autopar/autopar/mesh"
 )
 
 // dtensorModule writes the Python module of the PyTorch export: per stage a DeviceMesh
@@ -55,6 +57,9 @@ func dtensorTable(b *strings.Builder, name, what string, vals []stageValue) {
 	for _, v := range vals {
 		ps := v.Spec.Placements()
 		fmt.Fprintf(b, "    %s: (%d, [%s, %s]),  # %s %s\n", pyStr(v.Name), v.stage, ps[0], ps[1], v.Type(), specOrDash(v.Spec))
+		for _, u := range v.AlsoOn {
+			fmt.Fprintf(b, "    # %s is also read on stage %d as %s\n", pyStr(v.Name), u.Stage, mesh.FormatPlacements(u.Spec.Placements()))
+		}
 	}
 	b.WriteString("}\n")
 }

@@ -66,6 +66,9 @@ func jaxTable(b *strings.Builder, name, what string, vals []stageValue) {
 			continue
 		}
 		fmt.Fprintf(b, "    %s: (%d, %s),%s\n", pyStr(v.Name), v.stage, v.Spec.JAX(), comment)
+		for _, u := range v.AlsoOn {
+			fmt.Fprintf(b, "    # %s is also read on stage %d as %s\n", pyStr(v.Name), u.Stage, u.Spec.JAX())
+		}
 	}
 	b.WriteString("}\n")
 }

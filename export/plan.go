@@ -69,6 +69,15 @@ type Value struct {
 	Shape    []int  // of one micro-batch
 	BatchDim int    // of an Input, else -1
 	Spec     mesh.Spec
+	// AlsoOn lists the other stages that read a param, input or state, each with the
+	// spec it has there (a tied embedding read again by the last stage).
+	AlsoOn []Use
+}
+
+// Use is a leaf read on a stage that does not hold it.
+type Use struct {
+	Stage int
+	Spec  mesh.Spec
 }
 
 // Type writes the value's type as the .ir format does: f32[8,16].
@@ -154,6 +163,11 @@ func (p *Plan) Validate() error {
 			}
 			if err := v.Spec.Validate(); err != nil {
 				return fmt.Errorf("export: stage %d: value %s: %w", i, v.Name, err)
+			}
+			for _, u := range v.AlsoOn {
+				if len(u.Spec.Dims) != len(v.Shape) || u.Spec.Validate() != nil || u.Stage < 0 || u.Stage >= len(p.Stages) {
+					return fmt.Errorf("export: stage %d: value %s is read on stage %d as %q, which does not fit %s", i, v.Name, u.Stage, u.Spec, v.Type())
+				}
 			}
 		}
 	}

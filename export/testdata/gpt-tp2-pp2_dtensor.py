@@ -34,6 +34,7 @@ STAGES = [
 # the trained parameters: name -> (stage, placements)
 PARAMS = {
     'wte': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
+    # 'wte' is also read on stage 1 as [Replicate(), Replicate()]
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R

@@ -27,6 +27,7 @@ STAGES = [
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
     'wte': (0, P(None, None)),  # f32[64,32] RR
+    # 'wte' is also read on stage 1 as P(None, None)
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P(None)),  # f32[32] R
