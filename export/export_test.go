@@ -107,7 +107,8 @@ func TestGolden(t *testing.T) {
 }
 
 // TestPythonParses runs python3 -m py_compile over the Python goldens and bash -n over
-// the Megatron arguments: the emitted files are programs, not just text.
+// the Megatron arguments, then runs the Python modules: the emitted files are programs,
+// not just text.
 func TestPythonParses(t *testing.T) {
 	check := func(tool string, args ...string) {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -129,6 +130,9 @@ func TestPythonParses(t *testing.T) {
 	for _, f := range sh {
 		check("bash", "-n", f)
 	}
+	// Import and run the modules against stand-ins for numpy, jax and torch
+	// (testdata/pystubs), checking every entry against its autopar spec in Python.
+	check("python3", append([]string{filepath.Join("testdata", "check_exports.py")}, py...)...)
 }
 
 // TestPlacementsMatchSpecs checks the DTensor export against the plan value by value:
