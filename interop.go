@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/autopar/autopar/export"
 	"github.com/autopar/autopar/ir"
@@ -21,6 +22,7 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 	ep := &export.Plan{Model: p.Model, Source: source, Batch: p.Batch, Microbatches: p.Microbatches, Schedule: p.Schedule,
 		Optimizer: export.Optimizer{Kind: p.Optimizer.Kind, LR: p.Optimizer.LR, Momentum: p.Optimizer.Momentum,
 			Beta1: p.Optimizer.Beta1, Beta2: p.Optimizer.Beta2, Eps: p.Optimizer.Eps, WeightDecay: p.Optimizer.WeightDecay}}
+	users := p.model.Users()
 	held := make([]*export.Value, len(p.step.Values)) // by ValueID: the exported leaf
 	for si, s := range p.Stages {
 		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
@@ -42,7 +44,8 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 			}
 			val := p.step.Value(id)
 			es.Values = append(es.Values, export.Value{Name: v.Name, Op: v.Op, Role: p.roleOf(val),
-				DType: val.Type.DType.String(), Shape: val.Type.Shape.Clone(), BatchDim: val.BatchDim(), Spec: v.Spec})
+				DType: val.Type.DType.String(), Shape: val.Type.Shape.Clone(), BatchDim: val.BatchDim(), Spec: v.Spec,
+				Users: p.forwardUsers(v.Name, users)})
 		}
 		ep.Stages = append(ep.Stages, es)
 		for i := range es.Values {
@@ -51,6 +54,22 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 		}
 	}
 	return ep, nil
+}
+
+// forwardUsers lists the ops of the forward graph that read the param name, in graph
+// order without repeats; nil for anything but a param of the forward graph.
+func (p *Plan) forwardUsers(name string, users [][]ir.ValueID) []string {
+	id, ok := p.model.Lookup(name)
+	if !ok || p.model.Value(id).Op != ir.OpParam {
+		return nil
+	}
+	var ops []string
+	for _, u := range users[id] {
+		if op := p.model.Value(u).Op.String(); !slices.Contains(ops, op) {
+			ops = append(ops, op)
+		}
+	}
+	return ops
 }
 
 // roleOf says what a value of the step is to a user's program: leaves by their op, and

@@ -3,6 +3,7 @@ package export
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/autopar/autopar/mesh"
@@ -18,6 +19,10 @@ type megatronConfig struct {
 	blocks         int // transformer blocks (attention softmaxes) of the model
 	hidden, heads  int
 	seq            int
+	ffn            int  // the MLP's width; 0 when no weight tells
+	vocab          int  // rows of the word embedding; 0 when there is none
+	untied         bool // the output layer has its own weight, not the word embedding's
+	learnedPos     bool // a learned position embedding
 	microBatch     int // per data-parallel rank
 	sequenceParall bool
 	distOptimizer  bool
@@ -52,6 +57,15 @@ func megatronArgs(p *Plan) (string, error) {
 		{"--seq-length", fmt.Sprint(c.seq)},
 		{"--max-position-embeddings", fmt.Sprint(c.seq)},
 	}
+	if c.ffn > 0 {
+		args = append(args, [2]string{"--ffn-hidden-size", fmt.Sprint(c.ffn)})
+	}
+	if c.learnedPos {
+		args = append(args, [2]string{"--position-embedding-type", "learned_absolute"})
+	}
+	if c.untied {
+		args = append(args, [2]string{"--untie-embeddings-and-output-weights", ""})
+	}
 	if c.sequenceParall {
 		args = append(args, [2]string{"--sequence-parallel", ""})
 	}
@@ -62,6 +76,10 @@ func megatronArgs(p *Plan) (string, error) {
 		args = append(args, [2]string{c.dtypeFlag, ""})
 	}
 	args = append(args, optimizerArgs(p.Optimizer)...)
+	if c.vocab > 0 {
+		fmt.Fprintf(&b, "# vocabulary: %d entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of\n"+
+			"# --make-vocab-size-divisible-by × tensor-parallel size)\n", c.vocab)
+	}
 	fmt.Fprintf(&b, "# world size %d = tensor %d × pipeline %d × data %d; %d micro-batches of %d per data-parallel rank\n",
 		c.tp*c.pp*c.dp, c.tp, c.pp, c.dp, p.Microbatches, c.microBatch)
 	b.WriteString("MEGATRON_ARGS=(\n")
@@ -133,6 +151,7 @@ func readMegatron(p *Plan) (megatronConfig, []string) {
 	case c.hidden == 0:
 		reasons = append(reasons, fmt.Sprintf("model %s has no layer norm to read the hidden size from", p.Model))
 	default:
+		reasons = append(reasons, readWeights(p, &c)...)
 		for si, n := range blocks {
 			if n != blocks[0] {
 				reasons = append(reasons, fmt.Sprintf("the stages hold %s transformer blocks: Megatron gives every stage num-layers / pipeline size of them", intList(blocks)))
@@ -155,6 +174,67 @@ func readMegatron(p *Plan) (megatronConfig, []string) {
 		c.notes = append(c.notes, "the plan splits optimizer state across data-parallel ranks: --use-distributed-optimizer")
 	}
 	return c, reasons
+}
+
+// readWeights reads the embeddings and the MLP's width from the params and the forward
+// ops that read them: the word embedding is the table a gather reads that an einsum or
+// matmul also reads (tied to the output layer), else the largest such table; a second
+// gathered table as long as the sequence is a learned position embedding; the MLP width
+// is the other dim of the remaining matrices that is neither the hidden size nor the
+// vocabulary, which Megatron takes one of.
+func readWeights(p *Plan, c *megatronConfig) []string {
+	var tables, matrices []*Value
+	for si := range p.Stages {
+		for vi := range p.Stages[si].Values {
+			v := &p.Stages[si].Values[vi]
+			if v.Role != Param || len(v.Shape) != 2 {
+				continue
+			}
+			if slices.Contains(v.Users, "gather") {
+				tables = append(tables, v)
+			} else if slices.Contains(v.Users, "einsum") || slices.Contains(v.Users, "matmul") {
+				matrices = append(matrices, v)
+			}
+		}
+	}
+	var word *Value
+	for _, t := range tables {
+		switch {
+		case word == nil, wordTied(t) && !wordTied(word):
+			word = t
+		case wordTied(t) == wordTied(word) && t.Shape[0] > word.Shape[0]:
+			word = t
+		}
+	}
+	if word != nil {
+		c.vocab, c.untied = word.Shape[0], !wordTied(word)
+		for _, t := range tables {
+			c.learnedPos = c.learnedPos || (t != word && t.Shape[0] == c.seq)
+		}
+	}
+	widths := map[int]bool{}
+	var list []int
+	for _, m := range matrices {
+		for _, d := range m.Shape {
+			if d != c.hidden && d != c.vocab && !widths[d] {
+				widths[d] = true
+				list = append(list, d)
+			}
+		}
+	}
+	switch len(list) {
+	case 0:
+	case 1:
+		c.ffn = list[0]
+	default:
+		slices.Sort(list)
+		return []string{fmt.Sprintf("the weights have the widths %s besides the hidden size %d: Megatron's MLP has one --ffn-hidden-size", intList(list), c.hidden)}
+	}
+	return nil
+}
+
+func wordTied(v *Value) bool {
+	return slices.Contains(v.Users, "einsum") || slices.Contains(v.Users, "matmul")
 }
 
 // usesDP reports whether a state value is split on a mesh axis its stage uses for data

@@ -22,19 +22,21 @@ func gptStage(n0, n1, first, blocks int, sp blockSpecs) Stage {
 	for d := range n0 * n1 {
 		s.Devices = append(s.Devices, first*n0*n1+d)
 	}
-	add := func(name, op string, role Role, shape []int, spec string) {
+	add := func(name, op string, role Role, shape []int, spec string, users ...string) {
 		bd := -1
 		if role == Input {
 			bd = 0
 		}
-		s.Values = append(s.Values, Value{Name: name, Op: op, Role: role, DType: "f32", Shape: shape, BatchDim: bd, Spec: mesh.MustParseSpec(spec)})
+		s.Values = append(s.Values, Value{Name: name, Op: op, Role: role, DType: "f32", Shape: shape, BatchDim: bd, Spec: mesh.MustParseSpec(spec), Users: users})
 	}
 	if first == 0 {
 		add("tokens", "input", Input, []int{8, 16}, sp.tokens)
+		add("wte", "param", Param, []int{64, 32}, "RR", "gather", "einsum")
+		add("wpe", "param", Param, []int{16, 32}, "RR", "gather")
 	}
 	for b := range blocks {
-		add("w1", "param", Param, []int{32, 128}, sp.w1)
-		add("w2", "param", Param, []int{128, 32}, sp.w2)
+		add("w1", "param", Param, []int{32, 128}, sp.w1, "einsum")
+		add("w2", "param", Param, []int{128, 32}, sp.w2, "einsum")
 		add("gamma", "param", Param, []int{32}, "R")
 		add("w1.m", "state", State, []int{32, 128}, sp.state)
 		add("ln", "layer_norm", Activation, []int{2, 16, 32}, sp.ln)
@@ -72,8 +74,16 @@ func TestMegatronExpressible(t *testing.T) {
 		{"dp2-tp2-pp2", megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase)),
 			[]string{"--tensor-model-parallel-size 2\n", "--pipeline-model-parallel-size 2\n", "--micro-batch-size 2\n",
 				"--global-batch-size 8\n", "--num-layers 2\n", "--hidden-size 32\n", "--num-attention-heads 4\n",
-				"--seq-length 16\n", "--optimizer adam\n", "--adam-beta2 0.95\n", "world size 8 = tensor 2 × pipeline 2 × data 2"},
-			[]string{"--sequence-parallel", "--use-distributed-optimizer"}},
+				"--seq-length 16\n", "--ffn-hidden-size 128\n", "--position-embedding-type learned_absolute\n",
+				"--optimizer adam\n", "--adam-beta2 0.95\n", "world size 8 = tensor 2 × pipeline 2 × data 2", "# vocabulary: 64 entries"},
+			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie"}},
+		{"untied output layer", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
+			p.Stages[0].Values[1].Users = []string{"gather"}
+			p.Stages[0].Values = append(p.Stages[0].Values, Value{Name: "head", Op: "param", Role: Param, DType: "f32",
+				Shape: []int{32, 64}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"einsum"}})
+			return p
+		}(), []string{"--untie-embeddings-and-output-weights\n", "--ffn-hidden-size 128\n", "# vocabulary: 64 entries"}, nil},
 		{"sequence parallel", megatronPlan(gptStage(2, 2, 0, 2, with(func(s *blockSpecs) { s.ln = "S0S1R" }))),
 			[]string{"--sequence-parallel\n", "--tensor-model-parallel-size 2\n", "--num-layers 2\n"}, nil},
 		{"S01 weights: one group of four", megatronPlan(gptStage(2, 2, 0, 1, blockSpecs{tokens: "RR", w1: "RS01", w2: "S01R", ln: "RRR", state: "RS01"})),
@@ -127,6 +137,12 @@ func TestMegatronNotExpressible(t *testing.T) {
 			[]string{"stage 1 is tensor 4 × data 1 and stage 0 is tensor 2 × data 2"}},
 		{"expert weights", megatronPlan(expert), []string{"param moe.wi is f32[4,32,128], not a matrix"}},
 		{"no attention", megatronPlan(noAttention), []string{"model gpt has no attention"}},
+		{"two MLP widths", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
+			p.Stages[0].Values = append(p.Stages[0].Values, Value{Name: "w3", Op: "param", Role: Param, DType: "f32",
+				Shape: []int{32, 96}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"matmul"}})
+			return p
+		}(), []string{"the weights have the widths 96, 128 besides the hidden size 32"}},
 		{"micro-batch does not divide", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Microbatches = 8
@@ -148,7 +164,7 @@ func TestValidate(t *testing.T) {
 	p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 	p.Stages[0].Values[1].Spec = mesh.MustParseSpec("RRR")
 	err := Write(&bytes.Buffer{}, p, JAX)
-	assert.EqualError(t, err, `export: stage 0: value w1 is f32[32,128] but its spec "RRR" has 3 dims`)
+	assert.EqualError(t, err, `export: stage 0: value wte is f32[64,32] but its spec "RRR" has 3 dims`)
 
 	p = megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 	p.Stages[0].Devices = p.Stages[0].Devices[:3]

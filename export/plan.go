@@ -69,6 +69,10 @@ type Value struct {
 	Shape    []int  // of one micro-batch
 	BatchDim int    // of an Input, else -1
 	Spec     mesh.Spec
+	// Users are, for a param, the ops of the forward pass that read it, in graph order
+	// without repeats (gather, einsum): what the Megatron export reads the model's
+	// embeddings and MLP width from.
+	Users []string
 	// AlsoOn lists the other stages that read a param, input or state, each with the
 	// spec it has there (a tied embedding read again by the last stage).
 	AlsoOn []Use

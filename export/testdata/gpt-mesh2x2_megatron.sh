@@ -5,6 +5,8 @@
 # Megatron reads this plan as tensor parallel (column and row splits of the weights)
 # inside each stage's mesh, data parallel across it, and one pipeline stage per submesh.
 # note: stage 0 splits input labels (S01R) along the batch over the tensor-parallel group too, where Megatron replicates it; the weights' layout, which the arguments fix, is the same
+# vocabulary: 64 entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of
+# --make-vocab-size-divisible-by × tensor-parallel size)
 # world size 4 = tensor 4 × pipeline 1 × data 1; 2 micro-batches of 4 per data-parallel rank
 MEGATRON_ARGS=(
     --tensor-model-parallel-size 4
@@ -16,6 +18,8 @@ MEGATRON_ARGS=(
     --num-attention-heads 4
     --seq-length 16
     --max-position-embeddings 16
+    --ffn-hidden-size 128
+    --position-embedding-type learned_absolute
     --optimizer sgd
     --lr 0.1
     --sgd-momentum 0.9
