@@ -23,7 +23,7 @@ type megatronConfig struct {
 	vocab          int  // rows of the word embedding; 0 when there is none
 	untied         bool // the output layer has its own weight, not the word embedding's
 	learnedPos     bool // a learned position embedding
-	microBatch     int // per data-parallel rank
+	microBatch     int  // per data-parallel rank
 	sequenceParall bool
 	distOptimizer  bool
 	dtypeFlag      string
