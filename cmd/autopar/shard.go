@@ -41,6 +41,7 @@ func newShardCmd() *cobra.Command {
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
 	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per solve")
 	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
+	f.StringVar(&o.notation, "notation", "alpa", notationUsage)
 	_ = cmd.MarkFlagRequired("mesh")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
@@ -48,6 +49,7 @@ func newShardCmd() *cobra.Command {
 
 type shardFlags struct {
 	mesh, cluster, budget string
+	notation              string
 	json, layersOnce      bool
 	timeLimit             time.Duration
 }
@@ -55,6 +57,10 @@ type shardFlags struct {
 func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	nt, err := parseNotation(o.notation, o.json)
+	if err != nil {
+		return err
 	}
 	c, err := mesh.ParseCluster(o.cluster)
 	if err != nil {
@@ -92,7 +98,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if o.json {
 		return writeShardJSON(w, g, res)
 	}
-	return writeShardText(w, g, res)
+	return writeShardText(w, g, res, nt)
 }
 
 // meshOver lays an (n0, n1) logical mesh over the cluster's first n0*n1 devices: whole
@@ -143,12 +149,12 @@ func parseBytes(s string) (int64, error) {
 	return int64(f * mult), nil
 }
 
-func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result) error {
+func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notation) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "mesh %s\n\nvalue\top\tspec\tstrategy\n", r.Mesh)
 	for id := range g.Values {
 		v := &g.Values[id]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specText(r.Specs[id]), r.Strategies[id].Name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specIn(nt, r.Specs[id]), r.Strategies[id].Name)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ncollectives (%d)\n", len(r.Collectives))
@@ -179,6 +185,30 @@ func specText(s mesh.Spec) string {
 		return t
 	}
 	return "-"
+}
+
+// notationUsage documents --notation, which shard, explain and render share.
+const notationUsage = "write specs as `alpa` (S0R), jax (P('x', None)) or dtensor ([Shard(0), Replicate()])"
+
+// parseNotation reads --notation. JSON output keeps Alpa's notation, which plan.json
+// uses, so another notation with --json is an error rather than a flag ignored.
+func parseNotation(name string, json bool) (mesh.Notation, error) {
+	nt, err := mesh.ParseNotation(name)
+	if err != nil {
+		return 0, fmt.Errorf("--notation: %w", err)
+	}
+	if json && nt != mesh.Alpa {
+		return 0, fmt.Errorf("--notation %s: --json writes specs in Alpa's notation, as plan.json does; expected --notation alpa with --json", nt)
+	}
+	return nt, nil
+}
+
+// specIn writes a spec in notation nt: in Alpa's, a scalar's empty spec is "-".
+func specIn(nt mesh.Notation, s mesh.Spec) string {
+	if nt == mesh.Alpa {
+		return specText(s)
+	}
+	return nt.Format(s)
 }
 
 type jsonOp struct {
