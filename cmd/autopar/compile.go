@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,7 +40,11 @@ func newCompileCmd() *cobra.Command {
 pipeline stages, submeshes, logical meshes and the sharding of every op (Alpa's DP over the
 sharding ILP). Prints the plan's summary and writes DIR/plan.json; --emit programs also
 writes one program per device under DIR/programs, as text (deviceN.txt) and in the stable
-serialized form (deviceN.json).`,
+serialized form (deviceN.json).
+
+DIR belongs to autopar: it is replaced as a whole (written beside it, then renamed into
+place), so an interrupted compile leaves the old DIR and no stale files remain. DIR must be
+absent, empty, or hold only plan.json and programs/; anything else there is refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -168,6 +171,14 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 			return err
 		}
 	}
+	if err := checkEmit(f.emit, f.out); err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := checkOutputDir(f.out); err != nil {
+			return err
+		}
+	}
 	_, plan, err := compileModel(ctx, stderr, path, f)
 	if err != nil {
 		return err
@@ -176,10 +187,7 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if f.out == "" {
 		return nil
 	}
-	if f.emit != "" && f.emit != "programs" {
-		return fmt.Errorf("--emit %q: expected programs", f.emit)
-	}
-	return writePlanDir(f.out, plan, f.emit == "programs")
+	return writePlanDir(ctx, f.out, plan, f.emit == "programs")
 }
 
 // runPasses runs the pass table on the model (verifying between passes), printing the
@@ -207,36 +215,6 @@ func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
 		return err
 	}
 	return ir.Print(stdout, out)
-}
-
-// writePlanDir writes plan.json, and the programs when asked, each file whole or not at all.
-func writePlanDir(dir string, plan *autopar.Plan, programs bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if programs {
-		progs, err := plan.Programs()
-		if err != nil {
-			return err
-		}
-		pdir := filepath.Join(dir, "programs")
-		if err := os.MkdirAll(pdir, 0o755); err != nil {
-			return err
-		}
-		for _, p := range progs {
-			data, err := p.MarshalJSON()
-			if err != nil {
-				return err
-			}
-			base := filepath.Join(pdir, fmt.Sprintf("device%d", p.Device))
-			for _, f := range [][2]string{{".txt", p.String()}, {".json", string(data)}} {
-				if err := writeFileAtomic(base+f[0], func(w io.Writer) error { _, err := io.WriteString(w, f[1]); return err }); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return writeFileAtomic(filepath.Join(dir, "plan.json"), plan.WriteJSON)
 }
 
 func printSummary(w io.Writer, p *autopar.Plan) {
