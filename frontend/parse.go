@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/autopar/autopar/ir"
@@ -59,13 +61,64 @@ func estimateValues(src []byte) int {
 	return min(lines, marks)
 }
 
-// ParseFile reads and parses the .ir file at path; positions name path as given.
+// ParseFile reads and parses the .ir file at path, refusing a file over
+// DefaultMaxFileBytes; positions name path as given.
 func ParseFile(path string) (*ir.Graph, error) {
-	src, err := os.ReadFile(path)
+	src, err := ReadFile(path, DefaultMaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, src)
+}
+
+// DefaultMaxFileBytes is the most ParseFile reads: 64 MiB, some 1.2 million lines, past any
+// model autopar can plan in reasonable time (a 1,000-layer GPT is 2.3 MB).
+const DefaultMaxFileBytes = 64 << 20
+
+// A SizeError is a file that holds more than the limit it was read under (or, like
+// /dev/zero, never ends).
+type SizeError struct {
+	Path  string
+	Limit int64
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("%s: larger than the limit of %s on input files", e.Path, formatSize(e.Limit))
+}
+
+// ReadFile reads the file at path through an io.LimitReader, returning a *SizeError once it
+// holds more than max bytes, so that a huge file or an endless one (/dev/zero, a FIFO) is
+// refused after reading max+1 bytes instead of filling memory.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > max {
+		return nil, &SizeError{Path: path, Limit: max}
+	}
+	src, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(src)) > max {
+		return nil, &SizeError{Path: path, Limit: max}
+	}
+	return src, nil
+}
+
+// formatSize prints a byte count in the largest binary unit that divides it.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.unit)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // definition records where a name was defined and what it became. id is ir.NoValue when the

@@ -5,20 +5,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
-	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
 )
@@ -73,15 +68,22 @@ func addPlanFlags(str func(*string, string, string, string), num func(*int, stri
 	str(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 }
 
-// compileModel reads a model and compiles it as the flags say.
+// compileModel reads a model and compiles it as the flags say, showing progress on stderr
+// (see progress).
 func compileModel(ctx context.Context, stderr io.Writer, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
-	c, err := mesh.ParseCluster(f.cluster)
+	c, err := parseCluster(f.cluster)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := frontend.ParseFile(path)
+	prog := startProgress(stderr, global.quiet)
+	defer prog.close()
+	prog.setPhase("reading the model")
+	g, err := parseModel(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if f.batch < 0 || f.batch > ir.MaxElements {
+		return nil, nil, fmt.Errorf("--batch %d: expected a batch size from 1 to 2^50, or 0 for the model's", f.batch)
 	}
 	if f.batch != 0 {
 		if g, err = passes.Rebatch(g, f.batch); err != nil {
@@ -92,16 +94,11 @@ func compileModel(ctx context.Context, stderr io.Writer, path string, f compileF
 	if err != nil {
 		return nil, nil, err
 	}
-	bar := newProgress(stderr)
-	if bar != nil {
-		opts.Progress = func(b int, phase string, done, total int) {
-			bar.ChangeMax(total)
-			bar.Describe(fmt.Sprintf("%s, %d micro-batches", phase, b))
-			_ = bar.Set(done)
-		}
-		defer bar.Clear()
-	}
-	plan, err := autopar.Compile(ctx, g, c, opts)
+	prog.setPhase("building the training step and its layers")
+	opts.Progress = prog.set
+	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
+	// takes minutes): interruptible makes Ctrl-C stop the command at once all the same.
+	plan, err := interruptible(ctx, func() (*autopar.Plan, error) { return autopar.Compile(ctx, g, c, opts) })
 	return g, plan, err
 }
 
@@ -152,16 +149,6 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	return o, nil
 }
 
-// newProgress returns a progress bar on stderr, or nil when stderr is not a terminal.
-func newProgress(stderr io.Writer) *progressbar.ProgressBar {
-	f, ok := stderr.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return progressbar.NewOptions(1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetWidth(30),
-		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true))
-}
-
 func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f compileFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -193,7 +180,7 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 // runPasses runs the pass table on the model (verifying between passes), printing the
 // graph after --dump's pass and each pass's time with --time.
 func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
-	g, err := frontend.ParseFile(path)
+	g, err := parseModel(path)
 	if err != nil {
 		return err
 	}

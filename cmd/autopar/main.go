@@ -108,6 +108,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	addGlobalFlags(root.PersistentFlags())
 	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd())
 	return root
 }

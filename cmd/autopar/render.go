@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/render"
 )
 
@@ -81,7 +80,7 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 		return err
 	}
 	if f.model != "" {
-		g, err := frontend.ParseFile(f.model)
+		g, err := parseModel(f.model)
 		if err != nil {
 			return err
 		}
