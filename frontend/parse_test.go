@@ -374,3 +374,19 @@ func syntheticGPT(tb testing.TB, layers int) *ir.Graph {
 	require.NoError(tb, ir.Verify(g))
 	return g
 }
+
+func TestReadFileLimit(t *testing.T) {
+	_, err := ReadFile("/dev/zero", 1<<10)
+	var se *SizeError
+	require.ErrorAs(t, err, &se)
+	assert.EqualError(t, err, "/dev/zero: larger than the limit of 1 KiB on input files")
+	path := filepath.Join(t.TempDir(), "m.ir")
+	require.NoError(t, os.WriteFile(path, []byte("param w: f32[2]\n"), 0o644))
+	src, err := ReadFile(path, 16)
+	require.NoError(t, err)
+	assert.Len(t, src, 16)
+	_, err = ReadFile(path, 15)
+	assert.EqualError(t, err, path+": larger than the limit of 15 bytes on input files")
+	_, err = ReadFile(filepath.Join(t.TempDir(), "none.ir"), 16)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
