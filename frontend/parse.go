@@ -39,16 +39,39 @@ const maxErrors = 10
 // a bad line so that independent mistakes are reported together. Parse never panics on any
 // input; Print(Parse(Print(g))) is byte-identical to Print(g).
 func Parse(filename string, src []byte) (*ir.Graph, error) {
+	return ParseLimited(filename, src, 0)
+}
+
+// A ValuesError is a model with more values than the limit it was parsed under.
+type ValuesError struct {
+	Pos   ir.Pos // the line that defines the first value past the limit
+	Limit int
+}
+
+func (e *ValuesError) Error() string {
+	return fmt.Sprintf("%s: the model has more than %d values, the limit", e.Pos, e.Limit)
+}
+
+// ParseLimited is Parse that stops with a *ValuesError as soon as the graph holds more than
+// maxValues values (0: no limit), so that a model of millions of ops is refused in the time
+// its first maxValues take, not after parsing it all.
+func ParseLimited(filename string, src []byte, maxValues int) (*ir.Graph, error) {
 	// A byte-order mark some editors write is skipped, as Go's scanner does; columns on the
 	// first line then count from after it, where the reader's eye starts.
 	src = bytes.TrimPrefix(src, []byte("\uFEFF"))
-	p := &parser{file: filename, src: src, g: ir.NewGraph("")}
+	p := &parser{file: filename, src: src, g: ir.NewGraph(""), maxValues: maxValues}
 	n := estimateValues(src)
+	if maxValues > 0 {
+		n = min(n, maxValues+1)
+	}
 	p.defs = make(map[string]definition, n)
 	// Appending to a Graph copies Values each time it outgrows them; for a training step
 	// that was a quarter of the parse time.
 	p.g.Values = make([]ir.Value, 0, n)
 	p.run()
+	if p.tooMany != nil {
+		return nil, p.tooMany
+	}
 	return p.finish()
 }
 
@@ -163,8 +186,11 @@ type parser struct {
 	updates  []pendingUpdate
 
 	errs    ir.ErrorList
-	stopped bool // too many errors
-	later   map[string]ir.Pos
+	stopped bool // too many errors, or too many values
+
+	maxValues int          // 0: no limit
+	tooMany   *ValuesError // set when the graph passed maxValues
+	later     map[string]ir.Pos
 }
 
 // run parses the source line by line.
@@ -181,6 +207,10 @@ func (p *parser) run() {
 		p.toks = lexLine(line, p.toks)
 		p.i = 0
 		p.statement()
+		if p.maxValues > 0 && len(p.g.Values) > p.maxValues {
+			p.tooMany = &ValuesError{Pos: ir.Pos{File: p.file, Line: p.line, Col: 1}, Limit: p.maxValues}
+			p.stopped = true
+		}
 	}
 }
 

@@ -390,3 +390,14 @@ func TestReadFileLimit(t *testing.T) {
 	_, err = ReadFile(filepath.Join(t.TempDir(), "none.ir"), 16)
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+func TestParseLimitedStopsAtTheLimit(t *testing.T) {
+	src := []byte("param w: f32[2]\na = neg w\nb = neg a\nc = neg b\noutput c\n")
+	g, err := ParseLimited("m.ir", src, 4)
+	require.NoError(t, err)
+	assert.Len(t, g.Values, 4)
+	_, err = ParseLimited("m.ir", src, 2)
+	var ve *ValuesError
+	require.ErrorAs(t, err, &ve)
+	assert.EqualError(t, err, "m.ir:3:1: the model has more than 2 values, the limit")
+}

@@ -71,12 +71,17 @@ func addPlanFlags(str func(*string, string, string, string), num func(*int, stri
 // compileModel reads a model and compiles it as the flags say, showing progress on stderr
 // (see progress).
 func compileModel(ctx context.Context, stderr io.Writer, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
+	prog := startProgress(stderr, global.quiet)
+	defer prog.close()
+	return compileWith(ctx, prog, path, f)
+}
+
+// compileWith is compileModel reporting to prog, which the caller closes.
+func compileWith(ctx context.Context, prog *progress, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
 	c, err := parseCluster(f.cluster)
 	if err != nil {
 		return nil, nil, err
 	}
-	prog := startProgress(stderr, global.quiet)
-	defer prog.close()
 	prog.setPhase("reading the model")
 	g, err := parseModel(path)
 	if err != nil {
@@ -133,7 +138,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	}
 	switch {
 	case strings.HasSuffix(f.plan, ".json"):
-		p, err := autopar.ReadPlanFile(f.plan)
+		p, err := readPlanFile(f.plan)
 		if err != nil {
 			return o, err
 		}
@@ -166,7 +171,9 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 			return err
 		}
 	}
-	_, plan, err := compileModel(ctx, stderr, path, f)
+	prog := startProgress(stderr, global.quiet)
+	defer prog.close()
+	_, plan, err := compileWith(ctx, prog, path, f)
 	if err != nil {
 		return err
 	}
@@ -174,6 +181,7 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if f.out == "" {
 		return nil
 	}
+	prog.setPhase("writing " + f.out)
 	return writePlanDir(ctx, f.out, plan, f.emit == "programs")
 }
 

@@ -69,7 +69,7 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 	if asked != 1 {
 		return errors.New("explain: give exactly one of --op NAME, --stage N or --memory")
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/pflag"
 
+	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -63,27 +65,20 @@ func limits() (maxFile int64, maxOps, maxDevices int, err error) {
 
 // parseModel reads and parses the .ir file at path within the limits.
 func parseModel(path string) (*ir.Graph, error) {
-	maxFile, maxOps, _, err := limits()
+	_, maxOps, _, err := limits()
 	if err != nil {
 		return nil, err
 	}
-	src, err := frontend.ReadFile(path, maxFile)
-	var se *frontend.SizeError
-	if errors.As(err, &se) {
-		return nil, fmt.Errorf("%w; raise the limit with --max-file-size", err)
-	}
+	src, err := readInput(path)
 	if err != nil {
 		return nil, err
 	}
-	g, err := frontend.Parse(path, src)
-	if err != nil {
-		return nil, err
+	g, err := frontend.ParseLimited(path, src, maxOps)
+	var ve *frontend.ValuesError
+	if errors.As(err, &ve) {
+		return nil, fmt.Errorf("%w; raise it with --max-ops", err)
 	}
-	if len(g.Values) > maxOps {
-		return nil, fmt.Errorf("%s: the model has %d values, more than the limit of %d; raise it with --max-ops",
-			path, len(g.Values), maxOps)
-	}
-	return g, nil
+	return g, err
 }
 
 // parseCluster reads --cluster within the device limit.
@@ -101,4 +96,31 @@ func parseCluster(spec string) (*mesh.Cluster, error) {
 			spec, c.Hosts, c.DevicesPerHost, c.Devices(), maxDevices)
 	}
 	return c, nil
+}
+
+// readPlanFile reads the plan.json at path within the file size limit.
+func readPlanFile(path string) (*autopar.Plan, error) {
+	src, err := readInput(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := autopar.ReadPlan(bytes.NewReader(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// readInput reads the file at path, refusing one past --max-file-size.
+func readInput(path string) ([]byte, error) {
+	maxFile, _, _, err := limits()
+	if err != nil {
+		return nil, err
+	}
+	src, err := frontend.ReadFile(path, maxFile)
+	var se *frontend.SizeError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("%w; raise the limit with --max-file-size", err)
+	}
+	return src, err
 }

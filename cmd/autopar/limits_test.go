@@ -22,7 +22,7 @@ func TestInputLimits(t *testing.T) {
 	}{
 		{[]string{"compile", "/dev/zero", "--cluster", "cpu:2"}, "/dev/zero: larger than the limit of 64 MiB on input files; raise the limit with --max-file-size"},
 		{[]string{"compile", mlp, "--cluster", "cpu:2", "--max-file-size", "100B"}, "larger than the limit of 100 bytes on input files"},
-		{[]string{"compile", mlp, "--cluster", "cpu:2", "--max-ops", "5"}, "the model has 18 values, more than the limit of 5; raise it with --max-ops"},
+		{[]string{"compile", mlp, "--cluster", "cpu:2", "--max-ops", "5"}, "mlp-tiny.ir:7:1: the model has more than 5 values, the limit; raise it with --max-ops"},
 		{[]string{"compile", mlp, "--cluster", "p3.16xlarge:200000000"}, "200000000 hosts × 8 devices is 1600000000 devices, more than the limit of 65536; raise it with --max-devices"},
 		{[]string{"compile", mlp, "--cluster", "p3.16xlarge:9000"}, "more than the limit of 65536; raise it with --max-devices"},
 		{[]string{"compile", mlp, "--cluster", "cpu:8", "--max-devices", "4"}, "8 devices, more than the limit of 4"},

@@ -75,7 +75,7 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline && format != render.SVG {
 		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}
