@@ -55,6 +55,8 @@ func checkOutputDir(dir string) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("-o %s: %w", dir, errors.Unwrap(err))
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("-o %s: a symbolic link; autopar replaces its output directory whole, so give the directory it points to", dir)
 	case !fi.IsDir():
 		return fmt.Errorf("-o %s: not a directory; autopar writes a directory holding %s and %s/", dir, planFile, programsDir)
 	}
@@ -130,7 +132,7 @@ func writePlanDir(ctx context.Context, dir string, plan *autopar.Plan, programs 
 	if err := checkOutputDir(dir); err != nil { // the user may have added a file meanwhile
 		return err
 	}
-	return userPath(replaceDir(tmp, dir), tmp, dir)
+	return userPath(replaceDir(tmp, filepath.Clean(dir)), tmp, dir)
 }
 
 // fillPlanDir writes the files of an output directory into the empty directory dir.
