@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,9 @@ var (
 // an output directory stops, writing nothing, and the status is 130 (143 for SIGTERM), even
 // when the command had finished its work. A second signal exits at once with that status.
 func cli(args []string, stdout, stderr io.Writer) int {
+	if _, ok := stderr.(*os.File); !ok { // a file is safe for concurrent writes, and may be a terminal
+		stderr = &lockedWriter{w: stderr}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -56,6 +60,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	status := make(chan int, 1) // the status the first signal asks for
 	go watchSignals(sigs, done, cancel, status, stderr)
 	afterNotify()
+	defer func() { global = globalFlags{} }() // command functions called directly get the defaults
 	root := newRoot()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -111,4 +116,16 @@ func newRoot() *cobra.Command {
 	addGlobalFlags(root.PersistentFlags())
 	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd())
 	return root
+}
+
+// lockedWriter serializes writes: the signal watcher writes to stderr beside the command.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

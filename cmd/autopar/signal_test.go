@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -76,4 +77,29 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A SIGINT in the middle of a compile (once progress shows it building the training step)
+// stops it the same way.
+func TestInterruptMidCompile(t *testing.T) {
+	progressInterval = time.Millisecond
+	t.Cleanup(func() { progressInterval = 5 * time.Second })
+	var errOut syncBuffer
+	afterNotify = func() {
+		go func() {
+			for !strings.Contains(errOut.String(), "building the training step") {
+				time.Sleep(time.Millisecond)
+			}
+			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}()
+	}
+	t.Cleanup(func() { afterNotify = func() {} })
+	dir := filepath.Join(t.TempDir(), "out")
+	var out bytes.Buffer
+	status := cli([]string{"compile", "../../testdata/models/gpt-tiny.ir", "--cluster", "cpu:2", "--plan", "tp=2",
+		"--microbatches", "2", "-o", dir, "--emit", "programs"}, &out, &errOut)
+	assert.Equal(t, exitInterrupted, status, errOut.String())
+	assert.Contains(t, errOut.String(), "autopar: interrupted")
+	assert.NoDirExists(t, dir)
+	assert.Empty(t, out.String(), "no summary: the compile did not finish")
 }
