@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -88,6 +89,10 @@ func estimateValues(src []byte) int {
 // DefaultMaxFileBytes; positions name path as given.
 func ParseFile(path string) (*ir.Graph, error) {
 	src, err := ReadFile(path, DefaultMaxFileBytes)
+	var se *SizeError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("%w; to read it, call ReadFile with a larger limit, then Parse", err)
+	}
 	if err != nil {
 		return nil, err
 	}
