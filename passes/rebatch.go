@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/autopar/autopar/ir"
@@ -169,11 +170,23 @@ func reshapeBatch(in, out ir.Shape, ba batchAt, _ int) batchAt {
 
 // scaled is the extent a batch-carrying dim of extent n gets when the batch goes from old
 // to batch, or an error when the part of the batch it carries does not scale to a whole.
+//
+// The products are taken in 128 bits: an extent past ir.MaxElements comes back as
+// ir.MaxElements+1, which ir then refuses as too large, instead of a wrapped small one.
 func scaled(n int, ba batchAt, old, batch int) (int, bool) {
-	if ba.Part*batch%old != 0 {
+	hi, lo := bits.Mul64(uint64(ba.Part), uint64(batch))
+	if hi >= uint64(old) { // the quotient would not fit 64 bits
+		return ir.MaxElements + 1, true
+	}
+	q, r := bits.Div64(hi, lo, uint64(old))
+	if r != 0 {
 		return 0, false
 	}
-	return n / ba.Part * (ba.Part * batch / old), true
+	hi, lo = bits.Mul64(uint64(n/ba.Part), q)
+	if hi != 0 || lo > ir.MaxElements {
+		return ir.MaxElements + 1, true
+	}
+	return int(lo), true
 }
 
 // rebatchAttrs rewrites the shape attributes of value id that carry the batch.

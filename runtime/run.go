@@ -25,7 +25,9 @@ const DefaultTimeout = time.Minute
 type Options struct {
 	// Transport carries collectives and transfers; nil means a fresh InProc over the
 	// programs' devices. With an InProc, Run also checks after the run that every send was
-	// received. A transport serves one run: its collective counters assume every device
+	// received. Any other transport is not trusted to honour cancellation: each of its calls
+	// runs on a goroutine of its own, and a call still blocked when its wait times out or the
+	// run is cancelled is abandoned there, so Run returns all the same. A transport serves one run: its collective counters assume every device
 	// finished the same collectives.
 	Transport Transport
 	// Timeout bounds each wait of one instruction (a collective, a recv, a send); 0 means
@@ -80,7 +82,7 @@ type DeviceStats struct {
 // past the timeout), every device stops (their waits are cancelled) and Run returns that
 // first failure as a *DeviceError naming the device and instruction. A cancelled ctx stops
 // every device and Run returns an error wrapping ctx's. Run never hangs while ctx and the
-// timeout are finite.
+// timeout are finite, even over a Transport that ignores its context.
 func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Options) (*Result, error) {
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
@@ -96,6 +98,9 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 		}
 		inproc = NewInProc(devices)
 		opts.Transport = inproc
+	}
+	if inproc == nil {
+		opts.Transport = guarded{opts.Transport}
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

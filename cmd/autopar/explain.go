@@ -75,7 +75,7 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 	if err != nil {
 		return err
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/export"
 )
 
@@ -57,7 +56,7 @@ func runExport(stdout io.Writer, path string, f exportFlags) error {
 	if err != nil {
 		return fmt.Errorf("--format: %w", err)
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}

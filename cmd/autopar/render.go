@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/render"
 )
@@ -86,12 +85,12 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline && format != render.SVG {
 		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}
 	if f.model != "" {
-		g, err := frontend.ParseFile(f.model)
+		g, err := parseModel(f.model)
 		if err != nil {
 			return err
 		}

@@ -66,7 +66,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		return err
 	}
 	printSummary(stdout, plan)
-	progs, err := plan.Programs()
+	progs, err := interruptible(ctx, plan.Programs)
 	if err != nil {
 		return err
 	}

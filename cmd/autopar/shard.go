@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -62,7 +61,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if err != nil {
 		return err
 	}
-	c, err := mesh.ParseCluster(o.cluster)
+	c, err := parseCluster(o.cluster)
 	if err != nil {
 		return err
 	}
@@ -81,7 +80,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if err != nil {
 		return err
 	}
-	g, err := frontend.ParseFile(path)
+	g, err := parseModel(path)
 	if err != nil {
 		return err
 	}
@@ -121,6 +120,9 @@ func parseMesh(s string) (int, int, error) {
 	n1, err1 := strconv.Atoi(b)
 	if !ok || err0 != nil || err1 != nil || n0 < 1 || n1 < 1 {
 		return 0, 0, fmt.Errorf("--mesh %q: want N0xN1 with positive N0 and N1, e.g. 2x4", s)
+	}
+	if _, ok := mesh.CountDevices(n0, n1); !ok {
+		return 0, 0, fmt.Errorf("--mesh %q: %d×%d is more devices than any cluster has (at most %d)", s, n0, n1, mesh.MaxDevices)
 	}
 	return n0, n1, nil
 }
