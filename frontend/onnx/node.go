@@ -1,0 +1,280 @@
+package onnx
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/autopar/autopar/frontend/onnx/onnxpb"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/runtime/kernels"
+)
+
+// node is the ONNX node being lowered, with typed access to its inputs and attributes.
+type node struct {
+	im *importer
+	p  *onnxpb.NodeProto
+}
+
+// lowerFn lowers one node: it reads inputs through n.in / n.rt / n.known and sets every
+// output it produces with n.set / n.setKnown.
+type lowerFn func(n *node) error
+
+// foldable marks ops that run at import time when every input is known (shape arithmetic,
+// masks). Ops on params are never folded: a param's value is trained, not fixed.
+var foldable = map[string]bool{}
+
+func (im *importer) node(p *onnxpb.NodeProto) error {
+	n := &node{im: im, p: p}
+	im.cur = n
+	defer func() { im.cur = nil }()
+	var err error
+	switch {
+	case !im.folding && foldable[p.GetOpType()] && n.allKnown():
+		err = im.fold(n)
+	default:
+		err = lowerings[p.GetOpType()](n)
+	}
+	if err != nil {
+		return n.wrap(err)
+	}
+	for _, o := range p.GetOutput() {
+		if _, ok := im.vals[o]; !ok && o != "" && !im.optionalOutput(p, o) {
+			return n.wrap(fmt.Errorf("output %q is not produced by the importer", o))
+		}
+	}
+	return nil
+}
+
+// optionalOutput: outputs beyond the first that nothing reads are left out (batch norm's
+// running statistics, dropout's mask).
+func (im *importer) optionalOutput(p *onnxpb.NodeProto, o string) bool { return o != p.GetOutput()[0] }
+
+func (n *node) wrap(err error) error {
+	if n.im.folding {
+		return err
+	}
+	return fmt.Errorf("%s: node %q (%s): %w", n.im.path, n.p.GetName(), n.p.GetOpType(), err)
+}
+
+func (n *node) allKnown() bool {
+	for i, name := range n.p.GetInput() {
+		if name == "" {
+			continue
+		}
+		v := n.im.vals[name]
+		if v == nil || v.c == nil || v.param && !(n.p.GetOpType() == "Shape" || n.p.GetOpType() == "Size") {
+			_ = i
+			return false
+		}
+	}
+	return true
+}
+
+// fold runs a node whose inputs are all known at import time: it lowers the node into a
+// scratch graph whose inputs are those tensors and runs the serial interpreter on it, so
+// folding uses the same kernels as the model.
+func (im *importer) fold(n *node) error {
+	sub := newImporter(im.path, ir.NewGraph("fold"), im.opset)
+	sub.folding = true
+	feeds := interp.Feeds{}
+	for _, name := range n.p.GetInput() {
+		if name == "" {
+			continue
+		}
+		t := im.vals[name].c
+		leaf := sub.g.FreshName("in")
+		id, err := sub.g.Declare(ir.OpInput, leaf, t.Type, -1, im.pos())
+		if err != nil {
+			return err
+		}
+		feeds[leaf] = t
+		sub.vals[name] = &val{id: id, c: t, onnx: name}
+	}
+	if err := sub.node(n.p); err != nil {
+		return err
+	}
+	var todo []string
+	for _, o := range n.p.GetOutput() {
+		if v, ok := sub.vals[o]; ok && o != "" {
+			if v.c != nil {
+				im.vals[o] = &val{id: ir.NoValue, c: v.c, onnx: o}
+				continue
+			}
+			todo = append(todo, o)
+			sub.g.AddOutput(v.id, im.pos())
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	res, err := interp.Run(context.Background(), sub.g, feeds)
+	if err != nil {
+		return fmt.Errorf("folding it at import time: %v", err)
+	}
+	for i, o := range todo {
+		im.vals[o] = &val{id: ir.NoValue, c: res.Outputs[i], onnx: o}
+	}
+	return nil
+}
+
+// in returns input i, or nil where it is absent (optional inputs are "" or left off).
+func (n *node) in(i int) *val {
+	ins := n.p.GetInput()
+	if i >= len(ins) || ins[i] == "" {
+		return nil
+	}
+	return n.im.vals[ins[i]]
+}
+
+func (n *node) nin() int { return len(n.p.GetInput()) }
+
+// rt returns input i as a graph value; it must be present.
+func (n *node) rt(i int) (ir.ValueID, error) {
+	v := n.in(i)
+	if v == nil {
+		return ir.NoValue, fmt.Errorf("input %d is missing", i)
+	}
+	return n.im.rt(v)
+}
+
+// typ returns the type of input i, known or not.
+func (n *node) typ(i int) (ir.Type, error) {
+	v := n.in(i)
+	switch {
+	case v == nil:
+		return ir.Type{}, fmt.Errorf("input %d is missing", i)
+	case v.id != ir.NoValue:
+		return n.im.g.Value(v.id).Type, nil
+	}
+	return v.c.Type, nil
+}
+
+// known returns input i's value at import time, or an error saying it must be known.
+func (n *node) known(i int, what string) (*kernels.Tensor, error) {
+	v := n.in(i)
+	if v == nil {
+		return nil, fmt.Errorf("input %d (%s) is missing", i, what)
+	}
+	if v.c == nil {
+		return nil, fmt.Errorf("input %d (%s) must be known at import time, but is computed from the data", i, what)
+	}
+	return v.c, nil
+}
+
+// ints returns a known integer input as Go ints.
+func (n *node) ints(i int, what string) ([]int, error) {
+	t, err := n.known(i, what)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, t.Len())
+	for j := range out {
+		x := t.At(j)
+		if t.Int != nil {
+			x = float64(t.Int[j])
+		}
+		switch {
+		case t.Int != nil && t.Int[j] > math.MaxInt32:
+			out[j] = math.MaxInt32
+		case t.Int != nil && t.Int[j] < math.MinInt32:
+			out[j] = math.MinInt32
+		default:
+			out[j] = int(x)
+		}
+	}
+	return out, nil
+}
+
+func (n *node) outName(i int) string {
+	if i < len(n.p.GetOutput()) {
+		return sanitize(n.p.GetOutput()[i])
+	}
+	return sanitize(n.p.GetName())
+}
+
+// emit appends an op named after output 0 plus suffix.
+func (n *node) emit(op ir.Op, suffix string, args []ir.ValueID, at ir.Attrs) (ir.ValueID, error) {
+	name := n.outName(0)
+	if suffix != "" {
+		name += "." + suffix
+	}
+	return n.im.emit(op, name, args, at)
+}
+
+// set binds output i to a graph value.
+func (n *node) set(i int, id ir.ValueID) {
+	o := n.p.GetOutput()[i]
+	n.im.vals[o] = &val{id: id, onnx: o}
+}
+
+// setKnown binds output i to a tensor known at import time.
+func (n *node) setKnown(i int, t *kernels.Tensor) {
+	o := n.p.GetOutput()[i]
+	n.im.vals[o] = &val{id: ir.NoValue, c: t, onnx: o}
+}
+
+// alias binds output i to what input j stands for (Identity, no-op reshapes).
+func (n *node) alias(i, j int) {
+	v := *n.in(j)
+	v.onnx = n.p.GetOutput()[i]
+	n.im.vals[v.onnx] = &v
+}
+
+func (n *node) attr(name string) *onnxpb.AttributeProto {
+	for _, a := range n.p.GetAttribute() {
+		if a.GetName() == name {
+			return a
+		}
+	}
+	return nil
+}
+
+func (n *node) attrInt(name string, def int) int {
+	if a := n.attr(name); a != nil {
+		return clampInt(a.GetI())
+	}
+	return def
+}
+
+func (n *node) attrInts(name string) ([]int, bool) {
+	a := n.attr(name)
+	if a == nil {
+		return nil, false
+	}
+	out := make([]int, len(a.GetInts()))
+	for i, x := range a.GetInts() {
+		out[i] = clampInt(x)
+	}
+	return out, true
+}
+
+func (n *node) attrFloat(name string, def float64) float64 {
+	if a := n.attr(name); a != nil {
+		return float64(a.GetF())
+	}
+	return def
+}
+
+func (n *node) attrString(name, def string) string {
+	if a := n.attr(name); a != nil {
+		return string(a.GetS())
+	}
+	return def
+}
+
+func clampInt(x int64) int {
+	return int(max(min(x, math.MaxInt32), math.MinInt32))
+}
+
+// axis normalizes a possibly negative axis against rank.
+func axis(a, rank int) (int, error) {
+	if a < 0 {
+		a += rank
+	}
+	if a < 0 || a >= rank {
+		return 0, fmt.Errorf("axis %d is out of range for rank %d", a, rank)
+	}
+	return a, nil
+}
