@@ -109,20 +109,12 @@ func (im *importer) rt(v *val) (ir.ValueID, error) {
 // blocks.0.qkv.weight.
 func (im *importer) paramName(onnxName string) string {
 	if strings.HasPrefix(onnxName, "onnx::") && im.cur != nil {
-		if layer, _, ok := strings.Cut(reverse(strings.TrimLeft(im.cur.p.GetName(), "/")), "/"); ok {
-			return im.g.FreshName(sanitize(reverse(layer)) + ".weight")
+		node := strings.TrimLeft(im.cur.p.GetName(), "/")
+		if i := strings.LastIndex(node, "/"); i > 0 {
+			return im.g.FreshName(sanitize(node[:i]) + ".weight")
 		}
 	}
 	return im.fresh(onnxName)
-}
-
-// reverse reverses a string's bytes: Cut on the reversed name splits at the last slash.
-func reverse(s string) string {
-	b := []byte(s)
-	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
-		b[i], b[j] = b[j], b[i]
-	}
-	return string(b)
 }
 
 // constOf returns a lookup of the tensors known before any node is lowered (Constant nodes
