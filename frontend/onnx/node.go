@@ -278,3 +278,62 @@ func axis(a, rank int) (int, error) {
 	}
 	return a, nil
 }
+
+// elementwiseArgs returns the inputs of a broadcasting op as graph values. A known uniform
+// input whose shape the others already cover becomes a scalar constant: zeros_like(x)
+// folded at import time would otherwise carry the batch size in its type, which
+// micro-batching cannot rescale.
+func (n *node) elementwiseArgs(k int) ([]ir.ValueID, error) {
+	types := make([]ir.Type, k)
+	for i := range types {
+		t, err := n.typ(i)
+		if err != nil {
+			return nil, err
+		}
+		types[i] = t
+	}
+	all, err := broadcastAll(types, -1)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]ir.ValueID, k)
+	for i := range args {
+		v := n.in(i)
+		if u, ok := uniformKnown(v); ok {
+			if rest, err := broadcastAll(types, i); err == nil && rest.Equal(all) {
+				id, err := n.im.scalar(sanitize(v.onnx), u, types[i].DType, nil)
+				if err != nil {
+					return nil, err
+				}
+				args[i] = id
+				continue
+			}
+		}
+		if args[i], err = n.im.rt(v); err != nil {
+			return nil, err
+		}
+	}
+	return args, nil
+}
+
+func uniformKnown(v *val) (float64, bool) {
+	if v == nil || v.c == nil || v.param || v.id != ir.NoValue {
+		return 0, false
+	}
+	return uniform(v.c)
+}
+
+// broadcastAll is the broadcast shape of types, leaving out index skip (-1: none).
+func broadcastAll(types []ir.Type, skip int) (ir.Shape, error) {
+	var s ir.Shape
+	for i, t := range types {
+		if i == skip {
+			continue
+		}
+		var err error
+		if s, err = broadcastShapes(s, t.Shape); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}

@@ -45,15 +45,11 @@ func init() {
 
 func binaryOp(op ir.Op) lowerFn {
 	return func(n *node) error {
-		a, err := n.rt(0)
+		args, err := n.elementwiseArgs(2)
 		if err != nil {
 			return err
 		}
-		b, err := n.rt(1)
-		if err != nil {
-			return err
-		}
-		id, err := n.emit(op, "", []ir.ValueID{a, b}, nil)
+		id, err := n.emit(op, "", args, nil)
 		n.set(0, id)
 		return err
 	}
@@ -79,15 +75,11 @@ func lowerGelu(n *node) error {
 }
 
 func lowerWhere(n *node) error {
-	var args [3]ir.ValueID
-	for i := range args {
-		id, err := n.rt(i)
-		if err != nil {
-			return err
-		}
-		args[i] = id
+	args, err := n.elementwiseArgs(3)
+	if err != nil {
+		return err
 	}
-	id, err := n.emit(ir.OpWhere, "", args[:], nil)
+	id, err := n.emit(ir.OpWhere, "", args, nil)
 	n.set(0, id)
 	return err
 }
