@@ -20,9 +20,13 @@ const (
 	maxOpset = 18
 )
 
-// maxElements bounds one tensor read from the file or built at import time, so a corrupt
-// dims list cannot ask for unbounded memory.
-const maxElements = 1 << 28
+// maxElements bounds the dims of one tensor or input; a tensor read from the file must also
+// hold that many values, and one built at import time (ConstantOfShape, Expand) is held to
+// maxBuilt, so a corrupt dims list cannot ask for unbounded memory.
+const (
+	maxElements = 1 << 31
+	maxBuilt    = 1 << 24
+)
 
 // decode parses an ONNX model and checks what the importer relies on: a graph, and the
 // default-domain opset within [minOpset, maxOpset].
@@ -106,11 +110,35 @@ func tensorOf(tp *onnxpb.TensorProto) (*kernels.Tensor, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("tensor %q is empty (dims %v): autopar has no empty tensors", tp.GetName(), tp.GetDims())
 	}
+	if have := stored(tp); have != n { // check before allocating what the dims ask for
+		return nil, fmt.Errorf("tensor %q holds %d values, its dims %v want %d", tp.GetName(), have, tp.GetDims(), n)
+	}
 	t := kernels.New(ir.Type{DType: dt, Shape: shape})
 	if err := fill(t, tp, int(n)); err != nil {
 		return nil, fmt.Errorf("tensor %q: %v", tp.GetName(), err)
 	}
 	return t, nil
+}
+
+// stored is the number of values tp holds (raw bytes over the element size, or the typed
+// field's length).
+func stored(tp *onnxpb.TensorProto) int64 {
+	dt := onnxpb.TensorProto_DataType(tp.GetDataType())
+	if raw := tp.GetRawData(); len(raw) > 0 {
+		if size := rawSize[dt]; size > 0 && len(raw)%size == 0 {
+			return int64(len(raw) / size)
+		}
+		return -1
+	}
+	switch dt {
+	case onnxpb.TensorProto_FLOAT:
+		return int64(len(tp.GetFloatData()))
+	case onnxpb.TensorProto_DOUBLE:
+		return int64(len(tp.GetDoubleData()))
+	case onnxpb.TensorProto_INT64:
+		return int64(len(tp.GetInt64Data()))
+	}
+	return int64(len(tp.GetInt32Data()))
 }
 
 // fill sets the n values of t from tp, raw little-endian bytes or the typed fields.

@@ -382,7 +382,7 @@ func lowerConstantOfShape(n *node) error {
 			return err
 		}
 	}
-	s, err := checkShape(shape)
+	s, err := checkShape(shape, maxBuilt)
 	if err != nil {
 		return err
 	}
@@ -394,11 +394,11 @@ func lowerConstantOfShape(n *node) error {
 	return nil
 }
 
-// checkShape wants positive dims and a bounded element count.
-func checkShape(shape []int) (ir.Shape, error) {
+// checkShape wants positive dims and at most limit elements.
+func checkShape(shape []int, limit int64) (ir.Shape, error) {
 	n := int64(1)
 	for _, d := range shape {
-		if d <= 0 || n*int64(d) > maxElements {
+		if d <= 0 || n*int64(d) > limit {
 			return nil, fmt.Errorf("shape %v is empty, negative or too large", shape)
 		}
 		n *= int64(d)
@@ -420,7 +420,7 @@ func lowerRange(n *node) error {
 		return fmt.Errorf("delta is zero")
 	}
 	count := math.Ceil((limit - start) / delta)
-	if !(count >= 1 && count <= maxElements) {
+	if !(count >= 1 && count <= maxBuilt) {
 		return fmt.Errorf("the range [%g, %g) by %g is empty or too large", start, limit, delta)
 	}
 	t := kernels.New(ir.Type{DType: v[0].Type.DType, Shape: ir.Shape{int(count)}})

@@ -22,6 +22,9 @@ func lowerMatMul(n *node) error {
 	if as.Rank() < 2 || bs.Rank() < 2 {
 		return fmt.Errorf("1-D operands are not supported: %s and %s", as, bs)
 	}
+	if as.Rank() > 20 || bs.Rank() > 20 {
+		return fmt.Errorf("operands of rank %d and %d: at most 20 dims are supported", as.Rank(), bs.Rank())
+	}
 	if as.Rank() == 2 && bs.Rank() == 2 {
 		id, err := n.emit(ir.OpMatMul, "", []ir.ValueID{a, b}, nil)
 		n.set(0, id)
@@ -282,6 +285,9 @@ func lowerReshape(n *node) error {
 			return fmt.Errorf("cannot reshape %s to %v", t, want)
 		}
 		shape[infer] = int(t.Shape.NumElements() / rest)
+	}
+	if _, err := checkShape(shape, n.im.sizeLimit()); err != nil {
+		return err
 	}
 	return reshapeTo(n, shape)
 }
@@ -624,7 +630,7 @@ func lowerExpand(n *node) error {
 	if err != nil {
 		return err
 	}
-	if _, err := checkShape(shape); err != nil {
+	if _, err := checkShape(shape, n.im.sizeLimit()); err != nil {
 		return err
 	}
 	if shape.Equal(t.Shape) {

@@ -38,6 +38,15 @@ func newImporter(path string, g *ir.Graph, opset int64) *importer {
 		weights: map[string]*kernels.Tensor{}, limits: map[ir.ValueID]int{}}
 }
 
+// sizeLimit bounds the elements of a shape an op makes: a folded tensor is allocated now, so
+// it is held to maxBuilt; a graph value only needs its count to fit an int64.
+func (im *importer) sizeLimit() int64 {
+	if im.folding {
+		return maxBuilt
+	}
+	return 1 << 40
+}
+
 func (im *importer) pos() ir.Pos { return ir.Pos{File: im.path} }
 
 // sanitize turns an ONNX name ("/blocks.0/attn/MatMul_output_0", "onnx::MatMul_238") into
@@ -69,8 +78,10 @@ func (im *importer) fresh(s string) string { return im.g.FreshName(sanitize(s)) 
 // emit appends one op; its errors become the current node's.
 func (im *importer) emit(op ir.Op, name string, args []ir.ValueID, at ir.Attrs) (ir.ValueID, error) {
 	id, err := im.g.Append(op, im.g.FreshName(name), args, at, im.pos())
-	if err != nil {
-		return ir.NoValue, fmt.Errorf("%s", err.(*ir.Error).Msg)
+	if e, ok := err.(*ir.Error); ok {
+		return ir.NoValue, fmt.Errorf("%s", e.Msg)
+	} else if err != nil {
+		return ir.NoValue, err
 	}
 	return id, nil
 }
