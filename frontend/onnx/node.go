@@ -47,8 +47,9 @@ func (im *importer) node(p *onnxpb.NodeProto) error {
 	return nil
 }
 
-// optionalOutput: outputs beyond the first that nothing reads are left out (batch norm's
-// running statistics, dropout's mask).
+// optionalOutput: outputs beyond the first may be left out (batch norm's running
+// statistics, dropout's mask, LayerNormalization's mean); a node that reads one gets an
+// error from missing.
 func (im *importer) optionalOutput(p *onnxpb.NodeProto, o string) bool { return o != p.GetOutput()[0] }
 
 func (n *node) wrap(err error) error {
@@ -58,14 +59,16 @@ func (n *node) wrap(err error) error {
 	return fmt.Errorf("%s: node %q (%s): %w", n.im.path, n.p.GetName(), n.p.GetOpType(), err)
 }
 
+// allKnown reports whether every input is known at import time. A param's value is
+// known but not fixed, so only the ops that read its type alone fold over it.
 func (n *node) allKnown() bool {
-	for i, name := range n.p.GetInput() {
+	typeOnly := n.p.GetOpType() == "Shape" || n.p.GetOpType() == "Size"
+	for _, name := range n.p.GetInput() {
 		if name == "" {
 			continue
 		}
 		v := n.im.vals[name]
-		if v == nil || v.c == nil || v.param && !(n.p.GetOpType() == "Shape" || n.p.GetOpType() == "Size") {
-			_ = i
+		if v == nil || v.c == nil || v.param && !typeOnly {
 			return false
 		}
 	}
@@ -119,7 +122,8 @@ func (im *importer) fold(n *node) error {
 	return nil
 }
 
-// in returns input i, or nil where it is absent (optional inputs are "" or left off).
+// in returns input i, or nil where it is absent (optional inputs are "" or left off) or
+// is an output the importer does not produce (see missing).
 func (n *node) in(i int) *val {
 	ins := n.p.GetInput()
 	if i >= len(ins) || ins[i] == "" {
@@ -128,13 +132,21 @@ func (n *node) in(i int) *val {
 	return n.im.vals[ins[i]]
 }
 
+// missing says why input i is nil.
+func (n *node) missing(i int) error {
+	if ins := n.p.GetInput(); i < len(ins) && ins[i] != "" {
+		return fmt.Errorf("input %d (%q) is not available: no node produces it, or it is an extra output (running statistics, a mask) the importer does not produce", i, ins[i])
+	}
+	return fmt.Errorf("input %d is missing", i)
+}
+
 func (n *node) nin() int { return len(n.p.GetInput()) }
 
 // rt returns input i as a graph value; it must be present.
 func (n *node) rt(i int) (ir.ValueID, error) {
 	v := n.in(i)
 	if v == nil {
-		return ir.NoValue, fmt.Errorf("input %d is missing", i)
+		return ir.NoValue, n.missing(i)
 	}
 	return n.im.rt(v)
 }
@@ -144,7 +156,7 @@ func (n *node) typ(i int) (ir.Type, error) {
 	v := n.in(i)
 	switch {
 	case v == nil:
-		return ir.Type{}, fmt.Errorf("input %d is missing", i)
+		return ir.Type{}, n.missing(i)
 	case v.id != ir.NoValue:
 		return n.im.g.Value(v.id).Type, nil
 	}
@@ -155,7 +167,7 @@ func (n *node) typ(i int) (ir.Type, error) {
 func (n *node) known(i int, what string) (*kernels.Tensor, error) {
 	v := n.in(i)
 	if v == nil {
-		return nil, fmt.Errorf("input %d (%s) is missing", i, what)
+		return nil, fmt.Errorf("%s: %w", what, n.missing(i))
 	}
 	if v.c == nil {
 		return nil, fmt.Errorf("input %d (%s) must be known at import time, but is computed from the data", i, what)
@@ -163,26 +175,19 @@ func (n *node) known(i int, what string) (*kernels.Tensor, error) {
 	return v.c, nil
 }
 
-// ints returns a known integer input as Go ints.
+// ints returns a known integer input as Go ints, clamped to the int32 range (Slice's
+// INT64_MAX means "to the end").
 func (n *node) ints(i int, what string) ([]int, error) {
 	t, err := n.known(i, what)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int, t.Len())
-	for j := range out {
-		x := t.At(j)
-		if t.Int != nil {
-			x = float64(t.Int[j])
-		}
-		switch {
-		case t.Int != nil && t.Int[j] > math.MaxInt32:
-			out[j] = math.MaxInt32
-		case t.Int != nil && t.Int[j] < math.MinInt32:
-			out[j] = math.MinInt32
-		default:
-			out[j] = int(x)
-		}
+	if t.Int == nil {
+		return nil, fmt.Errorf("input %d (%s) must be integers, is %s", i, what, t.Type)
+	}
+	out := make([]int, len(t.Int))
+	for j, x := range t.Int {
+		out[j] = clampInt(x)
 	}
 	return out, nil
 }
