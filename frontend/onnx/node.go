@@ -29,6 +29,9 @@ func (im *importer) node(p *onnxpb.NodeProto) error {
 	n := &node{im: im, p: p}
 	im.cur = n
 	defer func() { im.cur = nil }()
+	if len(p.GetOutput()) == 0 || p.GetOutput()[0] == "" {
+		return n.wrap(fmt.Errorf("it has no output"))
+	}
 	var err error
 	switch {
 	case !im.folding && foldable[p.GetOpType()] && n.allKnown():
@@ -221,10 +224,15 @@ func (n *node) setKnown(i int, t *kernels.Tensor) {
 }
 
 // alias binds output i to what input j stands for (Identity, no-op reshapes).
-func (n *node) alias(i, j int) {
-	v := *n.in(j)
+func (n *node) alias(i, j int) error {
+	in := n.in(j)
+	if in == nil {
+		return n.missing(j)
+	}
+	v := *in
 	v.onnx = n.p.GetOutput()[i]
 	n.im.vals[v.onnx] = &v
+	return nil
 }
 
 func (n *node) attr(name string) *onnxpb.AttributeProto {

@@ -165,8 +165,7 @@ func lowerCast(n *node) error {
 		return err
 	}
 	if t.DType == to {
-		n.alias(0, 0)
-		return nil
+		return n.alias(0, 0)
 	}
 	x, err := n.rt(0)
 	if err != nil {
@@ -190,8 +189,7 @@ func lowerIdentity(n *node) error {
 		n.im.vals[o] = &val{id: ir.NoValue, c: v.c.Clone(), param: true, onnx: o}
 		return nil
 	}
-	n.alias(0, 0)
-	return nil
+	return n.alias(0, 0)
 }
 
 // lowerDropout is the identity in inference (no training_mode input, or false, or a zero
@@ -214,8 +212,7 @@ func lowerDropout(n *node) error {
 		training = tm.At(0) != 0
 	}
 	if !training || ratio == 0 {
-		n.alias(0, 0)
-		return nil
+		return n.alias(0, 0)
 	}
 	x, err := n.rt(0)
 	if err != nil {
@@ -261,8 +258,7 @@ func reduce(op ir.Op) lowerFn {
 		}
 		if !ok || len(axes) == 0 {
 			if n.attrInt("noop_with_empty_axes", 0) != 0 {
-				n.alias(0, 0)
-				return nil
+				return n.alias(0, 0)
 			}
 			axes = allAxes(len(s))
 		}
@@ -278,8 +274,7 @@ func reduce(op ir.Op) lowerFn {
 		}
 		slices.Sort(norm)
 		if len(s) == 0 {
-			n.alias(0, 0)
-			return nil
+			return n.alias(0, 0)
 		}
 		suffix := ""
 		if n.attrInt("keepdims", 1) != 0 {

@@ -240,8 +240,7 @@ func reshapeTo(n *node, shape ir.Shape) error {
 		return err
 	}
 	if t.Shape.Equal(shape) {
-		n.alias(0, 0)
-		return nil
+		return n.alias(0, 0)
 	}
 	if shape.NumElements() != t.Shape.NumElements() {
 		return fmt.Errorf("cannot reshape %s to %s", t, shape)
@@ -634,8 +633,7 @@ func lowerExpand(n *node) error {
 		return err
 	}
 	if shape.Equal(t.Shape) {
-		n.alias(0, 0)
-		return nil
+		return n.alias(0, 0)
 	}
 	x, err := n.rt(0)
 	if err != nil {
@@ -658,6 +656,5 @@ func lowerPad(n *node) error {
 			return fmt.Errorf("pads %v: only zero padding is supported (Conv and pooling take their own pads)", pads)
 		}
 	}
-	n.alias(0, 0)
-	return nil
+	return n.alias(0, 0)
 }
