@@ -6,10 +6,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/onnx"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/runtime/interp"
@@ -98,4 +100,21 @@ func TestFixturesMatchPyTorch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same file gives the same .ir text, and the text parses back to the same graph.
+func TestImportIsDeterministicAndRoundTrips(t *testing.T) {
+	var texts []string
+	for range 2 {
+		m := importFixture(t, "gpt2-tiny-dynamic")
+		var b strings.Builder
+		require.NoError(t, ir.Print(&b, m.Graph))
+		texts = append(texts, b.String())
+	}
+	require.Equal(t, texts[0], texts[1])
+	g, err := frontend.Parse("g.ir", []byte(texts[0]))
+	require.NoError(t, err)
+	var again strings.Builder
+	require.NoError(t, ir.Print(&again, g))
+	require.Equal(t, texts[0], again.String())
 }
