@@ -103,6 +103,12 @@ func (im *importer) rt(v *val) (ir.ValueID, error) {
 		if err != nil {
 			return ir.NoValue, err
 		}
+		// An initializer of all zeros or all ones (biases, norms' scales) says so in the
+		// .ir, so the graph initializes sensibly without its weights file too.
+		if u, ok := uniform(v.c); ok && (u == 0 || u == 1) {
+			init := map[float64]string{0: "zeros", 1: "ones"}[u]
+			im.g.Values[id].Attrs = im.g.Values[id].Attrs.With("init", init)
+		}
 		im.weights[name] = v.c
 		v.id = id
 		return id, nil
