@@ -211,6 +211,13 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 		shape := slices.Clone(v.Attrs.Ints("shape"))
 		shape[ba.Dim] = n
 		return v.Attrs.With("shape", shape), nil
+	case v.Op == ir.OpSlice && fullBatchSlice(g, v, at):
+		// A slice that keeps the whole batch (Split of an imported model's fused qkv) takes
+		// the micro-batch whole: its limit on the batch dim is rescaled like a reshape's.
+		d := at[v.Args[0]].Dim
+		limit := slices.Clone(v.Attrs.Ints("limit"))
+		limit[d], _ = scaled(limit[d], at[v.Args[0]], old, batch)
+		return v.Attrs.With("limit", limit), nil
 	case v.Op == ir.OpSlice || v.Op == ir.OpConcat || v.Op == ir.OpScatterAdd ||
 		v.Op == ir.OpConv2DInputGrad || v.Op == ir.OpAvgPoolGrad:
 		for _, a := range v.Args {
@@ -221,6 +228,16 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 		}
 	}
 	return v.Attrs, nil
+}
+
+// fullBatchSlice reports whether slice v takes the batch dim of its operand whole.
+func fullBatchSlice(g *ir.Graph, v *ir.Value, at []batchAt) bool {
+	ba := at[v.Args[0]]
+	if ba.Dim < 0 || at[v.Args[0]].Dim == -2 {
+		return false
+	}
+	d, in := ba.Dim, g.Values[v.Args[0]].Type.Shape
+	return v.Attrs.Ints("start")[d] == 0 && v.Attrs.Ints("limit")[d] == in[d]
 }
 
 // checkRebatched makes sure the batch went where followBatch said it would.

@@ -114,7 +114,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	addGlobalFlags(root.PersistentFlags())
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd(), newExportCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd())
 	return root
 }
 

@@ -24,6 +24,7 @@ type runFlags struct {
 	seed    int64
 	check   bool
 	trace   string
+	weights string
 	timeout time.Duration
 }
 
@@ -49,6 +50,7 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
+	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
@@ -75,6 +77,11 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		return err
 	}
 	state := interp.InitParams(full, f.seed)
+	if f.weights != "" {
+		if err := loadWeights(f.weights, full, state); err != nil {
+			return err
+		}
+	}
 	data, err := interp.GenerateInputs(full, f.seed+1)
 	if err != nil {
 		return err
