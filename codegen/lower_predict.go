@@ -10,7 +10,8 @@ type DeviceCounters struct {
 }
 
 // Predict computes, per program (in order), the counters the runtime measures, under its
-// accounting exactly (runtime.DeviceStats):
+// accounting exactly (runtime.DeviceStats). It sums each block once and then follows the
+// schedule call by call, so it takes the program's size plus the number of calls:
 //
 //   - a buffer weighs its declared type's bytes from the instruction that defines it to
 //     the free that releases it; all_reduce and accumulate add nothing; the peak is taken
@@ -33,21 +34,45 @@ func Predict(_ *Plan, progs []*Program) []DeviceCounters {
 }
 
 func predictOne(p *Program) DeviceCounters {
+	// Per block: the bytes it moves, the change of the live bytes over it, and the highest
+	// live bytes after one of its defining instructions, relative to the start.
+	type effect struct {
+		sent, recv, delta, peak int64
+		defines                 bool
+	}
+	blocks, _ := p.blocks()
+	eff := make([]effect, len(blocks))
+	for j, bl := range blocks {
+		e := &eff[j]
+		for i := bl.Start; i < bl.End; i++ {
+			in := &p.Instrs[i]
+			sent, recv := traffic(p, in)
+			e.sent += sent
+			e.recv += recv
+			switch {
+			case in.Kind == Free:
+				for _, b := range in.Args {
+					e.delta -= p.Buffers[b].Type.Bytes()
+				}
+			case in.Out != NoBuffer && in.Kind != AllReduce:
+				e.delta += p.Buffers[in.Out].Type.Bytes()
+				if !e.defines || e.delta > e.peak {
+					e.peak = e.delta
+				}
+				e.defines = true
+			}
+		}
+	}
 	c := DeviceCounters{Device: p.Device}
 	var live int64
-	for _, in := range p.Instrs {
-		sent, recv := traffic(p, &in)
-		c.BytesSent += sent
-		c.BytesReceived += recv
-		switch {
-		case in.Kind == Free:
-			for _, b := range in.Args {
-				live -= p.Buffers[b].Type.Bytes()
-			}
-		case in.Out != NoBuffer && in.Kind != AllReduce:
-			live += p.Buffers[in.Out].Type.Bytes()
-			c.PeakBytes = max(c.PeakBytes, live)
+	for j := range p.Calls {
+		e := &eff[j]
+		c.BytesSent += e.sent
+		c.BytesReceived += e.recv
+		if e.defines {
+			c.PeakBytes = max(c.PeakBytes, live+e.peak)
 		}
+		live += e.delta
 	}
 	return c
 }

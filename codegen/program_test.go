@@ -90,7 +90,8 @@ func TestProgramJSONRoundTrip(t *testing.T) {
 
 func TestUnmarshalProgramErrors(t *testing.T) {
 	tests := []struct{ name, json, want string }{
-		{"version", `{"version":2,"device":0,"buffers":[],"instrs":[]}`, "unsupported version 2, expected 1"},
+		{"version", `{"version":3,"device":0,"buffers":[],"instrs":[]}`, "unsupported version 3, expected 2"},
+		{"version 1 with blocks", `{"version":1,"device":0,"microbatches":2,"buffers":[],"instrs":[]}`, "version 1 has no blocks"},
 		{"kind", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"jump"}]}`, `instr 0: unknown instruction kind "jump"`},
 		{"op", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"fft"}]}`, `unknown op "fft"`},
 		{"attr", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"matmul","attrs":{"axis":1}}]}`, `op matmul has no attribute "axis"`},
