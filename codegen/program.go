@@ -261,13 +261,13 @@ type Instr struct {
 	Peer DeviceID // send, recv
 	Tag  Tag      // send, recv
 
-	Name    string  // load: the feed; store: the result
-	Offsets []int   // load, store: where the block starts in the whole tensor
+	Name    string // load: the feed; store: the result
+	Offsets []int  // load, store: where the block starts in the whole tensor
 	// Stride (load in a micro-batch block) is how far the offsets move per micro-batch:
 	// micro-batch mb loads at Offsets + mb·Stride (an input's slice along its batch dim).
 	Stride []int
-	Full    ir.Type // store: the type of the whole result tensor
-	Value   float64 // constant
+	Full   ir.Type // store: the type of the whole result tensor
+	Value  float64 // constant
 
 	// Note is a free comment printed after "; " (what a collective is for, say).
 	Note string

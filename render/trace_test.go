@@ -74,8 +74,9 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 	}
 }
 
-// syntheticTrace is a trace of p's programs where instruction i of every device starts at
-// i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic, for goldens.
+// syntheticTrace is a trace of p's programs where the i-th executed instruction of every
+// device starts at i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic,
+// for goldens.
 func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
@@ -84,14 +85,14 @@ func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
 	var evs []ev
 	for _, prog := range progs {
 		ts := 0.0
-		for i := range prog.Instrs {
+		for i, mb := range prog.Execution {
 			in := &prog.Instrs[i]
 			dur := 1.0
 			if in.Kind == codegen.Recv {
 				dur = 3
 			}
 			evs = append(evs, ev{Name: instrName(in), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
-				Tid: int(prog.Device), Args: map[string]int{"instr": i}})
+				Tid: int(prog.Device), Args: map[string]int{"instr": i, "mb": mb}})
 			ts += dur
 		}
 	}

@@ -198,8 +198,8 @@ type DeviceError struct {
 	// block of the step).
 	Index      int
 	Microbatch int
-	Instr string
-	Pos   ir.Pos
+	Instr      string
+	Pos        ir.Pos
 	// Peers are the devices it was waiting for when it timed out (nil otherwise).
 	Peers []DeviceID
 	Err   error

@@ -16,10 +16,10 @@ type TraceEvent struct {
 	Index  int
 	// Microbatch is the micro-batch the instruction ran for (−1 in a block of the step).
 	Microbatch int
-	Kind   codegen.Kind
-	Op     ir.Op // for compute
-	Start  time.Duration
-	Dur    time.Duration
+	Kind       codegen.Kind
+	Op         ir.Op // for compute
+	Start      time.Duration
+	Dur        time.Duration
 }
 
 // chromeEvent is one complete event ("ph":"X") of the Chrome trace-event format, which
