@@ -172,6 +172,10 @@ func (v *validator) call(runs []int, j, mb int) string {
 		return fmt.Sprintf("block %d (%s) runs for micro-batch %d, expected micro-batch %d (each once, in order)", j, b.Name, mb, runs[j])
 	}
 	for i := range j {
+		if !b.PerMicrobatch && p.Blocks[i].PerMicrobatch && runs[i] < p.Microbatches {
+			return fmt.Sprintf("block %d (%s) of the step runs when block %d (%s) has run for %d of the %d micro-batches, expected the blocks in their order",
+				j, b.Name, i, p.Blocks[i].Name, runs[i], p.Microbatches)
+		}
 		if p.Blocks[i].PerMicrobatch && runs[i] <= mb {
 			return fmt.Sprintf("block %d (%s) runs for micro-batch %d before block %d (%s) has, expected the blocks of a micro-batch in their order",
 				j, b.Name, mb, i, p.Blocks[i].Name)
@@ -363,13 +367,13 @@ func (v *validator) load(i int) {
 		return
 	}
 	if !v.perMB {
-		v.errorf(i, "stride %v in a block of the step, expected a stride only in a micro-batch block", in.Stride)
+		v.errorf(i, "stride %s in a block of the step, expected a stride only in a micro-batch block", formatInts(in.Stride))
 		return
 	}
 	last := v.p.Microbatches - 1
 	for d, s := range in.Stride {
 		if len(in.Stride) != len(in.Offsets) || s < 0 || (last > 0 && s > (math.MaxInt-in.Offsets[d])/last) {
-			v.errorf(i, "stride %v, expected %d non-negative strides that keep the offsets of micro-batch %d in an int", in.Stride, len(in.Offsets), last)
+			v.errorf(i, "stride %s, expected %d non-negative strides that keep the offsets of micro-batch %d in an int", formatInts(in.Stride), len(in.Offsets), last)
 			return
 		}
 	}
