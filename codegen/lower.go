@@ -198,7 +198,8 @@ func newLowerer(p *Plan, an *analysis) *lowerer {
 	return l
 }
 
-// key names one tensor of the unrolled step: a value for one micro-batch, or (mb −1) a
+// key names one tensor of the step: a value for the micro-batch a block runs for (mb 0 in
+// the micro-batch blocks, which stands for it), or (mb −1) a
 // value of the update, a param or state, or an accumulated gradient after scaling.
 type key struct {
 	v  ir.ValueID
