@@ -10,8 +10,8 @@ type DeviceCounters struct {
 }
 
 // Predict computes, per program (in order), the counters the runtime measures, under its
-// accounting exactly (runtime.DeviceStats). It sums each block once and then follows the
-// schedule call by call, so it takes the program's size plus the number of calls:
+// accounting exactly (runtime.DeviceStats). It sums each block once and then each loop of
+// the schedule once, so its time does not depend on the micro-batch count:
 //
 //   - a buffer weighs its declared type's bytes from the instruction that defines it to
 //     the free that releases it; all_reduce and accumulate add nothing; the peak is taken
@@ -63,16 +63,32 @@ func predictOne(p *Program) DeviceCounters {
 			}
 		}
 	}
+	// Every iteration of a loop moves the same bytes and changes the live bytes by the same
+	// amount, so its highest point is in its first or its last iteration.
 	c := DeviceCounters{Device: p.Device}
 	var live int64
-	for j := range p.Calls {
-		e := &eff[j]
-		c.BytesSent += e.sent
-		c.BytesReceived += e.recv
-		if e.defines {
-			c.PeakBytes = max(c.PeakBytes, live+e.peak)
+	_, sched := p.blocks()
+	for _, l := range sched {
+		n := int64(l.To - l.From)
+		if n <= 0 {
+			continue
 		}
-		live += e.delta
+		var it effect // one iteration
+		for _, call := range l.Body {
+			e := &eff[call.Block]
+			it.sent += e.sent
+			it.recv += e.recv
+			if e.defines && (!it.defines || it.delta+e.peak > it.peak) {
+				it.peak, it.defines = it.delta+e.peak, true
+			}
+			it.delta += e.delta
+		}
+		c.BytesSent += n * it.sent
+		c.BytesReceived += n * it.recv
+		if it.defines {
+			c.PeakBytes = max(c.PeakBytes, live+it.peak, live+(n-1)*it.delta+it.peak)
+		}
+		live += n * it.delta
 	}
 	return c
 }

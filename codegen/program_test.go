@@ -3,8 +3,10 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -305,4 +307,96 @@ func TestValidateLoopErrors(t *testing.T) {
 			assert.NotEmpty(t, p.String())
 		})
 	}
+}
+
+// naiveCounters walks every executed instruction, as the runtime does.
+func naiveCounters(p *Program) DeviceCounters {
+	c := DeviceCounters{Device: p.Device}
+	var live int64
+	for pc := range p.Execution {
+		in := &p.Instrs[pc]
+		sent, recv := traffic(p, in)
+		c.BytesSent += sent
+		c.BytesReceived += recv
+		switch {
+		case in.Kind == Free:
+			for _, b := range in.Args {
+				live -= p.Buffers[b].Type.Bytes()
+			}
+		case in.Out != NoBuffer && in.Kind != AllReduce:
+			live += p.Buffers[in.Out].Type.Bytes()
+			c.PeakBytes = max(c.PeakBytes, live)
+		}
+	}
+	return c
+}
+
+// Validate's and Predict's shortcuts over a loop's iterations agree with expanding it: on
+// random schedules of loopProgram's blocks, Validate accepts exactly the schedules whose
+// calls, checked one by one, pass; and on those, Predict equals the walk of every
+// instruction.
+func TestScheduleShortcutsAgreeWithExpansion(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	accepted := 0
+	for range 3000 {
+		p := loopProgram()
+		p.Microbatches = 1 + rng.Intn(6)
+		B := p.Microbatches
+		// A 1F1B schedule with w warm-up forwards, or GPipe, its loops cut at random
+		// points, then perhaps one field broken.
+		w := rng.Intn(B + 1)
+		loops := []Loop{{From: 0, To: w, Body: []Call{{Block: 1}}},
+			{From: 0, To: B - w, Body: []Call{{Block: 1, Shift: w}, {Block: 2}}},
+			{From: B - w, To: B, Body: []Call{{Block: 2}}}}
+		if rng.Intn(3) == 0 {
+			loops = []Loop{{From: 0, To: B, Body: []Call{{Block: 1}}}, {From: 0, To: B, Body: []Call{{Block: 2}}}}
+		}
+		p.Schedule = []Loop{{From: 0, To: 1, Body: []Call{{Block: 0}}}}
+		for _, l := range loops {
+			if cut := l.From + rng.Intn(l.To-l.From+1); cut > l.From && cut < l.To {
+				p.Schedule = append(p.Schedule, Loop{From: l.From, To: cut, Body: l.Body}, Loop{From: cut, To: l.To, Body: l.Body})
+			} else if l.To > l.From {
+				p.Schedule = append(p.Schedule, l)
+			}
+		}
+		p.Schedule = append(p.Schedule, Loop{From: 0, To: 1, Body: []Call{{Block: 3}}})
+		if rng.Intn(2) == 0 {
+			l := &p.Schedule[rng.Intn(len(p.Schedule))]
+			l.Body = slices.Clone(l.Body)
+			c := &l.Body[rng.Intn(len(l.Body))]
+			switch rng.Intn(5) {
+			case 0:
+				l.From += rng.Intn(3) - 1
+			case 1:
+				l.To += rng.Intn(3) - 1
+			case 2:
+				c.Shift += rng.Intn(3) - 1
+			case 3:
+				c.Block = rng.Intn(4)
+			case 4:
+				l.Body = append(l.Body, *c)
+			}
+		}
+		naive := validator{p: p}
+		ok := naive.structure()
+		runs := make([]int, len(p.Blocks))
+		for _, l := range p.Schedule {
+			for i := l.From; i < l.To && ok; i++ {
+				for _, c := range l.Body {
+					ok = ok && naive.call(runs, c.Block, i+c.Shift) == ""
+				}
+			}
+		}
+		for j, b := range p.Blocks {
+			ok = ok && (runs[j] == B || (!b.PerMicrobatch && runs[j] == 1))
+		}
+		err := p.Validate()
+		require.Equal(t, ok, err == nil, "%s\n%v", p.String(), err)
+		if err == nil {
+			accepted++
+			require.Equal(t, naiveCounters(p), Predict(nil, []*Program{p})[0], p.String())
+		}
+	}
+	require.Greater(t, accepted, 1000, "too few random schedules are valid to test Predict")
+	require.Less(t, accepted, 2700, "too few random schedules are broken to test Validate")
 }

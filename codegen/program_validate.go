@@ -25,8 +25,8 @@ import (
 //     not grow with the micro-batch count).
 //
 // Since every micro-batch runs its blocks in declaration order, checking the instructions
-// once, block after block, checks every micro-batch: Validate never expands the schedule
-// into memory, and its time is the program's size plus a counter per call of the schedule.
+// once, block after block, checks every micro-batch: Validate never expands the schedule,
+// and its time is the program's size plus its loops', whatever the micro-batch count.
 //
 // It does not check what needs other programs (that every send has its recv) or the data
 // (that a load's feed exists): the runtime reports those.
@@ -131,20 +131,41 @@ func (v *validator) structure() bool {
 // checkSchedule runs the schedule's calls against counters: every block of the step runs
 // once, every micro-batch block runs micro-batches 0 … B−1 in order, and block j runs for a
 // micro-batch only after every block declared before it has (a block of the step: after
-// every earlier block has finished all its runs). Time: the number of calls times the
-// blocks; memory: a counter per block.
+// every earlier block has finished all its runs). Time: the loops' calls times the blocks,
+// whatever the micro-batch count; memory: a counter per block.
 func (v *validator) checkSchedule() {
 	p := v.p
 	B := p.Microbatches
 	runs := make([]int, len(p.Blocks))
 	for l, lp := range p.Schedule {
-		for i := lp.From; i < lp.To; i++ {
+		iteration := func(i int) bool {
 			for _, c := range lp.Body {
 				if msg := v.call(runs, c.Block, i+c.Shift); msg != "" {
 					v.errs = append(v.errs, ir.Errorf(p.loopPos(l), "loop %d at index %d: %s", l, i, msg))
+					return false
+				}
+			}
+			return true
+		}
+		if lp.To-lp.From < 3 || hasDuplicateBlock(lp.Body) {
+			for i := lp.From; i < lp.To; i++ { // a block twice in a body fails by the second iteration
+				if !iteration(i) {
 					return
 				}
 			}
+			continue
+		}
+		// Every iteration runs each block of the body once, one micro-batch further on: the
+		// counts of the body's blocks and the micro-batches keep their distance, and a block
+		// outside the body only falls behind. So the first and the last iteration decide.
+		if !iteration(lp.From) {
+			return
+		}
+		for _, c := range lp.Body {
+			runs[c.Block] += lp.To - lp.From - 2
+		}
+		if !iteration(lp.To - 1) {
+			return
 		}
 	}
 	for j, b := range p.Blocks {
@@ -156,6 +177,17 @@ func (v *validator) checkSchedule() {
 			v.errs = append(v.errs, ir.Errorf(p.blockPos(j), "block %d (%s) runs %d times, expected %d", j, b.Name, runs[j], want))
 		}
 	}
+}
+
+func hasDuplicateBlock(body []Call) bool {
+	for k, c := range body {
+		for _, d := range body[:k] {
+			if c.Block == d.Block {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // call checks one call of block j for micro-batch mb and counts it; it returns what is
