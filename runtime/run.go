@@ -199,16 +199,21 @@ func collect(devs []*device) (*Result, error) {
 type DeviceError struct {
 	Device DeviceID
 	// Index is the instruction's position in the program, Instr its text and Pos its place
-	// in the program's text form.
-	Index int
-	Instr string
-	Pos   ir.Pos
+	// in the program's text form; Microbatch the micro-batch its block ran for (−1 in a
+	// block of the step).
+	Index      int
+	Microbatch int
+	Instr      string
+	Pos        ir.Pos
 	// Peers are the devices it was waiting for when it timed out (nil otherwise).
 	Peers []DeviceID
 	Err   error
 }
 
 func (e *DeviceError) Error() string {
+	if e.Microbatch >= 0 {
+		return fmt.Sprintf("%s: device %d: instr %d (%s) of micro-batch %d: %v", e.Pos, e.Device, e.Index, e.Instr, e.Microbatch, e.Err)
+	}
 	return fmt.Sprintf("%s: device %d: instr %d (%s): %v", e.Pos, e.Device, e.Index, e.Instr, e.Err)
 }
 
