@@ -62,9 +62,9 @@ var cases = []mpiCase{
 	{"wresnet-dp", "wresnet-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 2}}},
 	{"mlp-1f1b-4", "mlp-tiny", 4, autopar.Options{Microbatches: 4, Manual: &autopar.Manual{TP: 1, PP: 4, DP: 1}}},
 	{"mlp-gpipe-4-adam", "mlp-tiny", 4, autopar.Options{Microbatches: 2, Schedule: "gpipe", Optimizer: passes.Optimizer{Kind: "adam", LR: 0.01}, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
-	{"gpt-tp2-dp2", "gpt-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 2}}},
+	{"gpt-tp2-pp2", "gpt-tiny", 4, autopar.Options{Microbatches: 2, Layers: 2, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
 	{"moe-tp4", "moe-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 4, PP: 1, DP: 1}}},
-	{"wresnet-tp2-dp2", "wresnet-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 2}}},
+	{"wresnet-dp4", "wresnet-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 4}}},
 }
 
 // stepResult is what a step gives, as rank 0 writes it back.
@@ -105,12 +105,15 @@ func mpirun(t *testing.T, bin string, n int, dir string, env ...string) (string,
 
 func TestMPIEqualsInProcess(t *testing.T) {
 	bin := requireMPI(t)
+	start := time.Now()
 	root := t.TempDir()
 	want := map[string][]stepResult{}
 	var kinds [codegen.NumKinds]int
 	for _, c := range cases {
 		dir := filepath.Join(root, fmt.Sprintf("np%d", c.n), c.name)
+		t0 := time.Now()
 		progs, files := prepare(t, c, dir)
+		t.Logf("%s: %v", c.name, time.Since(t0).Round(time.Millisecond))
 		for _, p := range progs {
 			for _, in := range p.Instrs {
 				kinds[in.Kind]++
@@ -118,9 +121,12 @@ func TestMPIEqualsInProcess(t *testing.T) {
 		}
 		want[c.name] = inProcess(t, progs, files)
 	}
+	t.Logf("compiled and ran in-process in %v", time.Since(start).Round(time.Millisecond))
 	for _, n := range []int{2, 4} {
+		t0 := time.Now()
 		out, err := mpirun(t, bin, n, filepath.Join(root, fmt.Sprintf("np%d", n)))
 		require.NoError(t, err, "mpirun -np %d:\n%s", n, out)
+		t.Logf("mpirun -np %d: %v", n, time.Since(t0).Round(time.Millisecond))
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -285,6 +291,9 @@ func runCase(w *mpi.World, dir string) error {
 	}
 	timeout := time.Minute
 	fault := os.Getenv(faultEnv)
+	if fault == "mismatch" && w.Rank() == 1 {
+		progs[0].Buffers[0].Name += ".edited" // as if rank 1 read another plan
+	}
 	if fault != "" {
 		timeout = 2 * time.Second
 	}
@@ -295,7 +304,7 @@ func runCase(w *mpi.World, dir string) error {
 	var out []stepResult
 	for step := range steps {
 		if fault != "" && w.Rank() == 1 && step == 1 {
-			injectFault(fault)
+			s.Wrap = func(t runtime.Transport) runtime.Transport { return faulty{t, fault} }
 		}
 		res, err := s.Run(ctx, files.Feeds, runtime.Options{Timeout: timeout})
 		if err != nil {
@@ -316,21 +325,28 @@ func runCase(w *mpi.World, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "result.gob"), buf.Bytes(), 0o644)
 }
 
-// injectFault makes rank 1 fail as a real one would: it stops answering (a hung process)
-// or dies (killed by the kernel, a lost host).
-func injectFault(kind string) {
-	switch kind {
+// faulty makes rank 1 fail at its first all-reduce as a real rank would: it stops
+// answering (a hung process) or dies (killed by the kernel, a lost host).
+type faulty struct {
+	runtime.Transport
+	kind string
+}
+
+func (f faulty) AllReduce(ctx context.Context, self runtime.DeviceID, group []runtime.DeviceID, x *kernels.Tensor) (*kernels.Tensor, runtime.Traffic, error) {
+	switch f.kind {
 	case "stop":
 		time.Sleep(time.Hour) // the others time out and abort the job, which kills this one
 	case "kill":
 		p, _ := os.FindProcess(os.Getpid())
 		_ = p.Kill()
 	}
+	return f.Transport.AllReduce(ctx, self, group, x)
 }
 
 // TestMPIFaults: a rank that stops answering makes the others time out, naming the
 // instruction and the peer, and abort the job; a rank that dies ends the job with mpirun
-// naming the lost rank. Either way mpirun exits non-zero well within the timeout.
+// naming the lost rank; a rank started with other programs is refused before the first
+// step. Each time mpirun exits non-zero well within the timeout.
 func TestMPIFaults(t *testing.T) {
 	bin := requireMPI(t)
 	root := t.TempDir()
@@ -339,6 +355,7 @@ func TestMPIFaults(t *testing.T) {
 	for _, fault := range []struct{ kind, want string }{
 		{"stop", "waiting for device 1"},
 		{"kill", "rank 1"},
+		{"mismatch", "rank 1 started with programs"},
 	} {
 		t.Run(fault.kind, func(t *testing.T) {
 			start := time.Now()

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/autopar/autopar/codegen"
@@ -29,6 +31,9 @@ type Session struct {
 	programs []*codegen.Program
 	t        rankTransport
 	fed      bool // the first Run checked that every rank has the same feeds
+	// Wrap, when set, wraps this rank's transport for the runs that follow: a seam for
+	// counting, tracing or injecting faults (the tests stall a rank mid-step with it).
+	Wrap func(runtime.Transport) runtime.Transport
 }
 
 // NewSession prepares this rank to run its device's program of programs. Every rank calls
@@ -81,8 +86,8 @@ func (w *World) Agree(ctx context.Context, timeout time.Duration, what string, f
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("mpi: rank %v started with %s (hash %.12x) that differ from rank 0's (hash %.12x): every rank must run the same; refusing to start",
-			bad, what, all[bad[0]], all[0])
+		return fmt.Errorf("mpi: %s started with %s (hash %.12x) that differ from rank 0's (hash %.12x): every rank must run the same; refusing to start",
+			ranksString(bad), what, all[bad[0]], all[0])
 	}
 	return nil
 }
@@ -115,9 +120,12 @@ func (s *Session) Run(ctx context.Context, data runtime.Data, opts runtime.Optio
 	err := s.w.Barrier(bctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("mpi: rank %d: waiting for every rank before the step: %w", s.w.Rank(), err)
+		return nil, fmt.Errorf("mpi: rank %d: waiting for every rank before the step (MPI_Ibarrier; it cannot say which rank is missing): %w", s.w.Rank(), err)
 	}
 	opts.Transport = s.t
+	if s.Wrap != nil {
+		opts.Transport = s.Wrap(s.t)
+	}
 	mine, err := runtime.RunDevice(ctx, s.programs, runtime.DeviceID(s.w.Rank()), data, opts, time.Now())
 	if err != nil {
 		return nil, err
@@ -183,4 +191,16 @@ func feedsHash(data runtime.Data) []byte {
 		}
 	}
 	return h.Sum(nil)
+}
+
+// ranksString names ranks for a message: "rank 3", "ranks 1, 2".
+func ranksString(rs []int) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.Itoa(r)
+	}
+	if len(rs) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ", ")
 }
