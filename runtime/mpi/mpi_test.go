@@ -42,7 +42,14 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(workerEnv); dir != "" {
 		os.Exit(worker(dir))
 	}
-	os.Exit(m.Run())
+	quietRanks()
+	code := m.Run()
+	if underMPIRun() { // the benchmarks' ranks
+		if w, err := mpi.Init(); err == nil {
+			_ = w.Finalize()
+		}
+	}
+	os.Exit(code)
 }
 
 // mpiCase is one plan to run on n ranks.
