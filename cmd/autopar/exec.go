@@ -71,7 +71,7 @@ func useMPI(transport string) (bool, error) {
 		return false, nil
 	case "mpi":
 		return true, nil
-	case "auto":
+	case "auto", "":
 		return os.Getenv("OMPI_COMM_WORLD_SIZE") != "", nil
 	}
 	return false, fmt.Errorf("--transport %q: expected inproc, mpi or auto", transport)

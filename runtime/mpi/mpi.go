@@ -60,7 +60,6 @@ static int ap_mrecv(void *buf, int n, MPI_Message *m) {
 	return MPI_Mrecv(buf, n, MPI_BYTE, m, MPI_STATUS_IGNORE);
 }
 static int ap_test(MPI_Request *r, int *flag) { return MPI_Test(r, flag, MPI_STATUS_IGNORE); }
-static int ap_cancel(MPI_Request *r) { MPI_Cancel(r); return MPI_Request_free(r); }
 static int ap_ibarrier(MPI_Comm c, MPI_Request *r) { return MPI_Ibarrier(c, r); }
 static int ap_ibcast(void *buf, int n, int root, MPI_Comm c, MPI_Request *r) {
 	return MPI_Ibcast(buf, n, MPI_BYTE, root, c, r);
@@ -213,17 +212,14 @@ func poll(ctx context.Context, done func() (bool, error)) error {
 	}
 }
 
-// wait polls request r to completion under ctx; a request ctx ends is cancelled and freed.
+// wait polls request r to completion under ctx. A request ctx ends is left as it is (MPI
+// cannot cancel a collective): the caller aborts the job.
 func (w *World) wait(ctx context.Context, what string, r *C.MPI_Request) error {
-	err := poll(ctx, func() (bool, error) {
+	return poll(ctx, func() (bool, error) {
 		var flag C.int
 		err := w.call(what, func() C.int { return C.ap_test(r, &flag) })
 		return flag != 0, err
 	})
-	if err != nil && ctx.Err() != nil {
-		w.call(what, func() C.int { return C.ap_cancel(r) }) //nolint:errcheck // the job aborts next
-	}
-	return err
 }
 
 // Barrier returns once every rank has called it (MPI_Ibarrier), or with ctx's error.
@@ -235,11 +231,32 @@ func (w *World) Barrier(ctx context.Context) error {
 	return w.wait(ctx, "MPI_Ibarrier", &r)
 }
 
+// arena holds the C buffers of one setup collective. They are freed once it returns
+// successfully; after a failure (a timeout) MPI may still write into them, so they are left
+// to the MPI_Abort that follows.
+type arena struct{ ptrs []unsafe.Pointer }
+
+func (a *arena) alloc(n int) unsafe.Pointer {
+	p := C.malloc(C.size_t(max(n, 1)))
+	a.ptrs = append(a.ptrs, p)
+	return p
+}
+
+func (a *arena) release(err *error) {
+	if *err != nil {
+		return
+	}
+	for _, p := range a.ptrs {
+		C.free(p)
+	}
+}
+
 // Bcast returns root's data on every rank (MPI_Ibcast of the length, then of the bytes);
 // the data of other ranks is ignored.
-func (w *World) Bcast(ctx context.Context, root int, data []byte) ([]byte, error) {
-	n := C.malloc(8)
-	defer C.free(n)
+func (w *World) Bcast(ctx context.Context, root int, data []byte) (_ []byte, err error) {
+	var a arena
+	defer a.release(&err)
+	n := a.alloc(8)
 	*(*int64)(n) = int64(len(data))
 	var r C.MPI_Request
 	if err := w.call("MPI_Ibcast", func() C.int { return C.ap_ibcast(n, 8, C.int(root), w.coll, &r) }); err != nil {
@@ -252,8 +269,7 @@ func (w *World) Bcast(ctx context.Context, root int, data []byte) ([]byte, error
 	if size > math.MaxInt32 {
 		return nil, fmt.Errorf("mpi: broadcast of %d bytes, more than MPI's int count allows", size)
 	}
-	buf := C.malloc(C.size_t(max(size, 1)))
-	defer C.free(buf)
+	buf := a.alloc(int(size))
 	if w.rank == root {
 		copy(unsafe.Slice((*byte)(buf), size), data)
 	}
@@ -268,9 +284,10 @@ func (w *World) Bcast(ctx context.Context, root int, data []byte) ([]byte, error
 
 // Allgather returns every rank's data, by rank (MPI_Iallgather of the lengths, then
 // MPI_Iallgatherv of the bytes).
-func (w *World) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
-	lens := (*C.longlong)(C.malloc(C.size_t(8 * (w.size + 1))))
-	defer C.free(unsafe.Pointer(lens))
+func (w *World) Allgather(ctx context.Context, data []byte) (_ [][]byte, err error) {
+	var a arena
+	defer a.release(&err)
+	lens := (*C.longlong)(a.alloc(8 * (w.size + 1)))
 	all := unsafe.Slice(lens, w.size+1)
 	all[w.size] = C.longlong(len(data))
 	var r C.MPI_Request
@@ -280,8 +297,7 @@ func (w *World) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 	if err := w.wait(ctx, "MPI_Iallgather", &r); err != nil {
 		return nil, err
 	}
-	counts := (*C.int)(C.malloc(C.size_t(4 * 2 * w.size)))
-	defer C.free(unsafe.Pointer(counts))
+	counts := (*C.int)(a.alloc(4 * 2 * w.size))
 	cs := unsafe.Slice(counts, 2*w.size) // counts, then displacements
 	var total int64
 	for i := range w.size {
@@ -291,11 +307,9 @@ func (w *World) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 		cs[i], cs[w.size+i] = C.int(all[i]), C.int(total)
 		total += int64(all[i])
 	}
-	mine := C.malloc(C.size_t(max(len(data), 1)))
-	defer C.free(mine)
+	mine := a.alloc(len(data))
 	copy(unsafe.Slice((*byte)(mine), len(data)), data)
-	out := C.malloc(C.size_t(max(total, 1)))
-	defer C.free(out)
+	out := a.alloc(int(total))
 	if err := w.call("MPI_Iallgatherv", func() C.int {
 		return C.ap_iallgatherv(mine, C.int(len(data)), out, counts, &cs[w.size], w.coll, &r)
 	}); err != nil {
