@@ -57,21 +57,25 @@ type mpiCase struct {
 	name, model string
 	n           int
 	opts        autopar.Options
+	batch       int // rebatch the model to this (0: keep its own)
 }
 
+// cases are the plans of the proof: data parallel, tensor parallel (the ILP's choice under
+// tp=N: Megatron-like splits with all-reduces and all-to-alls on GPT and MoE; it replicates
+// the tiny MLP), 2- and 4-stage GPipe and 1F1B pipelines, mixed tp×pp, on MLP, GPT, MoE and
+// Wide-ResNet, on 2 and 4 ranks; together they run every collective and send/recv.
 var cases = []mpiCase{
-	{"mlp-dp", "mlp-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 2}}},
-	{"mlp-megatron", "mlp-tiny", 2, autopar.Options{Microbatches: 2, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 1}}},
-	{"mlp-gpipe-2", "mlp-tiny", 2, autopar.Options{Microbatches: 2, Schedule: "gpipe", Manual: &autopar.Manual{TP: 1, PP: 2, DP: 1}}},
-	{"gpt-megatron", "gpt-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 1}}},
-	{"gpt-1f1b-2", "gpt-tiny", 2, autopar.Options{Microbatches: 2, Layers: 2, Manual: &autopar.Manual{TP: 1, PP: 2, DP: 1}}},
-	{"moe-auto", "moe-tiny", 2, autopar.Options{Microbatches: 2, Layers: 2}},
-	{"wresnet-dp", "wresnet-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 2}}},
-	{"mlp-1f1b-4", "mlp-tiny", 4, autopar.Options{Microbatches: 4, Manual: &autopar.Manual{TP: 1, PP: 4, DP: 1}}},
-	{"mlp-gpipe-4-adam", "mlp-tiny", 4, autopar.Options{Microbatches: 2, Schedule: "gpipe", Optimizer: passes.Optimizer{Kind: "adam", LR: 0.01}, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
-	{"gpt-tp2-pp2", "gpt-tiny", 4, autopar.Options{Microbatches: 2, Layers: 2, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}},
-	{"moe-tp4", "moe-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 4, PP: 1, DP: 1}}},
-	{"wresnet-dp4", "wresnet-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 4}}},
+	{"mlp-dp", "mlp-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 2}}, 0},
+	{"mlp-tp2-replicated", "mlp-tiny", 2, autopar.Options{Microbatches: 2, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 1}}, 0},
+	{"mlp-gpipe-2", "mlp-tiny", 2, autopar.Options{Microbatches: 2, Schedule: "gpipe", Manual: &autopar.Manual{TP: 1, PP: 2, DP: 1}}, 0},
+	{"gpt-megatron", "gpt-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 1}}, 0},
+	{"gpt-1f1b-2", "gpt-tiny", 2, autopar.Options{Microbatches: 2, Layers: 2, Manual: &autopar.Manual{TP: 1, PP: 2, DP: 1}}, 0},
+	{"moe-tp2", "moe-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 2, PP: 1, DP: 1}}, 4},
+	{"wresnet-dp", "wresnet-tiny", 2, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 1, PP: 1, DP: 2}}, 2},
+	{"mlp-1f1b-4", "mlp-tiny", 4, autopar.Options{Microbatches: 4, Manual: &autopar.Manual{TP: 1, PP: 4, DP: 1}}, 0},
+	{"mlp-gpipe-4-adam", "mlp-tiny", 4, autopar.Options{Microbatches: 2, Schedule: "gpipe", Optimizer: passes.Optimizer{Kind: "adam", LR: 0.01}, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, 0},
+	{"gpt-tp2-pp2", "gpt-tiny", 4, autopar.Options{Microbatches: 2, Layers: 2, Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, 0},
+	{"moe-tp4", "moe-tiny", 4, autopar.Options{Microbatches: 1, Manual: &autopar.Manual{TP: 4, PP: 1, DP: 1}}, 4},
 }
 
 // stepResult is what a step gives, as rank 0 writes it back.
@@ -120,12 +124,15 @@ func TestMPIEqualsInProcess(t *testing.T) {
 		dir := filepath.Join(root, fmt.Sprintf("np%d", c.n), c.name)
 		t0 := time.Now()
 		progs, files := prepare(t, c, dir)
-		t.Logf("%s: %v", c.name, time.Since(t0).Round(time.Millisecond))
+		var mine [codegen.NumKinds]int
 		for _, p := range progs {
 			for _, in := range p.Instrs {
 				kinds[in.Kind]++
+				mine[in.Kind]++
 			}
 		}
+		t.Logf("%s: %v; all_reduce %d, all_gather %d, reduce_scatter %d, all_to_all %d, send %d", c.name, time.Since(t0).Round(time.Millisecond),
+			mine[codegen.AllReduce], mine[codegen.AllGather], mine[codegen.ReduceScatter], mine[codegen.AllToAll], mine[codegen.Send])
 		want[c.name] = inProcess(t, progs, files)
 	}
 	t.Logf("compiled and ran in-process in %v", time.Since(start).Round(time.Millisecond))
@@ -157,6 +164,10 @@ func prepare(t *testing.T, c mpiCase, dir string) ([]*codegen.Program, caseFiles
 	t.Helper()
 	g, err := frontend.ParseFile("../../testdata/models/" + c.model + ".ir")
 	require.NoError(t, err)
+	if c.batch != 0 {
+		g, err = passes.Rebatch(g, c.batch)
+		require.NoError(t, err)
+	}
 	cl, err := mesh.ParseCluster(fmt.Sprintf("cpu:%d", c.n))
 	require.NoError(t, err)
 	p, err := autopar.Compile(context.Background(), g, cl, c.opts)
