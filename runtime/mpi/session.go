@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -136,7 +137,7 @@ func (s *Session) Run(ctx context.Context, data runtime.Data, opts runtime.Optio
 		return nil, err
 	}
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(mine); err != nil {
+	if err := gob.NewEncoder(&buf).Encode(toWire(mine)); err != nil {
 		return nil, fmt.Errorf("mpi: encoding the results of device %d: %w", s.w.Rank(), err)
 	}
 	all, err := s.w.Allgather(fctx, buf.Bytes())
@@ -151,8 +152,12 @@ func (s *Session) Run(ctx context.Context, data runtime.Data, opts runtime.Optio
 	}
 	parts := make([]*runtime.DeviceResult, len(all))
 	for r, b := range all {
-		parts[r] = new(runtime.DeviceResult)
-		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(parts[r]); err != nil {
+		var wr wireResult
+		err := gob.NewDecoder(bytes.NewReader(b)).Decode(&wr)
+		if err == nil {
+			parts[r], err = wr.result()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("mpi: decoding the results of rank %d: %w", r, err)
 		}
 	}
@@ -203,4 +208,44 @@ func ranksString(rs []int) string {
 		return "rank " + parts[0]
 	}
 	return "ranks " + strings.Join(parts, ", ")
+}
+
+// wireResult is a runtime.DeviceResult as the ranks exchange it: gob for the structure, and
+// each stored block in this package's message encoding (one copy of its storage; gob would
+// encode every element on its own).
+type wireResult struct {
+	Stats  runtime.DeviceStats
+	Trace  []runtime.TraceEvent
+	Stores []wireStore
+}
+
+type wireStore struct {
+	Device  runtime.DeviceID
+	Pos     ir.Pos
+	Name    string
+	Full    ir.Type
+	Offsets []int
+	Block   []byte
+}
+
+func toWire(r *runtime.DeviceResult) *wireResult {
+	w := &wireResult{Stats: r.Stats, Trace: r.Trace}
+	for _, s := range r.Stores {
+		b := make([]byte, encodedSize(s.Block, codegen.Tag{}))
+		encode(b, s.Block, codegen.Tag{})
+		w.Stores = append(w.Stores, wireStore{s.Device, s.Pos, s.Name, s.Full, s.Offsets, b})
+	}
+	return w
+}
+
+func (w *wireResult) result() (*runtime.DeviceResult, error) {
+	r := &runtime.DeviceResult{Stats: w.Stats, Trace: w.Trace}
+	for _, s := range w.Stores {
+		x, _, err := decode(s.Block)
+		if err != nil {
+			return nil, fmt.Errorf("store to %s: %w", s.Name, err)
+		}
+		r.Stores = append(r.Stores, runtime.StoreBlock{Device: s.Device, Pos: s.Pos, Name: s.Name, Full: s.Full, Offsets: s.Offsets, Block: x})
+	}
+	return r, nil
 }
