@@ -96,6 +96,31 @@ func TestMPIRunAndExec(t *testing.T) {
 	}
 }
 
+// A rank started with other flags than rank 0's (mpirun's MPMD form gives each its own
+// command line) is refused before the first step, naming it.
+func TestMPIRunRefusesADifferentRank(t *testing.T) {
+	if !mpi.Available() {
+		t.Skip("built without MPI: install Open MPI (make deps) and test with -tags mpi (make test does)")
+	}
+	bin, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not found: install openmpi-bin (make deps)")
+	}
+	run := func(seed string) []string {
+		return []string{"-np", "1", os.Args[0], "run", "../../testdata/models/mlp-tiny.ir", "--cluster", "cpu:2", "--steps", "1", "--seed", seed}
+	}
+	args := append(append(run("1"), ":"), run("2")...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--oversubscribe", "--bind-to", "none"}, args...)...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "rank 1 started with model and flags")
+	require.Contains(t, string(out), "refusing to start")
+	require.NotContains(t, string(out), "step    1", "refused before the first step")
+}
+
 func stripTimes(lines []string) []string {
 	out := make([]string, len(lines))
 	for i, l := range lines {

@@ -119,6 +119,7 @@ func TestMPIEqualsInProcess(t *testing.T) {
 	start := time.Now()
 	root := t.TempDir()
 	want := map[string][]stepResult{}
+	predicted := map[string][]codegen.DeviceCounters{}
 	var kinds [codegen.NumKinds]int
 	for _, c := range cases {
 		dir := filepath.Join(root, fmt.Sprintf("np%d", c.n), c.name)
@@ -134,6 +135,7 @@ func TestMPIEqualsInProcess(t *testing.T) {
 		t.Logf("%s: %v; all_reduce %d, all_gather %d, reduce_scatter %d, all_to_all %d, send %d", c.name, time.Since(t0).Round(time.Millisecond),
 			mine[codegen.AllReduce], mine[codegen.AllGather], mine[codegen.ReduceScatter], mine[codegen.AllToAll], mine[codegen.Send])
 		want[c.name] = inProcess(t, progs, files)
+		predicted[c.name] = codegen.Predict(nil, progs)
 	}
 	t.Logf("compiled and ran in-process in %v", time.Since(start).Round(time.Millisecond))
 	for _, n := range []int{2, 4} {
@@ -149,6 +151,11 @@ func TestMPIEqualsInProcess(t *testing.T) {
 			require.Len(t, got, steps)
 			for s := range steps {
 				sameResult(t, fmt.Sprintf("step %d", s+1), want[c.name][s], got[s])
+				for i, p := range predicted[c.name] {
+					d := got[s].Devices[i]
+					require.Equal(t, p, codegen.DeviceCounters{Device: d.Device, PeakBytes: d.PeakBytes, BytesSent: d.BytesSent, BytesReceived: d.BytesReceived},
+						"step %d: device %d's counters over MPI against codegen's prediction", s+1, d.Device)
+				}
 			}
 		})
 	}
