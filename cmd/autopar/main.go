@@ -6,6 +6,7 @@
 //	autopar shard model.ir --mesh 2x4 --cluster dgx-a100   shard its training step on one mesh
 //	autopar compile model.ir --cluster p3.16xlarge:2 -o out the whole compiler: plan.json
 //	autopar run model.ir --cluster cpu:4 --check             train on the runtime, checked
+//	mpirun -np 4 autopar exec out/                          run saved programs, a process per device
 //	autopar render out/plan.json -o plan.svg                draw a plan
 //	autopar explain out/plan.json --op NAME                 why an op got its sharding
 //
@@ -114,7 +115,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	addGlobalFlags(root.PersistentFlags())
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newExecCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd())
 	return root
 }
 

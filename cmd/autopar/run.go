@@ -26,6 +26,8 @@ type runFlags struct {
 	trace   string
 	weights string
 	timeout time.Duration
+	// transport is inproc, mpi or auto (run_mpi.go).
+	transport string
 }
 
 func newRunCmd() *cobra.Command {
@@ -52,6 +54,7 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
+	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
 }
@@ -62,6 +65,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	}
 	if f.steps < 1 {
 		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
+	}
+	if viaMPI, err := runViaMPI(ctx, stdout, stderr, path, f); viaMPI {
+		return err
 	}
 	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
