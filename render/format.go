@@ -1,12 +1,10 @@
 package render
 
 import (
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/autopar/autopar/mesh"
-	"github.com/autopar/autopar/passes/sharding"
 )
 
 // stagePalette colours stages: ColorBrewer's Set3, light enough for black text, fixed so
@@ -18,46 +16,6 @@ var stagePalette = [...]string{
 
 // StageColor is the fill colour of stage s in the graph views.
 func StageColor(s int) string { return stagePalette[s%len(stagePalette)] }
-
-// formatSeconds prints a duration with three significant digits and an SI unit: 602 µs,
-// 2.51 ms, 1.2 s. Zero prints as 0 s.
-func formatSeconds(t float64) string {
-	if t == 0 || math.IsNaN(t) || math.IsInf(t, 0) {
-		return strconv.FormatFloat(t, 'g', -1, 64) + " s"
-	}
-	units := []struct {
-		scale float64
-		name  string
-	}{{1, "s"}, {1e-3, "ms"}, {1e-6, "µs"}, {1e-9, "ns"}}
-	for _, u := range units {
-		if math.Abs(t) >= u.scale || u.name == "ns" {
-			return strconv.FormatFloat(roundSig(t/u.scale, 3), 'f', -1, 64) + " " + u.name
-		}
-	}
-	panic("render: unreachable")
-}
-
-// roundSig rounds x to n significant digits.
-func roundSig(x float64, n int) float64 {
-	if x == 0 {
-		return 0
-	}
-	p := math.Pow(10, float64(n-1)-math.Floor(math.Log10(math.Abs(x))))
-	return math.Round(x*p) / p
-}
-
-// formatFLOPs prints a FLOP count with an SI prefix: 29.4 kFLOP, 1.2 GFLOP.
-func formatFLOPs(f float64) string {
-	prefixes := []string{"", "k", "M", "G", "T", "P", "E"}
-	i := 0
-	for math.Abs(f) >= 1000 && i < len(prefixes)-1 {
-		f /= 1000
-		i++
-	}
-	return strconv.FormatFloat(roundSig(f, 3), 'f', -1, 64) + " " + prefixes[i] + "FLOP"
-}
-
-func formatBytes(b int64) string { return sharding.FormatBytes(b) }
 
 // specText is a spec in notation nt (mesh.Notation.Format); in Alpa's, a scalar's empty
 // spec reads "scalar" so that a label never ends in nothing.

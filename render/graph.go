@@ -9,6 +9,7 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/units"
 )
 
 // Options steer Graph.
@@ -79,7 +80,7 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 func planTitle(p *autopar.Plan) string {
 	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s",
 		p.Model, p.Cluster.Name, p.Cluster.Hosts, p.Cluster.DevicesPerHost, p.Batch, p.Microbatches,
-		p.Schedule, formatSeconds(p.Predicted.StepTime))
+		p.Schedule, units.Seconds(p.Predicted.StepTime))
 }
 
 // stageLabel is a stage cluster's caption: submesh, logical mesh, devices and time.
@@ -87,7 +88,7 @@ func stageLabel(p *autopar.Plan, s int) string {
 	st := &p.Stages[s]
 	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh (%d, %d), devices %s, %s per micro-batch, %s per device",
 		s, st.FirstLayer, st.LastLayer, st.Submesh.Hosts, st.Submesh.Devices, st.Logical[0], st.Logical[1],
-		deviceRange(st.Devices), formatSeconds(st.Time), formatBytes(st.MemoryBytes))
+		deviceRange(st.Devices), units.Seconds(st.Time), units.Bytes(st.MemoryBytes))
 }
 
 // drawOps adds one node per listed value and one edge per operand use.
@@ -132,7 +133,7 @@ func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Not
 	n.Attrs("shape", shape, "style", "filled", "fillcolor", StageColor(s))
 	tip := fmt.Sprintf("%s: %s", v.Name, v.Strategy)
 	if v.Compute > 0 || v.Comm > 0 {
-		tip += fmt.Sprintf("; compute %s, communication %s", formatSeconds(v.Compute), formatSeconds(v.Comm))
+		tip += fmt.Sprintf("; compute %s, communication %s", units.Seconds(v.Compute), units.Seconds(v.Comm))
 	}
 	n.Attr("tooltip", tip)
 	return n
@@ -142,7 +143,7 @@ func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Not
 func styleEdge(de dot.Edge, cross bool, r reshard, nt mesh.Notation) {
 	switch {
 	case cross:
-		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From, nt), specText(r.To, nt), formatBytes(r.Bytes)))
+		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From, nt), specText(r.To, nt), units.Bytes(r.Bytes)))
 		de.Attrs("color", colorCross, "fontcolor", colorCross, "style", "bold")
 	case r.Needed(false):
 		de.Label(reshardText(r, nt))
@@ -163,12 +164,12 @@ func reshardText(r reshard, nt mesh.Notation) string {
 		}
 		fmt.Fprintf(&b, "%s %s→%s", collectiveName(st.Kind), specText(before, nt), specText(st.After, nt))
 		if st.Bytes > 0 && st.Kind != mesh.Slice {
-			fmt.Fprintf(&b, " %s", formatBytes(int64(st.Bytes)))
+			fmt.Fprintf(&b, " %s", units.Bytes(int64(st.Bytes)))
 		}
 		before = st.After
 	}
 	if r.Time > 0 {
-		fmt.Fprintf(&b, "\n%s", formatSeconds(r.Time))
+		fmt.Fprintf(&b, "\n%s", units.Seconds(r.Time))
 	}
 	return b.String()
 }

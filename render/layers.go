@@ -9,6 +9,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/units"
 )
 
 // layerKey names one node of the layer view: layer Layer as stage Stage runs it.
@@ -103,12 +104,12 @@ func (n *layerNode) add(g *ir.Graph, id ir.ValueID, t float64, strategy string) 
 func (n *layerNode) label() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "layer %d\n%s (%s), %s\n%s per micro-batch", n.key.Layer, plural(n.ops, "op"),
-		plural(n.values, "value"), formatFLOPs(n.flops), formatSeconds(n.time))
+		plural(n.values, "value"), units.FLOPs(n.flops), units.Seconds(n.time))
 	if n.heaviest != nil {
 		fmt.Fprintf(&b, "\nheaviest: %s %s", n.heaviest.Name, n.strategy)
 	}
 	if n.reshards > 0 {
-		fmt.Fprintf(&b, "\nresharding inside: %s, %s", plural(n.reshards, "collective"), formatSeconds(n.rsTime))
+		fmt.Fprintf(&b, "\nresharding inside: %s, %s", plural(n.reshards, "collective"), units.Seconds(n.rsTime))
 	}
 	return b.String()
 }
@@ -178,13 +179,13 @@ func containsString(list []string, s string) bool {
 }
 
 func (le *layerEdge) style(de dot.Edge) {
-	label := formatBytes(le.bytes)
+	label := units.Bytes(le.bytes)
 	switch {
 	case le.from.Stage != le.to.Stage:
 		de.Label("send/recv " + label)
 		de.Attrs("color", colorCross, "fontcolor", colorCross, "style", "bold")
 	case le.reshards > 0:
-		de.Label(fmt.Sprintf("%s\n%d× %s, %s", label, le.reshards, strings.Join(le.kinds, ", "), formatSeconds(le.rsTime)))
+		de.Label(fmt.Sprintf("%s\n%d× %s, %s", label, le.reshards, strings.Join(le.kinds, ", "), units.Seconds(le.rsTime)))
 		de.Attrs("color", colorReshard, "fontcolor", colorReshard, "penwidth", "1.5")
 	default:
 		de.Label(label)

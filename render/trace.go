@@ -10,6 +10,7 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/units"
 )
 
 // traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes:
@@ -63,7 +64,7 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 	}
 	sortBlocks(out.Blocks)
 	out.Title = fmt.Sprintf("%s on %s: measured %s schedule (runtime trace), %d micro-batches, step %s",
-		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, formatSeconds(out.End()))
+		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, units.Seconds(out.End()))
 	return out, nil
 }
 
@@ -176,7 +177,7 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 	closeComm := func() {
 		if comm != nil {
 			comm.Note = fmt.Sprintf("device %d communication in %s: %s, %s", prog.Device, taskName(cur),
-				plural(comms, "instruction"), formatSeconds(comm.End-comm.Start))
+				plural(comms, "instruction"), units.Seconds(comm.End-comm.Start))
 			out = append(out, *comm)
 			comm, comms = nil, 0
 		}
@@ -185,9 +186,9 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 		closeComm()
 		if bar != nil {
 			bar.Note = fmt.Sprintf("device %d %s: %s, %s", prog.Device, taskName(cur),
-				plural(instrs, "instruction"), formatSeconds(bar.End-bar.Start))
+				plural(instrs, "instruction"), units.Seconds(bar.End-bar.Start))
 			if waited > 0 {
-				bar.Note += fmt.Sprintf(" after waiting %s for its input", formatSeconds(waited))
+				bar.Note += fmt.Sprintf(" after waiting %s for its input", units.Seconds(waited))
 			}
 			out = append(out, *bar)
 			bar, instrs = nil, 0

@@ -15,7 +15,7 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
-	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/units"
 )
 
 type compileFlags struct {
@@ -220,12 +220,12 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tmemory/device\tcapacity")
 	for i, s := range p.Stages {
 		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t(%d, %d)\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
-			s.Logical[0], s.Logical[1], deviceRange(s.Devices), seconds(s.Time),
-			sharding.FormatBytes(s.MemoryBytes), sharding.FormatBytes(pr.DeviceMemory))
+			s.Logical[0], s.Logical[1], deviceRange(s.Devices), units.Seconds(s.Time),
+			units.Bytes(s.MemoryBytes), units.Bytes(pr.DeviceMemory))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nstep time %s = compute %s + communication %s + pipeline bubble %s\n",
-		seconds(pr.StepTime), seconds(pr.Compute), seconds(pr.Communication), seconds(pr.Bubble))
+		units.Seconds(pr.StepTime), units.Seconds(pr.Compute), units.Seconds(pr.Communication), units.Seconds(pr.Bubble))
 	fmt.Fprintf(w, "throughput %.4g samples/s, %.4g TFLOP/s per device, model-FLOPs utilization %.1f%%\n",
 		pr.SamplesPerSecond, pr.TFLOPSPerDevice, 100*pr.MFU)
 	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)
@@ -249,17 +249,4 @@ func deviceRange(ds []int) string {
 		b.WriteString(strconv.Itoa(d))
 	}
 	return b.String()
-}
-
-// seconds prints a duration in seconds with a unit that keeps it readable.
-func seconds(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.3g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
-	case s >= 1e-6:
-		return fmt.Sprintf("%.3g µs", s*1e6)
-	}
-	return fmt.Sprintf("%.3g s", s)
 }
