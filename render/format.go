@@ -55,3 +55,15 @@ func deviceRange(devs []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// SpecKey is a one-line key to the spec notation nt, printed under every table and
+// picture that shows specs.
+func SpecKey(nt mesh.Notation) string {
+	switch nt {
+	case mesh.JAX:
+		return "specs: P(...) names, per tensor dim, the mesh axes splitting it ('x' axis 0, 'y' axis 1, None not split); unreduced={...}: partial sums over those axes"
+	case mesh.DTensor:
+		return "specs: one placement per mesh axis: Shard(d) splits tensor dim d, Replicate() copies, Partial() holds partial sums"
+	}
+	return "specs: one letter group per tensor dim: R replicated, S0/S1 split on mesh axis 0/1, S01 on both; +P0/+P1/+P01 partial sums over those axes; - a scalar"
+}

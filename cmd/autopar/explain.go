@@ -13,6 +13,7 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/render"
 	"github.com/autopar/autopar/units"
 )
 
@@ -124,6 +125,7 @@ func printOpExplanation(w io.Writer, e *autopar.OpExplanation, nt mesh.Notation)
 			units.Bytes(c.Memory), orDash(strings.Join(c.Collectives, "; ")))
 	}
 	tw.Flush()
+	fmt.Fprintln(w, render.SpecKey(nt))
 	fmt.Fprintf(w, "\n* chosen, < locally cheapest; times per micro-batch, the stage costs %s\n", units.Seconds(e.StageCost))
 	fmt.Fprintf(w, "why (%s): %s\n", e.Why, e.Reason)
 	for _, n := range e.Notes {

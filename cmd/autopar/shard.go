@@ -16,6 +16,7 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/render"
 	"github.com/autopar/autopar/units"
 )
 
@@ -160,6 +161,7 @@ func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notati
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specIn(nt, r.Specs[id]), r.Strategies[id].Name)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, render.SpecKey(nt))
 	fmt.Fprintf(w, "\ncollectives (%d)\n", len(r.Collectives))
 	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	for _, c := range r.Collectives {
