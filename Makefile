@@ -11,10 +11,10 @@ FUZZTIME ?= 5m
 all: build
 
 deps:
-	@if [ ! -f /usr/include/lpsolve/lp_lib.h ] || ! command -v dot >/dev/null 2>&1; then \
-		echo "installing liblpsolve55-dev graphviz"; \
+	@if [ ! -f /usr/include/lpsolve/lp_lib.h ] || ! command -v dot >/dev/null 2>&1 || ! command -v rsvg-convert >/dev/null 2>&1; then \
+		echo "installing liblpsolve55-dev graphviz librsvg2-bin"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq liblpsolve55-dev graphviz >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq liblpsolve55-dev graphviz librsvg2-bin >/dev/null; \
 	fi
 
 build: deps

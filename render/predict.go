@@ -72,7 +72,7 @@ func Predict(p *autopar.Plan) (*Schedule, error) {
 		}
 	}
 	sortBlocks(out.Blocks)
-	out.Title = fmt.Sprintf("%s on %s: predicted %s schedule, %d micro-batches, step %s (plan: %s)",
+	out.Title = fmt.Sprintf("%s on %s, %s schedule, %d micro-batches: simulated step %s from the plan's stage times; the plan predicted %s",
 		p.Model, p.Cluster.Name, p.Schedule, B, units.Seconds(out.End()), units.Seconds(p.Predicted.StepTime))
 	return out, nil
 }

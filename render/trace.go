@@ -68,8 +68,8 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 		out.Blocks = append(out.Blocks, traceBlocks(r, events[row.Device], byDev[row.Device])...)
 	}
 	sortBlocks(out.Blocks)
-	out.Title = fmt.Sprintf("%s on %s: measured %s schedule (runtime trace), %d micro-batches, step %s",
-		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, units.Seconds(out.End()))
+	out.Title = fmt.Sprintf("%s on %s, %s schedule, %d micro-batches: measured step %s (runtime trace); the plan predicted %s",
+		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, units.Seconds(out.End()), units.Seconds(p.Predicted.StepTime))
 	return out, nil
 }
 

@@ -28,8 +28,8 @@ type renderFlags struct {
 func newRenderCmd() *cobra.Command {
 	var f renderFlags
 	cmd := &cobra.Command{
-		Use:   "render PLAN.json -o FILE.dot|.svg|.png [--ops] | --timeline -o FILE.svg [--trace TRACE.json]",
-		Short: "draw a plan: the sharded graph (Graphviz) or the pipeline timeline (SVG)",
+		Use:   "render PLAN.json -o FILE.dot|.svg|.png [--ops] | --timeline -o FILE.svg|.png [--trace TRACE.json]",
+		Short: "draw a plan: the sharded graph (Graphviz) or the pipeline timeline (SVG or PNG)",
 		Long: `Draws a compiled plan (autopar compile -o DIR writes DIR/plan.json).
 
 By default it draws the sharded training step with Graphviz: one cluster per pipeline
@@ -38,9 +38,11 @@ op, with its sharding spec), resharding collectives and send/recv on the edges. 
 format comes from the extension of -o: .dot needs nothing, .svg and .png run Graphviz's
 dot program.
 
-With --timeline it draws the pipeline schedule as an SVG Gantt chart, one row per device:
+With --timeline it draws the pipeline schedule as a Gantt chart, one row per device:
 simulated from the plan's predicted stage times, or with --trace measured by the runtime
-(autopar run --trace TRACE.json, with the flags that compiled the plan).
+(autopar run --trace TRACE.json, with the flags that compiled the plan). Its title gives
+the step it draws beside the step the plan predicted. .svg needs nothing; .png runs
+librsvg's rsvg-convert.
 
 --model checks that the plan was compiled from that model. The output file is written
 whole or not at all.`,
@@ -50,7 +52,7 @@ whole or not at all.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.out, "output", "o", "", "write the picture to `FILE` (.dot, .svg or .png; .svg for --timeline)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the picture to `FILE` (.dot, .svg or .png; .svg or .png for --timeline)")
 	fl.BoolVar(&f.ops, "ops", false, "draw every op instead of one node per layer per stage")
 	fl.IntVar(&f.maxNodes, "max-nodes", 3000, "with --ops, refuse plans with more values than this (0: no limit)")
 	fl.BoolVar(&f.timeline, "timeline", false, "draw the pipeline timeline instead of the graph")
@@ -82,8 +84,8 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if err != nil {
 		return err
 	}
-	if f.timeline && format != render.SVG {
-		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
+	if f.timeline && format == render.DOT {
+		return fmt.Errorf("-o %s: the timeline is a picture, not a graph: expected a .svg or .png file", f.out)
 	}
 	p, err := readPlanFile(path)
 	if err != nil {
@@ -100,7 +102,7 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	}
 	var write func(io.Writer) error
 	if f.timeline {
-		write, err = timelineWriter(p, f.trace)
+		write, err = timelineWriter(ctx, p, f.trace, format)
 	} else {
 		write, err = graphWriter(ctx, p, f, format, nt)
 	}
@@ -128,7 +130,9 @@ func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format ren
 	return func(w io.Writer) error { _, err := w.Write(img.Bytes()); return err }, nil
 }
 
-func timelineWriter(p *autopar.Plan, trace string) (func(io.Writer) error, error) {
+// timelineWriter draws the timeline, and converts it to PNG, before the output file is
+// created, as graphWriter does.
+func timelineWriter(ctx context.Context, p *autopar.Plan, trace string, format render.Format) (func(io.Writer) error, error) {
 	var s *render.Schedule
 	var err error
 	if trace == "" {
@@ -148,5 +152,12 @@ func timelineWriter(p *autopar.Plan, trace string) (func(io.Writer) error, error
 	if err != nil {
 		return nil, err
 	}
-	return func(w io.Writer) error { return render.Timeline(w, s) }, nil
+	var svg, img bytes.Buffer
+	if err := render.Timeline(&svg, s); err != nil {
+		return nil, err
+	}
+	if err := render.WriteSVG(ctx, &img, svg.Bytes(), format); err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error { _, err := w.Write(img.Bytes()); return err }, nil
 }

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRenderTimelineFormats(t *testing.T) {
+	path, _ := explainPlan(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	err := runRender(context.Background(), &out, path, renderFlags{timeline: true, notation: "alpa", out: filepath.Join(dir, "t.dot")})
+	require.ErrorContains(t, err, "expected a .svg or .png file")
+
+	svg := filepath.Join(dir, "t.svg")
+	require.NoError(t, runRender(context.Background(), &out, path, renderFlags{timeline: true, notation: "alpa", out: svg}))
+	data, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "the plan predicted", "the title says which step is the plan's")
+
+	if _, err := exec.LookPath("rsvg-convert"); err != nil {
+		t.Skip("librsvg's rsvg-convert is not installed (make deps installs it)")
+	}
+	png := filepath.Join(dir, "t.png")
+	require.NoError(t, runRender(context.Background(), &out, path, renderFlags{timeline: true, notation: "alpa", out: png}))
+	data, err = os.ReadFile(png)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")), "a PNG signature")
+}
