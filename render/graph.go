@@ -78,7 +78,8 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 
 // planTitle is the graph's caption: the model, the cluster and the predicted step.
 func planTitle(p *autopar.Plan) string {
-	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s",
+	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s\n"+
+		"edges: bytes per micro-batch (gradients: the backward pass's values, dashed where only they cross); red: send/recv between stages",
 		p.Model, p.Cluster.Name, p.Cluster.Hosts, p.Cluster.DevicesPerHost, p.Batch, p.Microbatches,
 		p.Schedule, units.Seconds(p.Predicted.StepTime))
 }
@@ -86,7 +87,7 @@ func planTitle(p *autopar.Plan) string {
 // stageLabel is a stage cluster's caption: submesh, logical mesh, devices and time.
 func stageLabel(p *autopar.Plan, s int) string {
 	st := &p.Stages[s]
-	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh (%d, %d), devices %s, %s per micro-batch, %s per device",
+	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device",
 		s, st.FirstLayer, st.LastLayer, st.Submesh.Hosts, st.Submesh.Devices, st.Logical[0], st.Logical[1],
 		deviceRange(st.Devices), units.Seconds(st.Time), units.Bytes(st.MemoryBytes))
 }

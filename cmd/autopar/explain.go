@@ -168,11 +168,11 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 			mark = "*"
 		}
 		if !a.OK {
-			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
+			fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
 			continue
 		}
 		if a.Pruned {
-			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t≥ %s\tnot solved: its weights alone, ≥ %s per device, overflow the memory\n", mark, a.Submesh,
+			fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t≥ %s\tnot solved: its weights alone, ≥ %s per device, overflow the memory\n", mark, a.Submesh,
 				a.Logical[0], a.Logical[1], a.Devices, units.Seconds(a.Time), units.Bytes(a.WeightBytes))
 			continue
 		}
@@ -180,7 +180,7 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 		if a.StepTime > 0 {
 			step = units.Seconds(a.StepTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
+		fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
 			a.Devices, units.Seconds(a.Time), units.Seconds(a.Cost.Compute), units.Seconds(a.Cost.Communication), units.Seconds(a.Cost.Resharding),
 			units.Bytes(a.WeightBytes), units.Bytes(a.ActBytes), units.Bytes(a.MemoryBytes),
 			yesNo(a.Fits), step)
