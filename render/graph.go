@@ -79,7 +79,7 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 // planTitle is the graph's caption: the model, the cluster and the predicted step.
 func planTitle(p *autopar.Plan) string {
 	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s\n"+
-		"edges: bytes per micro-batch (gradients: the backward pass's values, dashed where only they cross); red: send/recv between stages",
+		"edges: forward values and gradients crossing, per micro-batch (dashed: no forward value), the update's per step; red: send/recv between stages",
 		p.Model, p.Cluster.Name, p.Cluster.Hosts, p.Cluster.DevicesPerHost, p.Batch, p.Microbatches,
 		p.Schedule, units.Seconds(p.Predicted.StepTime))
 }

@@ -36,13 +36,13 @@ type layerNode struct {
 // layerEdge sums the operand uses from one layer node to another.
 type layerEdge struct {
 	from, to layerKey
-	// bytes are the forward values' (activations), gradBytes the backward pass's and the
-	// update's; each value counted once however many consumers read it.
-	bytes, gradBytes int64
-	reshards         int
-	rsTime           float64
-	kinds            []string // collective names, in order of first use
-	seen             map[ir.ValueID]bool
+	// bytes are per pass of the values that cross (forward, backward, update; leaves count
+	// as forward), each value counted once however many consumers read it.
+	bytes    [phaseU + 1]int64
+	reshards int
+	rsTime   float64
+	kinds    []string // collective names, in order of first use
+	seen     map[ir.ValueID]bool
 }
 
 // layerOf places a listed value: at its own layer, moved into the stage's range for the
@@ -68,7 +68,7 @@ func drawLayers(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge) er
 			}
 			id, _ := ix.step.Lookup(v.Name)
 			n.add(ix.step, id, v.Compute+v.Comm, v.Strategy)
-			if ix.forward[id] && len(ix.step.Value(id).Args) > 0 {
+			if ix.phase[id] == phaseF {
 				n.addBlock(blockOf(v.Name))
 			}
 		}
@@ -171,7 +171,7 @@ func (ix *index) layerEdges(edges []edge, nodes map[layerKey]*layerNode) ([]*lay
 			byPair[[2]layerKey{from, to}] = le
 			out = append(out, le)
 		}
-		le.add(e.From, r, !ix.forward[e.From])
+		le.add(e.From, r, ix.phase[e.From])
 	}
 	return out, nil
 }
@@ -187,14 +187,13 @@ func collectives(r reshard) int {
 	return n
 }
 
-func (le *layerEdge) add(v ir.ValueID, r reshard, grad bool) {
+func (le *layerEdge) add(v ir.ValueID, r reshard, ph phase) {
+	if ph == phaseNone {
+		ph = phaseF
+	}
 	if !le.seen[v] {
 		le.seen[v] = true
-		if grad {
-			le.gradBytes += r.Bytes
-		} else {
-			le.bytes += r.Bytes
-		}
+		le.bytes[ph] += r.Bytes
 	}
 	le.reshards += collectives(r)
 	le.rsTime += r.Time
@@ -215,19 +214,22 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// style labels a layer edge with what crosses it per micro-batch: activations (forward
-// values) and gradients (the backward pass's and the update's values), and draws an edge
-// that carries only gradients dashed.
+// style labels a layer edge with what crosses it: forward values (activations, and the
+// weights they read) and gradients per micro-batch, the update's values per step; an edge
+// that carries no forward value is dashed.
 func (le *layerEdge) style(de dot.Edge) {
 	var parts []string
-	if le.bytes > 0 || le.gradBytes == 0 {
-		parts = append(parts, "activations "+units.Bytes(le.bytes))
+	if b := le.bytes[phaseF]; b > 0 || le.bytes[phaseB]+le.bytes[phaseU] == 0 {
+		parts = append(parts, "forward "+units.Bytes(b))
 	}
-	if le.gradBytes > 0 {
-		parts = append(parts, "gradients "+units.Bytes(le.gradBytes))
+	if b := le.bytes[phaseB]; b > 0 {
+		parts = append(parts, "gradients "+units.Bytes(b))
+	}
+	if b := le.bytes[phaseU]; b > 0 {
+		parts = append(parts, "update "+units.Bytes(b)+" per step")
 	}
 	label := strings.Join(parts, "\n")
-	if le.bytes == 0 && le.gradBytes > 0 {
+	if le.bytes[phaseF] == 0 {
 		de.Attr("style", "dashed")
 	}
 	switch {

@@ -20,9 +20,8 @@ type index struct {
 	// owner[id] is the first stage listing id (the one that computes it, or for a leaf
 	// the one that holds it), or -1.
 	owner []int
-	// forward[id] says value id of the step is one of the model's (the forward pass), by
-	// its name in p.Forward(); the others are the backward pass's and the update's.
-	forward []bool
+	// phase[id] is the pass value id of the step belongs to: forward, backward, update.
+	phase []phase
 }
 
 // errNoStep is returned for a plan built by hand rather than read or compiled.
@@ -33,12 +32,7 @@ func newIndex(p *autopar.Plan) (*index, error) {
 		return nil, errNoStep
 	}
 	step := p.Step()
-	ix := &index{p: p, step: step, owner: make([]int, len(step.Values)), forward: make([]bool, len(step.Values))}
-	if fwd := p.Forward(); fwd != nil {
-		for id := range step.Values {
-			_, ix.forward[id] = fwd.Lookup(step.Values[id].Name)
-		}
-	}
+	ix := &index{p: p, step: step, owner: make([]int, len(step.Values)), phase: phases(step)}
 	for i := range ix.owner {
 		ix.owner[i] = -1
 	}
