@@ -65,5 +65,5 @@ func SpecKey(nt mesh.Notation) string {
 	case mesh.DTensor:
 		return "specs: one placement per mesh axis: Shard(d) splits tensor dim d, Replicate() copies, Partial() holds partial sums"
 	}
-	return "specs: one letter group per tensor dim: R replicated, S0/S1 split on mesh axis 0/1, S01 on both; +P0/+P1/+P01 partial sums over those axes; - a scalar"
+	return "specs: one letter group per tensor dim: R replicated, S0/S1 split on mesh axis 0/1, S01 on both; +P0/+P1/+P01 partial sums over those axes; - (or scalar): a 0-d value"
 }
