@@ -41,3 +41,23 @@ func TestSummaryGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestTablesGolden pins the other tables a user reads: shard's ops and collectives, and
+// explain's op, stage and memory tables, each with units and (where specs show) the key.
+func TestTablesGolden(t *testing.T) {
+	run := func(args ...string) string {
+		t.Helper()
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		require.NoError(t, root.Execute(), out.String())
+		return out.String()
+	}
+	checkGolden(t, "shard-mlp-2x2.txt", run("shard", "../../testdata/models/mlp-tiny.ir", "--mesh", "2x2", "--cluster", "cpu:4"))
+	path, _ := explainPlan(t)
+	checkGolden(t, "explain-op.txt", run("explain", path, "--op", "l1.fc.matmul"))
+	checkGolden(t, "explain-stage.txt", run("explain", path, "--stage", "0"))
+	checkGolden(t, "explain-memory.txt", run("explain", path, "--memory"))
+}
