@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
@@ -111,7 +112,11 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 		if !ok {
 			mb = -1
 		}
-		if want := runtime.EventName(prog, k, mb); want != e.Name {
+		want := runtime.EventName(prog, k, mb)
+		if op, _, _ := strings.Cut(want, " "); e.Name == op && want != op {
+			return nil, fmt.Errorf("render: trace event %d is named %q, as autopar run wrote traces before naming events by value (%q): record the trace again", i, e.Name, want)
+		}
+		if want != e.Name {
 			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d is %q in the plan's program, the trace says %q: the trace is of another plan",
 				i, e.Tid, k, want, e.Name)
 		}

@@ -150,6 +150,7 @@ func TestReadTraceErrors(t *testing.T) {
 		{"unknown device", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":9,"args":{"instr":0}}]}`, p, "device 9 has no program"},
 		{"instr out of range", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":99999}}]}`, p, "is not in its program"},
 		{"wrong instruction", `{"traceEvents":[{"name":"softmax","cat":"compute","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":0}}]}`, p, `the trace says "softmax"`},
+		{"old naming", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "record the trace again"},
 		{"negative duration", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":-1,"tid":2,"args":{"instr":0}}]}`, p, "duration"},
 		{"another plan", good, other, "the trace is of another plan"},
 		{"no micro-batch", `{"traceEvents":[{"name":"` + fwdName + `","cat":"x","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":` + fwdInstr + `}}]}`, p, "runs per micro-batch, the trace says micro-batch none"},
