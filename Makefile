@@ -15,10 +15,11 @@ all: build
 
 deps:
 	@if [ ! -f /usr/include/lpsolve/lp_lib.h ] || ! command -v dot >/dev/null 2>&1 || \
-		! pkg-config --exists ompi-c 2>/dev/null || ! command -v mpirun >/dev/null 2>&1; then \
-		echo "installing liblpsolve55-dev graphviz libopenmpi-dev openmpi-bin"; \
+		! pkg-config --exists ompi-c 2>/dev/null || ! command -v mpirun >/dev/null 2>&1 || \
+		! command -v rsvg-convert >/dev/null 2>&1; then \
+		echo "installing liblpsolve55-dev graphviz libopenmpi-dev openmpi-bin librsvg2-bin"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq liblpsolve55-dev graphviz libopenmpi-dev openmpi-bin pkg-config >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq liblpsolve55-dev graphviz libopenmpi-dev openmpi-bin librsvg2-bin pkg-config >/dev/null; \
 	fi
 
 build: deps

@@ -13,6 +13,7 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/units"
 )
 
 // Explaining a plan means asking the questions compile answered again, with the same
@@ -373,15 +374,15 @@ func (p *Plan) decide(ctx context.Context, e *OpExplanation, st *solvedStage, v 
 	}
 	e.UnbudgetedCost, e.UnbudgetedSpec = free.Cost.Total, free.Specs[v]
 	ch, ce := &e.Candidates[e.Chosen], &e.Candidates[e.Cheapest]
-	budget := sharding.FormatBytes(p.Predicted.DeviceMemory)
+	budget := units.Bytes(p.Predicted.DeviceMemory)
 	if e.Chosen == e.Cheapest || nearlyEqual(ch.Total, ce.Total) {
 		e.Why = WhyCheapest
 		e.Reason = fmt.Sprintf("%q is the cheapest of %d candidates given its neighbours' layouts (%s)",
-			ch.Name, len(e.Candidates), fmtSeconds(ch.Total))
+			ch.Name, len(e.Candidates), units.Seconds(ch.Total))
 		if cheaper(free.Cost.Total, e.StageCost) && !free.Specs[v].Equal(ch.Out) {
 			e.Why = WhyMemory
 			e.Reason += fmt.Sprintf(", but those layouts are the memory budget's: without the budget of %s the stage would cost %s instead of %s and %s would be laid out %s, not %s",
-				budget, fmtSeconds(free.Cost.Total), fmtSeconds(e.StageCost), e.Name, free.Specs[v], ch.Out)
+				budget, units.Seconds(free.Cost.Total), units.Seconds(e.StageCost), e.Name, free.Specs[v], ch.Out)
 		}
 		return nil
 	}
@@ -390,24 +391,24 @@ func (p *Plan) decide(ctx context.Context, e *OpExplanation, st *solvedStage, v 
 		return err
 	}
 	e.Forced = f
-	gap := fmtSeconds(ch.Total - ce.Total)
+	gap := units.Seconds(ch.Total - ce.Total)
 	switch {
 	case !f.Fits:
 		e.Why = WhyMemory
 		e.Reason = fmt.Sprintf("%q would be %s cheaper here, but the ILP traded it for memory: with it the stage needs at least %s per device, over the budget of %s",
-			ce.Name, gap, sharding.FormatBytes(f.MinMemory), budget)
+			ce.Name, gap, units.Bytes(f.MinMemory), budget)
 	case cheaper(e.StageCost, f.StageCost) && cheaper(f.FreeCost, e.StageCost):
 		e.Why = WhyMemory
 		e.Reason = fmt.Sprintf("%q would be %s cheaper here, but the ILP traded it for memory: the best plan with it costs the stage %s within the budget of %s, %s without a budget, against %s chosen",
-			ce.Name, gap, fmtSeconds(f.StageCost), budget, fmtSeconds(f.FreeCost), fmtSeconds(e.StageCost))
+			ce.Name, gap, units.Seconds(f.StageCost), budget, units.Seconds(f.FreeCost), units.Seconds(e.StageCost))
 	case cheaper(e.StageCost, f.StageCost):
 		e.Why = WhyNeighbours
 		e.Reason = fmt.Sprintf("%q would be %s cheaper here, but the ILP traded it for its neighbours' resharding: the best plan with it costs the stage %s against %s, changing the layout of %d other values (%s)",
-			ce.Name, gap, fmtSeconds(f.StageCost), fmtSeconds(e.StageCost), f.ChangedCount, strings.Join(f.Changed, ", "))
+			ce.Name, gap, units.Seconds(f.StageCost), units.Seconds(e.StageCost), f.ChangedCount, strings.Join(f.Changed, ", "))
 	default:
 		e.Why = WhyTied
 		e.Reason = fmt.Sprintf("%q would be %s cheaper here and the stage with it forced costs %s, no more than the %s chosen: the ILP's simplifications (followers merged into their leader, identical layers solved once) tied this value to another's choice",
-			ce.Name, gap, fmtSeconds(f.StageCost), fmtSeconds(e.StageCost))
+			ce.Name, gap, units.Seconds(f.StageCost), units.Seconds(e.StageCost))
 	}
 	return nil
 }
@@ -464,21 +465,6 @@ func changedValues(st *solvedStage, res *sharding.Result, v ir.ValueID) ([]strin
 		names = append(names[:maxChanged:maxChanged], "…")
 	}
 	return names, n
-}
-
-// fmtSeconds prints a time with a unit that keeps it readable.
-func fmtSeconds(s float64) string {
-	switch a := math.Abs(s); {
-	case a >= 1:
-		return fmt.Sprintf("%.3g s", s)
-	case a >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
-	case a >= 1e-6:
-		return fmt.Sprintf("%.3g µs", s*1e6)
-	case a >= 1e-9:
-		return fmt.Sprintf("%.3g ns", s*1e9)
-	}
-	return fmt.Sprintf("%.3g s", s)
 }
 
 // unknownValue is the error for a name no stage lists: the closest names by edit

@@ -1,12 +1,10 @@
 package render
 
 import (
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/autopar/autopar/mesh"
-	"github.com/autopar/autopar/passes/sharding"
 )
 
 // stagePalette colours stages: ColorBrewer's Set3, light enough for black text, fixed so
@@ -18,46 +16,6 @@ var stagePalette = [...]string{
 
 // StageColor is the fill colour of stage s in the graph views.
 func StageColor(s int) string { return stagePalette[s%len(stagePalette)] }
-
-// formatSeconds prints a duration with three significant digits and an SI unit: 602 µs,
-// 2.51 ms, 1.2 s. Zero prints as 0 s.
-func formatSeconds(t float64) string {
-	if t == 0 || math.IsNaN(t) || math.IsInf(t, 0) {
-		return strconv.FormatFloat(t, 'g', -1, 64) + " s"
-	}
-	units := []struct {
-		scale float64
-		name  string
-	}{{1, "s"}, {1e-3, "ms"}, {1e-6, "µs"}, {1e-9, "ns"}}
-	for _, u := range units {
-		if math.Abs(t) >= u.scale || u.name == "ns" {
-			return strconv.FormatFloat(roundSig(t/u.scale, 3), 'f', -1, 64) + " " + u.name
-		}
-	}
-	panic("render: unreachable")
-}
-
-// roundSig rounds x to n significant digits.
-func roundSig(x float64, n int) float64 {
-	if x == 0 {
-		return 0
-	}
-	p := math.Pow(10, float64(n-1)-math.Floor(math.Log10(math.Abs(x))))
-	return math.Round(x*p) / p
-}
-
-// formatFLOPs prints a FLOP count with an SI prefix: 29.4 kFLOP, 1.2 GFLOP.
-func formatFLOPs(f float64) string {
-	prefixes := []string{"", "k", "M", "G", "T", "P", "E"}
-	i := 0
-	for math.Abs(f) >= 1000 && i < len(prefixes)-1 {
-		f /= 1000
-		i++
-	}
-	return strconv.FormatFloat(roundSig(f, 3), 'f', -1, 64) + " " + prefixes[i] + "FLOP"
-}
-
-func formatBytes(b int64) string { return sharding.FormatBytes(b) }
 
 // specText is a spec in notation nt (mesh.Notation.Format); in Alpa's, a scalar's empty
 // spec reads "scalar" so that a label never ends in nothing.
@@ -96,4 +54,16 @@ func deviceRange(devs []int) string {
 		parts[i] = strconv.Itoa(d)
 	}
 	return strings.Join(parts, ",")
+}
+
+// SpecKey is a one-line key to the spec notation nt, printed under every table and
+// picture that shows specs.
+func SpecKey(nt mesh.Notation) string {
+	switch nt {
+	case mesh.JAX:
+		return "specs: P(...) names, per tensor dim, the mesh axes splitting it ('x' axis 0, 'y' axis 1, None not split); unreduced={...}: partial sums over those axes"
+	case mesh.DTensor:
+		return "specs: one placement per mesh axis: Shard(d) splits tensor dim d, Replicate() copies, Partial() holds partial sums"
+	}
+	return "specs: one letter group per tensor dim: R replicated, S0/S1 split on mesh axis 0/1, S01 on both; +P0/+P1/+P01 partial sums over those axes; - (or scalar): a 0-d value"
 }

@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/emicklei/dot"
@@ -9,6 +10,7 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/units"
 )
 
 // Options steer Graph.
@@ -16,10 +18,14 @@ type Options struct {
 	// Ops draws one node per value of the training step instead of one per layer per
 	// stage. A GPT step has hundreds of values per layer, so it is off by default.
 	Ops bool
-	// MaxNodes, if positive, makes Graph with Ops refuse a plan with more values than
-	// this, with an error saying so: Graphviz takes minutes over tens of thousands of
-	// nodes, and the picture is unreadable long before. Zero means no limit.
+	// MaxNodes, if positive, makes Graph with Ops refuse to draw more values than this
+	// (after Stage and Layer), with an error naming the count and the filters: Graphviz
+	// takes minutes over a few hundred nodes (gpt-tiny's 536: 6.5 min for SVG), and the
+	// picture is unreadable long before. Zero means no limit.
 	MaxNodes int
+	// Stage and Layer, when set, restrict the op view to one pipeline stage and to one
+	// layer of the clustering; an operand from outside is drawn as a grey name.
+	Stage, Layer *int
 	// Notation writes the specs of the op view: Alpa's (the zero value), JAX's
 	// PartitionSpecs or DTensor's placements.
 	Notation mesh.Notation
@@ -52,7 +58,7 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 	}
 	g := dot.NewGraph(dot.Directed)
 	g.Attrs("rankdir", "TB", "fontname", "Helvetica", "labelloc", "t", "newrank", "true")
-	g.Label(planTitle(p))
+	g.Label(planTitle(p) + "\n" + SpecKey(opts.Notation))
 	g.NodeInitializer(func(n dot.Node) { n.Attrs("fontname", "Helvetica", "fontsize", "10") })
 	g.EdgeInitializer(func(e dot.Edge) { e.Attrs("fontname", "Helvetica", "fontsize", "9") })
 	clusters := make([]*dot.Graph, len(p.Stages))
@@ -77,54 +83,128 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 
 // planTitle is the graph's caption: the model, the cluster and the predicted step.
 func planTitle(p *autopar.Plan) string {
-	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s",
+	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s\n"+
+		"edges: forward values and gradients crossing, per micro-batch (dashed: no forward value), the update's per step; red: send/recv between stages",
 		p.Model, p.Cluster.Name, p.Cluster.Hosts, p.Cluster.DevicesPerHost, p.Batch, p.Microbatches,
-		p.Schedule, formatSeconds(p.Predicted.StepTime))
+		p.Schedule, units.Seconds(p.Predicted.StepTime))
 }
 
 // stageLabel is a stage cluster's caption: submesh, logical mesh, devices and time.
 func stageLabel(p *autopar.Plan, s int) string {
 	st := &p.Stages[s]
-	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh (%d, %d), devices %s, %s per micro-batch, %s per device",
+	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device",
 		s, st.FirstLayer, st.LastLayer, st.Submesh.Hosts, st.Submesh.Devices, st.Logical[0], st.Logical[1],
-		deviceRange(st.Devices), formatSeconds(st.Time), formatBytes(st.MemoryBytes))
+		deviceRange(st.Devices), units.Seconds(st.Time), units.Bytes(st.MemoryBytes))
 }
 
-// drawOps adds one node per listed value and one edge per operand use.
+// drawOps adds one node per listed value that opts' filters keep and one edge per operand
+// use that reaches one of them.
 func drawOps(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge, opts Options) error {
+	if err := checkFilters(ix.p, opts); err != nil {
+		return err
+	}
+	keep := func(s int, id ir.ValueID) bool {
+		return (opts.Stage == nil || *opts.Stage == s) &&
+			(opts.Layer == nil || *opts.Layer == ix.layerOf(s, ix.value(s, id).Layer).Layer)
+	}
 	total := 0
-	for _, st := range ix.p.Stages {
-		total += len(st.Values)
+	for s, st := range ix.p.Stages {
+		for _, v := range st.Values {
+			if id, _ := ix.step.Lookup(v.Name); keep(s, id) {
+				total++
+			}
+		}
 	}
 	if opts.MaxNodes > 0 && total > opts.MaxNodes {
-		return fmt.Errorf("render: the op view of %s has %d nodes, more than the limit of %d, expected the layer view (no --ops) or a higher --max-nodes",
-			ix.p.Model, total, opts.MaxNodes)
+		return fmt.Errorf("render: the op view of %s (%s) has %d nodes, more than the limit of %d: Graphviz takes minutes over a graph this size; "+
+			"expected --stage N and --layer N to draw less, the layer view (no --ops), or --force", ix.p.Model, filterText(opts), total, opts.MaxNodes)
 	}
 	nodes := make([]map[ir.ValueID]dot.Node, len(clusters))
 	for s, st := range ix.p.Stages {
 		nodes[s] = make(map[ir.ValueID]dot.Node, len(st.Values))
 		for _, v := range st.Values {
-			id, _ := ix.step.Lookup(v.Name)
-			nodes[s][id] = opNode(clusters[s], s, ix.step.Value(id), v, opts.Notation)
+			if id, _ := ix.step.Lookup(v.Name); keep(s, id) {
+				nodes[s][id] = opNode(clusters[s], s, ix.step.Value(id), v, ix.meshes[s], opts.Notation)
+			}
 		}
+	}
+	// outside draws an operand end the filters leave out as its name in grey.
+	outside := func(s int, id ir.ValueID) dot.Node {
+		n := g.Node(fmt.Sprintf("outside:s%d:%s", s, ix.step.Value(id).Name))
+		n.Label(fmt.Sprintf("%s\n(stage %d)", ix.step.Value(id).Name, s))
+		n.Attrs("shape", "plaintext", "fontcolor", colorPlain)
+		return n
 	}
 	memo := map[string]reshard{}
 	for _, e := range edges {
+		from, okFrom := nodes[e.FromStage][e.From]
+		to, okTo := nodes[e.ToStage][e.To]
+		if !okFrom && !okTo {
+			continue
+		}
+		if !okFrom {
+			from = outside(e.FromStage, e.From)
+		}
+		if !okTo {
+			to = outside(e.ToStage, e.To)
+		}
 		r, err := ix.reshardOf(e, memo)
 		if err != nil {
 			return err
 		}
-		de := g.Edge(nodes[e.FromStage][e.From], nodes[e.ToStage][e.To])
-		styleEdge(de, e.Cross(), r, opts.Notation)
+		styleEdge(g.Edge(from, to), e.Cross(), r, opts.Notation)
 	}
 	return nil
 }
 
-// opNode draws value v of stage s: its name, op and type, and its spec. Graph inputs and
+// checkFilters rejects a stage or layer the plan does not have.
+func checkFilters(p *autopar.Plan, opts Options) error {
+	if s := opts.Stage; s != nil && (*s < 0 || *s >= len(p.Stages)) {
+		return fmt.Errorf("render: --stage %d: the plan has %d stages, expected 0 to %d", *s, len(p.Stages), len(p.Stages)-1)
+	}
+	l := opts.Layer
+	if l == nil {
+		return nil
+	}
+	if *l < 0 || *l >= len(p.Layers) {
+		return fmt.Errorf("render: --layer %d: the plan has %d layers, expected 0 to %d", *l, len(p.Layers), len(p.Layers)-1)
+	}
+	if s := opts.Stage; s != nil {
+		if st := &p.Stages[*s]; *l < st.FirstLayer || *l > st.LastLayer {
+			return fmt.Errorf("render: --layer %d is not in stage %d, which holds layers %d-%d", *l, *s, st.FirstLayer, st.LastLayer)
+		}
+	}
+	return nil
+}
+
+// filterText says which part of the op view the filters keep: "stage 1, layer 3".
+func filterText(opts Options) string {
+	stage, layer := "every stage", "every layer"
+	if opts.Stage != nil {
+		stage = fmt.Sprintf("stage %d", *opts.Stage)
+	}
+	if opts.Layer != nil {
+		layer = fmt.Sprintf("layer %d", *opts.Layer)
+	}
+	return stage + ", " + layer
+}
+
+// localShape is " → [4,32] per device" for a value split across devices, "" for one every
+// device holds whole.
+func localShape(lm *mesh.LogicalMesh, t ir.Type, spec mesh.Spec) string {
+	local, err := lm.LocalShape(t.Shape, spec)
+	if err != nil || slices.Equal(local, t.Shape) {
+		return "" // newIndex checked the spec fits; a scalar has nothing to split
+	}
+	return " → " + ir.Shape(local).String() + " per device"
+}
+
+// opNode draws value v of stage s: its name, op and global type, and its spec with the
+// shape each device holds. Graph inputs and
 // constants are ellipses, ops boxes; the tooltip holds the strategy and its costs.
-func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Notation) dot.Node {
+func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, lm *mesh.LogicalMesh, nt mesh.Notation) dot.Node {
 	n := c.Node(fmt.Sprintf("s%d:%s", s, v.Name))
-	n.Label(fmt.Sprintf("%s\n%s %s\n%s", v.Name, v.Op, val.Type, specText(v.Spec, nt)))
+	n.Label(fmt.Sprintf("%s\n%s %s\n%s%s", v.Name, v.Op, val.Type, specText(v.Spec, nt), localShape(lm, val.Type, v.Spec)))
 	shape := "box"
 	if len(val.Args) == 0 {
 		shape = "ellipse"
@@ -132,7 +212,7 @@ func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Not
 	n.Attrs("shape", shape, "style", "filled", "fillcolor", StageColor(s))
 	tip := fmt.Sprintf("%s: %s", v.Name, v.Strategy)
 	if v.Compute > 0 || v.Comm > 0 {
-		tip += fmt.Sprintf("; compute %s, communication %s", formatSeconds(v.Compute), formatSeconds(v.Comm))
+		tip += fmt.Sprintf("; compute %s, communication %s", units.Seconds(v.Compute), units.Seconds(v.Comm))
 	}
 	n.Attr("tooltip", tip)
 	return n
@@ -142,7 +222,7 @@ func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Not
 func styleEdge(de dot.Edge, cross bool, r reshard, nt mesh.Notation) {
 	switch {
 	case cross:
-		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From, nt), specText(r.To, nt), formatBytes(r.Bytes)))
+		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From, nt), specText(r.To, nt), units.Bytes(r.Bytes)))
 		de.Attrs("color", colorCross, "fontcolor", colorCross, "style", "bold")
 	case r.Needed(false):
 		de.Label(reshardText(r, nt))
@@ -163,12 +243,12 @@ func reshardText(r reshard, nt mesh.Notation) string {
 		}
 		fmt.Fprintf(&b, "%s %s→%s", collectiveName(st.Kind), specText(before, nt), specText(st.After, nt))
 		if st.Bytes > 0 && st.Kind != mesh.Slice {
-			fmt.Fprintf(&b, " %s", formatBytes(int64(st.Bytes)))
+			fmt.Fprintf(&b, " %s", units.Bytes(int64(st.Bytes)))
 		}
 		before = st.After
 	}
 	if r.Time > 0 {
-		fmt.Fprintf(&b, "\n%s", formatSeconds(r.Time))
+		fmt.Fprintf(&b, "\n%s", units.Seconds(r.Time))
 	}
 	return b.String()
 }

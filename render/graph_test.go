@@ -51,3 +51,27 @@ func TestGraphNotation(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphFilters draws one stage and one layer of the op view: only their values are
+// nodes, operands from elsewhere are grey names, and the count the limit checks is the
+// filtered one.
+func TestGraphFilters(t *testing.T) {
+	p := compilePlan(t, planCases[1])
+	stage, layer := 1, p.Stages[1].FirstLayer
+	g, err := Graph(p, Options{Ops: true, Stage: &stage, Layer: &layer, MaxNodes: 40})
+	require.NoError(t, err)
+	text := g.String()
+	kept := 0
+	for s, st := range p.Stages {
+		for _, v := range st.Values {
+			if s == stage && min(max(v.Layer, st.FirstLayer), st.LastLayer) == layer {
+				kept++
+				assert.Contains(t, text, `label="`+v.Name+`\n`+v.Op+" ", v.Name)
+			}
+		}
+	}
+	require.Positive(t, kept)
+	assert.Equal(t, kept, strings.Count(text, `style="filled"`), "one op node per kept value")
+	assert.Contains(t, text, `\n(stage 0)`, "an operand from stage 0 is drawn as its name")
+	golden(t, planCases[1].name+"-ops-stage1.dot", text)
+}

@@ -67,3 +67,32 @@ func TestWriteImage(t *testing.T) {
 	require.NoError(t, WriteImage(context.Background(), &png, g, PNG))
 	assert.True(t, bytes.HasPrefix(png.Bytes(), []byte("\x89PNG\r\n\x1a\n")), "a PNG signature")
 }
+
+func TestWriteSVG(t *testing.T) {
+	s, err := Predict(compilePlan(t, planCases[1]))
+	require.NoError(t, err)
+	var svg bytes.Buffer
+	require.NoError(t, Timeline(&svg, s))
+	var out bytes.Buffer
+	require.NoError(t, WriteSVG(context.Background(), &out, svg.Bytes(), SVG))
+	assert.Equal(t, svg.String(), out.String())
+	assert.ErrorContains(t, WriteSVG(context.Background(), &out, svg.Bytes(), DOT), "expected an .svg or .png file")
+
+	t.Run("no rsvg-convert", func(t *testing.T) {
+		old := rsvgProgram
+		rsvgProgram = "autopar-no-such-rsvg-program"
+		defer func() { rsvgProgram = old }()
+		var out bytes.Buffer
+		err := WriteSVG(context.Background(), &out, svg.Bytes(), PNG)
+		require.ErrorIs(t, err, ErrNoRsvg)
+		assert.Contains(t, err.Error(), "apt-get install librsvg2-bin")
+		assert.Zero(t, out.Len(), "nothing is written without rsvg-convert")
+	})
+
+	if _, err := exec.LookPath("rsvg-convert"); err != nil {
+		t.Skip("librsvg's rsvg-convert is not installed (make deps installs it)")
+	}
+	var png bytes.Buffer
+	require.NoError(t, WriteSVG(context.Background(), &png, svg.Bytes(), PNG))
+	assert.True(t, bytes.HasPrefix(png.Bytes(), []byte("\x89PNG\r\n\x1a\n")), "a PNG signature")
+}

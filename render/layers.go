@@ -9,6 +9,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/units"
 )
 
 // layerKey names one node of the layer view: layer Layer as stage Stage runs it.
@@ -26,13 +27,18 @@ type layerNode struct {
 	strategy string
 	reshards int     // collectives between two values of this node
 	rsTime   float64 // their time
-	node     dot.Node
+	// blocks are the model blocks the node's forward ops belong to, in order: their
+	// names' first two parts (l0.mlp of l0.mlp.w1), as the model names them.
+	blocks []string
+	node   dot.Node
 }
 
 // layerEdge sums the operand uses from one layer node to another.
 type layerEdge struct {
 	from, to layerKey
-	bytes    int64 // each value counted once however many consumers read it
+	// bytes are per pass of the values that cross (forward, backward, update; leaves count
+	// as forward), each value counted once however many consumers read it.
+	bytes    [phaseU + 1]int64
 	reshards int
 	rsTime   float64
 	kinds    []string // collective names, in order of first use
@@ -62,6 +68,9 @@ func drawLayers(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge) er
 			}
 			id, _ := ix.step.Lookup(v.Name)
 			n.add(ix.step, id, v.Compute+v.Comm, v.Strategy)
+			if ix.phase[id] == phaseF {
+				n.addBlock(blockOf(v.Name))
+			}
 		}
 	}
 	lines, err := ix.layerEdges(edges, nodes)
@@ -100,15 +109,40 @@ func (n *layerNode) add(g *ir.Graph, id ir.ValueID, t float64, strategy string) 
 	}
 }
 
+// blockOf is the model block a value's name places it in: its first two dot-separated
+// parts (l0.mlp of l0.mlp.w1.einsum; embed of embed).
+func blockOf(name string) string {
+	parts := strings.SplitN(name, ".", 3)
+	return strings.Join(parts[:min(2, len(parts))], ".")
+}
+
+func (n *layerNode) addBlock(b string) {
+	if !containsString(n.blocks, b) {
+		n.blocks = append(n.blocks, b)
+	}
+}
+
+// blockRange names the model blocks of a layer: "l0.mlp", "l0.mlp, l1.ln1",
+// "l0.mlp … l1.attn" (first and last of more), or "backward only".
+func (n *layerNode) blockRange() string {
+	switch len(n.blocks) {
+	case 0:
+		return "backward only"
+	case 1, 2:
+		return strings.Join(n.blocks, ", ")
+	}
+	return n.blocks[0] + " … " + n.blocks[len(n.blocks)-1]
+}
+
 func (n *layerNode) label() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "layer %d\n%s (%s), %s\n%s per micro-batch", n.key.Layer, plural(n.ops, "op"),
-		plural(n.values, "value"), formatFLOPs(n.flops), formatSeconds(n.time))
+	fmt.Fprintf(&b, "layer %d: %s\n%s (%s), %s\n%s per micro-batch", n.key.Layer, n.blockRange(), plural(n.ops, "op"),
+		plural(n.values, "value"), units.FLOPs(n.flops), units.Seconds(n.time))
 	if n.heaviest != nil {
 		fmt.Fprintf(&b, "\nheaviest: %s %s", n.heaviest.Name, n.strategy)
 	}
 	if n.reshards > 0 {
-		fmt.Fprintf(&b, "\nresharding inside: %s, %s", plural(n.reshards, "collective"), formatSeconds(n.rsTime))
+		fmt.Fprintf(&b, "\nresharding inside: %s, %s", plural(n.reshards, "collective"), units.Seconds(n.rsTime))
 	}
 	return b.String()
 }
@@ -137,7 +171,7 @@ func (ix *index) layerEdges(edges []edge, nodes map[layerKey]*layerNode) ([]*lay
 			byPair[[2]layerKey{from, to}] = le
 			out = append(out, le)
 		}
-		le.add(e.From, r)
+		le.add(e.From, r, ix.phase[e.From])
 	}
 	return out, nil
 }
@@ -153,10 +187,13 @@ func collectives(r reshard) int {
 	return n
 }
 
-func (le *layerEdge) add(v ir.ValueID, r reshard) {
+func (le *layerEdge) add(v ir.ValueID, r reshard, ph phase) {
+	if ph == phaseNone {
+		ph = phaseF
+	}
 	if !le.seen[v] {
 		le.seen[v] = true
-		le.bytes += r.Bytes
+		le.bytes[ph] += r.Bytes
 	}
 	le.reshards += collectives(r)
 	le.rsTime += r.Time
@@ -177,14 +214,30 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
+// style labels a layer edge with what crosses it: forward values (activations, and the
+// weights they read) and gradients per micro-batch, the update's values per step; an edge
+// that carries no forward value is dashed.
 func (le *layerEdge) style(de dot.Edge) {
-	label := formatBytes(le.bytes)
+	var parts []string
+	if b := le.bytes[phaseF]; b > 0 || le.bytes[phaseB]+le.bytes[phaseU] == 0 {
+		parts = append(parts, "forward "+units.Bytes(b))
+	}
+	if b := le.bytes[phaseB]; b > 0 {
+		parts = append(parts, "gradients "+units.Bytes(b))
+	}
+	if b := le.bytes[phaseU]; b > 0 {
+		parts = append(parts, "update "+units.Bytes(b)+" per step")
+	}
+	label := strings.Join(parts, "\n")
+	if le.bytes[phaseF] == 0 {
+		de.Attr("style", "dashed")
+	}
 	switch {
 	case le.from.Stage != le.to.Stage:
 		de.Label("send/recv " + label)
-		de.Attrs("color", colorCross, "fontcolor", colorCross, "style", "bold")
+		de.Attrs("color", colorCross, "fontcolor", colorCross, "penwidth", "2")
 	case le.reshards > 0:
-		de.Label(fmt.Sprintf("%s\n%d× %s, %s", label, le.reshards, strings.Join(le.kinds, ", "), formatSeconds(le.rsTime)))
+		de.Label(fmt.Sprintf("%s\n%d× %s, %s", label, le.reshards, strings.Join(le.kinds, ", "), units.Seconds(le.rsTime)))
 		de.Attrs("color", colorReshard, "fontcolor", colorReshard, "penwidth", "1.5")
 	default:
 		de.Label(label)

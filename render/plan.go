@@ -20,6 +20,8 @@ type index struct {
 	// owner[id] is the first stage listing id (the one that computes it, or for a leaf
 	// the one that holds it), or -1.
 	owner []int
+	// phase[id] is the pass value id of the step belongs to: forward, backward, update.
+	phase []phase
 }
 
 // errNoStep is returned for a plan built by hand rather than read or compiled.
@@ -30,7 +32,7 @@ func newIndex(p *autopar.Plan) (*index, error) {
 		return nil, errNoStep
 	}
 	step := p.Step()
-	ix := &index{p: p, step: step, owner: make([]int, len(step.Values))}
+	ix := &index{p: p, step: step, owner: make([]int, len(step.Values)), phase: phases(step)}
 	for i := range ix.owner {
 		ix.owner[i] = -1
 	}

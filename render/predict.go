@@ -5,6 +5,7 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/units"
 )
 
 // stageTimes is what Predict reads off one stage of a plan.
@@ -71,8 +72,8 @@ func Predict(p *autopar.Plan) (*Schedule, error) {
 		}
 	}
 	sortBlocks(out.Blocks)
-	out.Title = fmt.Sprintf("%s on %s: predicted %s schedule, %d micro-batches, step %s (plan: %s)",
-		p.Model, p.Cluster.Name, p.Schedule, B, formatSeconds(out.End()), formatSeconds(p.Predicted.StepTime))
+	out.Title = fmt.Sprintf("%s on %s, %s schedule, %d micro-batches: simulated step %s from the plan's stage times; the plan predicted %s",
+		p.Model, p.Cluster.Name, p.Schedule, B, units.Seconds(out.End()), units.Seconds(p.Predicted.StepTime))
 	return out, nil
 }
 
@@ -161,12 +162,12 @@ func durationOf(t task, st stageTimes) float64 {
 // a block over its end.
 func predictedBlocks(row, stage int, sp span, st stageTimes) []Block {
 	b := Block{Row: row, Kind: sp.t.kind, Microbatch: sp.t.mb, Start: sp.start, End: sp.end,
-		Note: fmt.Sprintf("stage %d %s, %s", stage, taskName(sp.t), formatSeconds(sp.end-sp.start))}
+		Note: fmt.Sprintf("stage %d %s, %s", stage, taskName(sp.t), units.Seconds(sp.end-sp.start))}
 	out := []Block{b}
 	if sp.t.kind != Update && st.comm > 0 {
 		c := sp.end - (sp.end-sp.start)*st.comm
 		out = append(out, Block{Row: row, Kind: Comm, Microbatch: sp.t.mb, Start: c, End: sp.end,
-			Note: fmt.Sprintf("stage %d communication in %s, %s", stage, taskName(sp.t), formatSeconds(sp.end-c))})
+			Note: fmt.Sprintf("stage %d communication in %s, %s", stage, taskName(sp.t), units.Seconds(sp.end-c))})
 	}
 	return out
 }

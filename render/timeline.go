@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/autopar/autopar/units"
 )
 
 // Layout of the timeline, in SVG user units (pixels).
@@ -114,7 +116,7 @@ func writeAxis(w io.Writer, y, end float64, x func(float64) float64) {
 	for i := 0; float64(i)*step <= end*(1+1e-9); i++ {
 		t := float64(i) * step
 		fmt.Fprintf(w, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="black"/>`+"\n", num(x(t)), num(y), num(x(t)), num(y+5))
-		fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n", num(x(t)), num(y+18), esc(formatSeconds(t)))
+		fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n", num(x(t)), num(y+18), esc(units.Seconds(t)))
 	}
 	fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="end" fill="#555555">time →</text>`+"\n", num(tlLeft+tlChart), num(y+32))
 }

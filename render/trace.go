@@ -7,24 +7,31 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/units"
 )
 
 // traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes:
-// a complete slice ("ph":"X") per executed instruction, on thread Tid = the device, with
+// a complete slice ("ph":"X") per executed instruction, named by runtime.EventName, on
+// thread Tid = the device, with
 // Args["instr"] its index in the device's program and Args["mb"] the micro-batch it ran
 // for (−1 in a block of the step). Times are in microseconds.
 type traceEvent struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	Args map[string]int `json:"args"`
+	Name string  `json:"name"`
+	Cat  string  `json:"cat"`
+	Ph   string  `json:"ph"`
+	Ts   float64 `json:"ts"`
+	Dur  float64 `json:"dur"`
+	Pid  int     `json:"pid"`
+	Tid  int     `json:"tid"`
+	// RawArgs is read into Args for slices; metadata events ("ph":"M", which name the
+	// processes and threads) carry strings there.
+	RawArgs json.RawMessage `json:"args"`
+	Args    map[string]int  `json:"-"`
 }
 
 // ReadTrace reads a runtime trace (autopar run --trace) of plan p and turns it into a
@@ -62,8 +69,8 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 		out.Blocks = append(out.Blocks, traceBlocks(r, events[row.Device], byDev[row.Device])...)
 	}
 	sortBlocks(out.Blocks)
-	out.Title = fmt.Sprintf("%s on %s: measured %s schedule (runtime trace), %d micro-batches, step %s",
-		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, formatSeconds(out.End()))
+	out.Title = fmt.Sprintf("%s on %s, %s schedule, %d micro-batches: measured step %s (runtime trace); the plan predicted %s",
+		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, units.Seconds(out.End()), units.Seconds(p.Predicted.StepTime))
 	return out, nil
 }
 
@@ -81,14 +88,16 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 		if prog == nil {
 			return nil, fmt.Errorf("render: trace event %d: device %d has no program in the plan: the trace is of another plan", i, e.Tid)
 		}
+		if err := json.Unmarshal(e.RawArgs, &e.Args); err != nil {
+			return nil, fmt.Errorf("render: trace event %d: args %s: expected integer instr and mb", i, e.RawArgs)
+		}
+		if e.Dur < 0 || math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) {
+			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected a finite start and a duration ≥ 0", i, e.Ts, e.Dur)
+		}
 		k, ok := e.Args["instr"]
 		if !ok || k < 0 || k >= len(prog.Instrs) {
 			return nil, fmt.Errorf("render: trace event %d: instruction %d of device %d is not in its program of %d instructions: the trace is of another plan",
 				i, k, e.Tid, len(prog.Instrs))
-		}
-		if want := instrName(&prog.Instrs[k]); want != e.Name {
-			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d is %s in the plan's program, the trace says %s: the trace is of another plan",
-				i, e.Tid, k, want, e.Name)
 		}
 		mb, ok := e.Args["mb"]
 		if j := prog.BlockOf(k); len(prog.Blocks) > 0 && prog.Blocks[j].PerMicrobatch {
@@ -100,8 +109,16 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d runs once per step, the trace says micro-batch %d, expected -1: the trace is of another plan",
 				i, e.Tid, k, mb)
 		}
-		if e.Dur < 0 || math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) {
-			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected a finite start and a duration ≥ 0", i, e.Ts, e.Dur)
+		if !ok {
+			mb = -1
+		}
+		want := runtime.EventName(prog, k, mb)
+		if op, _, _ := strings.Cut(want, " "); e.Name == op && want != op {
+			return nil, fmt.Errorf("render: trace event %d is named %q, as autopar run wrote traces before naming events by value (%q): record the trace again", i, e.Name, want)
+		}
+		if want != e.Name {
+			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d is %q in the plan's program, the trace says %q: the trace is of another plan",
+				i, e.Tid, k, want, e.Name)
 		}
 		t0 = min(t0, e.Ts)
 		out[e.Tid] = append(out[e.Tid], e)
@@ -126,14 +143,6 @@ func argText(v int, ok bool) string {
 		return "none"
 	}
 	return strconv.Itoa(v)
-}
-
-// instrName is the name WriteTrace gives an instruction: its op for compute, else its kind.
-func instrName(in *codegen.Instr) string {
-	if in.Kind == codegen.Compute {
-		return in.Op.String()
-	}
-	return in.Kind.String()
 }
 
 func isComm(k codegen.Kind) bool {
@@ -176,7 +185,7 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 	closeComm := func() {
 		if comm != nil {
 			comm.Note = fmt.Sprintf("device %d communication in %s: %s, %s", prog.Device, taskName(cur),
-				plural(comms, "instruction"), formatSeconds(comm.End-comm.Start))
+				plural(comms, "instruction"), units.Seconds(comm.End-comm.Start))
 			out = append(out, *comm)
 			comm, comms = nil, 0
 		}
@@ -185,9 +194,9 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 		closeComm()
 		if bar != nil {
 			bar.Note = fmt.Sprintf("device %d %s: %s, %s", prog.Device, taskName(cur),
-				plural(instrs, "instruction"), formatSeconds(bar.End-bar.Start))
+				plural(instrs, "instruction"), units.Seconds(bar.End-bar.Start))
 			if waited > 0 {
-				bar.Note += fmt.Sprintf(" after waiting %s for its input", formatSeconds(waited))
+				bar.Note += fmt.Sprintf(" after waiting %s for its input", units.Seconds(waited))
 			}
 			out = append(out, *bar)
 			bar, instrs = nil, 0

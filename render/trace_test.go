@@ -82,17 +82,28 @@ func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
-	type ev = traceEvent
+	type ev struct {
+		Name string         `json:"name"`
+		Cat  string         `json:"cat"`
+		Ph   string         `json:"ph"`
+		Ts   float64        `json:"ts"`
+		Dur  float64        `json:"dur"`
+		Tid  int            `json:"tid"`
+		Args map[string]int `json:"args"`
+	}
 	var evs []ev
 	for _, prog := range progs {
 		ts := 0.0
 		for i, mb := range prog.Execution {
 			in := &prog.Instrs[i]
+			if in.Kind == codegen.Free {
+				continue // as runtime.WriteTrace leaves them out
+			}
 			dur := 1.0
 			if in.Kind == codegen.Recv {
 				dur = 3
 			}
-			evs = append(evs, ev{Name: instrName(in), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
+			evs = append(evs, ev{Name: runtime.EventName(prog, i, mb), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
 				Tid: int(prog.Device), Args: map[string]int{"instr": i, "mb": mb}})
 			ts += dur
 		}
@@ -127,8 +138,8 @@ func TestReadTraceErrors(t *testing.T) {
 	}
 	require.NotNil(t, dev0)
 	fwd, upd := dev0.Blocks[1].Start, dev0.Blocks[3].Start
-	fwdName, fwdInstr := instrName(&dev0.Instrs[fwd]), strconv.Itoa(fwd)
-	updName, updInstr := instrName(&dev0.Instrs[upd]), strconv.Itoa(upd)
+	fwdName, fwdInstr := runtime.EventName(dev0, fwd, 0), strconv.Itoa(fwd)
+	updName, updInstr := runtime.EventName(dev0, upd, -1), strconv.Itoa(upd)
 	tests := []struct {
 		name, trace string
 		plan        *autopar.Plan
@@ -138,7 +149,8 @@ func TestReadTraceErrors(t *testing.T) {
 		{"no events", `{"traceEvents":[]}`, p, "no instruction events"},
 		{"unknown device", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":9,"args":{"instr":0}}]}`, p, "device 9 has no program"},
 		{"instr out of range", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":99999}}]}`, p, "is not in its program"},
-		{"wrong instruction", `{"traceEvents":[{"name":"softmax","cat":"compute","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":0}}]}`, p, "the trace says softmax"},
+		{"wrong instruction", `{"traceEvents":[{"name":"softmax","cat":"compute","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":0}}]}`, p, `the trace says "softmax"`},
+		{"old naming", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "record the trace again"},
 		{"negative duration", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":-1,"tid":2,"args":{"instr":0}}]}`, p, "duration"},
 		{"another plan", good, other, "the trace is of another plan"},
 		{"no micro-batch", `{"traceEvents":[{"name":"` + fwdName + `","cat":"x","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":` + fwdInstr + `}}]}`, p, "runs per micro-batch, the trace says micro-batch none"},

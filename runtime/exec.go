@@ -99,7 +99,7 @@ func (d *device) run(ctx context.Context) (err error) {
 		d.stats.Time[in.Kind] += dt
 		if d.opts.Trace {
 			d.trace = append(d.trace, TraceEvent{Device: d.prog.Device, Index: pc, Microbatch: mb, Kind: in.Kind, Op: in.Op,
-				Start: t0.Sub(d.start), Dur: dt})
+				Name: EventName(d.prog, pc, mb), Start: t0.Sub(d.start), Dur: dt})
 		}
 		if out, ok := in.Defines(); ok {
 			d.live += d.prog.Buffers[out].Type.Bytes()

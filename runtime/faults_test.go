@@ -1,9 +1,7 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -218,38 +216,6 @@ func TestStoresAssemble(t *testing.T) {
 	res, err := Run(context.Background(), programs(bs), Data{"x": x}, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, x.F64, res.Stores["y"].F64)
-}
-
-func TestTrace(t *testing.T) {
-	res, err := Run(context.Background(), pipeline(2, 2, 2, 4), Data{
-		"x": random(typ(ir.F64, 4, 4), 1), "w0": random(typ(ir.F64, 4, 4), 2), "w1": random(typ(ir.F64, 4, 4), 3),
-	}, Options{Trace: true})
-	require.NoError(t, err)
-	total := 0
-	for _, st := range res.Devices {
-		total += st.Instrs
-	}
-	require.Len(t, res.Trace, total)
-	var buf bytes.Buffer
-	require.NoError(t, res.WriteTrace(&buf))
-	var doc struct {
-		TraceEvents []struct {
-			Name string  `json:"name"`
-			Ph   string  `json:"ph"`
-			Tid  int     `json:"tid"`
-			Dur  float64 `json:"dur"`
-		} `json:"traceEvents"`
-	}
-	require.NoError(t, json.Unmarshal(buf.Bytes(), &doc))
-	require.Len(t, doc.TraceEvents, total)
-	assert.Equal(t, "load", doc.TraceEvents[0].Name)
-	assert.Equal(t, "X", doc.TraceEvents[0].Ph)
-	assert.Equal(t, 1, doc.TraceEvents[total-1].Tid)
-	names := map[string]bool{}
-	for _, e := range doc.TraceEvents {
-		names[e.Name] = true
-	}
-	assert.True(t, names["matmul"] && names["send"] && names["recv"] && names["store"])
 }
 
 // A user Transport replaces the in-process one without any change to the programs.

@@ -2,7 +2,10 @@ package runtime
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/autopar/autopar/codegen"
@@ -18,39 +21,132 @@ type TraceEvent struct {
 	Microbatch int
 	Kind       codegen.Kind
 	Op         ir.Op // for compute
-	Start      time.Duration
-	Dur        time.Duration
+	// Name is the event's name in a trace, EventName's: what ran, on which value, for
+	// which micro-batch.
+	Name  string
+	Start time.Duration
+	Dur   time.Duration
 }
 
-// chromeEvent is one complete event ("ph":"X") of the Chrome trace-event format, which
-// Perfetto and chrome://tracing read. Times are in microseconds.
+// EventName names instruction pc of p run for micro-batch mb (−1 in a block of the step) as
+// a trace shows it: its op (compute) or kind, the value it defines (or, for send, store
+// and free, the first it reads), and the micro-batch: "matmul l0.mlp.w1 mb3",
+// "send d.l1.relu mb0", "all_reduce grad.l0.fc.w". render.ReadTrace checks a trace's names
+// against the plan's programs with it.
+func EventName(p *codegen.Program, pc, mb int) string {
+	in := &p.Instrs[pc]
+	name := in.Kind.String()
+	if in.Kind == codegen.Compute {
+		name = in.Op.String()
+	}
+	switch {
+	case in.Out != codegen.NoBuffer:
+		name += " " + p.Buffers[in.Out].Name
+	case len(in.Args) > 0:
+		name += " " + p.Buffers[in.Args[0]].Name
+		if len(in.Args) > 1 {
+			name += " +" + strconv.Itoa(len(in.Args)-1)
+		}
+	}
+	if mb >= 0 {
+		name += " mb" + strconv.Itoa(mb)
+	}
+	return name
+}
+
+// TraceOptions says what WriteTraceWith writes beyond the instructions.
+type TraceOptions struct {
+	// Frees keeps the free instructions, which are nearly half a program's and take no
+	// time worth seeing; they are left out by default.
+	Frees bool
+	// Stages lists each pipeline stage's devices (a plan's Stages[s].Devices): the trace
+	// then shows one process per stage, "stage S", holding its devices. Without it, every
+	// device is a thread of one process.
+	Stages [][]int
+}
+
+// chromeEvent is one event of the Chrome trace-event format, which Perfetto and
+// chrome://tracing read: a complete slice ("ph":"X", times in microseconds) or a metadata
+// event ("ph":"M") naming a process or a thread.
 type chromeEvent struct {
 	Name string         `json:"name"`
-	Cat  string         `json:"cat"`
+	Cat  string         `json:"cat,omitempty"`
 	Ph   string         `json:"ph"`
 	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur"`
+	Dur  float64        `json:"dur,omitempty"`
 	Pid  int            `json:"pid"`
 	Tid  int            `json:"tid"`
-	Args map[string]int `json:"args"`
+	Args map[string]any `json:"args"`
 }
 
-// WriteTrace writes r.Trace as Chrome trace-event JSON: one row (thread) per device, one
-// slice per executed instruction, named by its kind (by its op for compute), with its index
-// in the program ("instr") and the micro-batch it ran for ("mb", −1 in a block of the step)
-// as args.
-func (r *Result) WriteTrace(w io.Writer) error {
-	events := make([]chromeEvent, len(r.Trace))
-	for i, e := range r.Trace {
-		name := e.Kind.String()
-		if e.Kind == codegen.Compute {
-			name = e.Op.String()
+// WriteTrace is WriteTraceWith without frees, all devices in one process.
+func (r *Result) WriteTrace(w io.Writer) error { return r.WriteTraceWith(w, TraceOptions{}) }
+
+// WriteTraceWith writes r.Trace as Chrome trace-event JSON: metadata events naming each
+// process ("stage S", or "autopar run") and thread ("device N"), then one slice per
+// executed instruction on thread tid = its device, named by EventName, with its kind as
+// category and its index in the program ("instr") and micro-batch ("mb", −1 in a block
+// of the step) as args. A device that no stage lists is an error.
+func (r *Result) WriteTraceWith(w io.Writer, o TraceOptions) error {
+	stageOf := map[DeviceID]int{}
+	for s, devs := range o.Stages {
+		for _, d := range devs {
+			stageOf[DeviceID(d)] = s
 		}
-		events[i] = chromeEvent{Name: name, Cat: e.Kind.String(), Ph: "X",
+	}
+	var devices []DeviceID
+	seen := map[DeviceID]bool{}
+	for _, e := range r.Trace {
+		if !seen[e.Device] {
+			seen[e.Device] = true
+			devices = append(devices, e.Device)
+		}
+	}
+	sort.Slice(devices, func(i, j int) bool { return devices[i] < devices[j] })
+	pid := func(d DeviceID) (int, error) {
+		if o.Stages == nil {
+			return 0, nil
+		}
+		s, ok := stageOf[d]
+		if !ok {
+			return 0, fmt.Errorf("runtime: trace: device %d is in no stage of the %d given", d, len(o.Stages))
+		}
+		return s, nil
+	}
+	events := metadata(o.Stages)
+	for _, d := range devices {
+		p, err := pid(d)
+		if err != nil {
+			return err
+		}
+		events = append(events,
+			chromeEvent{Name: "thread_name", Ph: "M", Pid: p, Tid: int(d), Args: map[string]any{"name": "device " + strconv.Itoa(int(d))}},
+			chromeEvent{Name: "thread_sort_index", Ph: "M", Pid: p, Tid: int(d), Args: map[string]any{"sort_index": int(d)}})
+	}
+	for _, e := range r.Trace {
+		if e.Kind == codegen.Free && !o.Frees {
+			continue
+		}
+		p, _ := pid(e.Device)
+		events = append(events, chromeEvent{Name: e.Name, Cat: e.Kind.String(), Ph: "X",
 			Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3,
-			Tid: int(e.Device), Args: map[string]int{"instr": e.Index, "mb": e.Microbatch}}
+			Pid: p, Tid: int(e.Device), Args: map[string]any{"instr": e.Index, "mb": e.Microbatch}})
 	}
 	return json.NewEncoder(w).Encode(struct {
 		TraceEvents []chromeEvent `json:"traceEvents"`
 	}{events})
+}
+
+// metadata names the processes: one per stage, in stage order, or one for the run.
+func metadata(stages [][]int) []chromeEvent {
+	if stages == nil {
+		return []chromeEvent{{Name: "process_name", Ph: "M", Args: map[string]any{"name": "autopar run"}}}
+	}
+	var out []chromeEvent
+	for s := range stages {
+		out = append(out,
+			chromeEvent{Name: "process_name", Ph: "M", Pid: s, Args: map[string]any{"name": "stage " + strconv.Itoa(s)}},
+			chromeEvent{Name: "process_sort_index", Ph: "M", Pid: s, Args: map[string]any{"sort_index": s}})
+	}
+	return out
 }

@@ -65,6 +65,15 @@ func FLOPRate(perSecond float64) string {
 	return sig3(perSecond/1e12) + " TFLOP/s"
 }
 
+// Number prints a plain count or rate with three significant digits and never an
+// exponent: 2910000, 14.2, 0.00031.
+func Number(x float64) string {
+	if !finite(x) {
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return sig3(x)
+}
+
 // si prints x with three significant digits and an SI prefix and a trailing space.
 func si(x float64) string {
 	if x == 0 || !finite(x) {

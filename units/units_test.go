@@ -69,3 +69,14 @@ func TestFLOPRate(t *testing.T) {
 	assert.Equal(t, "0.00287 TFLOP/s", FLOPRate(2.865e9))
 	assert.Equal(t, "0 TFLOP/s", FLOPRate(0))
 }
+
+func TestNumber(t *testing.T) {
+	for _, c := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {2912345, "2910000"}, {14.23, "14.2"}, {0.00031234, "0.000312"}, {math.NaN(), "NaN"},
+	} {
+		assert.Equal(t, c.want, Number(c.in), "Number(%g)", c.in)
+	}
+}

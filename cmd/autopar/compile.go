@@ -15,7 +15,7 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
-	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/units"
 )
 
 type compileFlags struct {
@@ -212,23 +212,48 @@ func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
 	return ir.Print(stdout, out)
 }
 
+// printSummary prints the plan's stages and its predicted step. The step's breakdown is
+// Prediction's: the slowest stage's compute and communication over all micro-batches plus
+// the pipeline bubble, so the line names that stage; the table gives every stage's own
+// split per micro-batch, so no stage's communication is hidden behind the slowest's.
 func printSummary(w io.Writer, p *autopar.Plan) {
 	pr := p.Predicted
 	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s), cluster %s\n\n",
 		p.Model, p.Batch, p.Microbatches, p.Schedule, p.Cluster.String())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tmemory/device\tcapacity")
+	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tmemory/device\tcapacity")
+	slow := 0
 	for i, s := range p.Stages {
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t(%d, %d)\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
-			s.Logical[0], s.Logical[1], deviceRange(s.Devices), seconds(s.Time),
-			sharding.FormatBytes(s.MemoryBytes), sharding.FormatBytes(pr.DeviceMemory))
+		if s.Time > p.Stages[slow].Time {
+			slow = i
+		}
+		compute, comm := stageSplit(s)
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
+			s.Logical[0], s.Logical[1], deviceRange(s.Devices), units.Seconds(s.Time), units.Seconds(compute),
+			units.Seconds(comm), units.Bytes(s.MemoryBytes), units.Bytes(pr.DeviceMemory))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nstep time %s = compute %s + communication %s + pipeline bubble %s\n",
-		seconds(pr.StepTime), seconds(pr.Compute), seconds(pr.Communication), seconds(pr.Bubble))
-	fmt.Fprintf(w, "throughput %.4g samples/s, %.4g TFLOP/s per device, model-FLOPs utilization %.1f%%\n",
-		pr.SamplesPerSecond, pr.TFLOPSPerDevice, 100*pr.MFU)
+	fmt.Fprintln(w, "times per micro-batch, forward + backward; communication includes resharding; logical mesh: data x model parallel")
+	stage := fmt.Sprintf("stage %d, the slowest,", slow)
+	if len(p.Stages) == 1 {
+		stage = "the one stage"
+	}
+	fmt.Fprintf(w, "\nstep time %s = %s over %d micro-batches (compute %s + communication %s) + pipeline bubble %s\n",
+		units.Seconds(pr.StepTime), stage, p.Microbatches, units.Seconds(pr.Compute), units.Seconds(pr.Communication),
+		units.Seconds(pr.Bubble))
+	fmt.Fprintf(w, "throughput %s samples/s, %s per device, model-FLOPs utilization %.1f%%\n",
+		units.Number(pr.SamplesPerSecond), units.FLOPRate(pr.TFLOPSPerDevice*1e12), 100*pr.MFU)
 	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)
+}
+
+// stageSplit splits a stage's time per micro-batch into compute and communication in the
+// proportions of its sharding cost, as Prediction splits the slowest stage's.
+func stageSplit(s autopar.Stage) (compute, comm float64) {
+	if s.Cost.Total <= 0 {
+		return s.Time, 0
+	}
+	comm = s.Time * (s.Cost.Communication + s.Cost.Resharding) / s.Cost.Total
+	return s.Time - comm, comm
 }
 
 func deviceRange(ds []int) string {
@@ -249,17 +274,4 @@ func deviceRange(ds []int) string {
 		b.WriteString(strconv.Itoa(d))
 	}
 	return b.String()
-}
-
-// seconds prints a duration in seconds with a unit that keeps it readable.
-func seconds(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.3g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
-	case s >= 1e-6:
-		return fmt.Sprintf("%.3g µs", s*1e6)
-	}
-	return fmt.Sprintf("%.3g s", s)
 }

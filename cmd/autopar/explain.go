@@ -13,7 +13,8 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/mesh"
-	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/render"
+	"github.com/autopar/autopar/units"
 )
 
 type explainFlags struct {
@@ -120,11 +121,12 @@ func printOpExplanation(w io.Writer, e *autopar.OpExplanation, nt mesh.Notation)
 			mark = "<"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, c.Index, c.Name, specList(nt, c.In), specIn(nt, c.Out),
-			secs(c.Compute), secs(c.Comm), secs(c.ReshardIn), secs(c.ReshardOut), secs(c.Total),
-			sharding.FormatBytes(c.Memory), orDash(strings.Join(c.Collectives, "; ")))
+			units.Seconds(c.Compute), units.Seconds(c.Comm), units.Seconds(c.ReshardIn), units.Seconds(c.ReshardOut), units.Seconds(c.Total),
+			units.Bytes(c.Memory), orDash(strings.Join(c.Collectives, "; ")))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n* chosen, < locally cheapest; times per micro-batch, the stage costs %s\n", secs(e.StageCost))
+	fmt.Fprintln(w, render.SpecKey(nt))
+	fmt.Fprintf(w, "\n* chosen, < locally cheapest; times per micro-batch, the stage costs %s\n", units.Seconds(e.StageCost))
 	fmt.Fprintf(w, "why (%s): %s\n", e.Why, e.Reason)
 	for _, n := range e.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -157,7 +159,7 @@ func orDash(s string) string {
 
 func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplanation) {
 	fmt.Fprintf(w, "stage %d of %d: layers %d-%d, %d ops, %d micro-batch(es) in flight under %s, %s per device\n\n",
-		e.Stage, len(p.Stages), e.FirstLayer, e.LastLayer, e.Ops, e.InFlight, e.Schedule, sharding.FormatBytes(e.Capacity))
+		e.Stage, len(p.Stages), e.FirstLayer, e.LastLayer, e.Ops, e.InFlight, e.Schedule, units.Bytes(e.Capacity))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcomm\treshard\tweights\tactivations\tmemory\tfits\tstep time")
 	for _, a := range e.Alternatives {
@@ -166,35 +168,27 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 			mark = "*"
 		}
 		if !a.OK {
-			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
+			fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\tno sharding: %s\n", mark, a.Submesh, a.Logical[0], a.Logical[1], a.Devices, a.Err)
 			continue
 		}
 		if a.Pruned {
-			fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t≥ %s\tnot solved: its weights alone, ≥ %s per device, overflow the memory\n", mark, a.Submesh,
-				a.Logical[0], a.Logical[1], a.Devices, secs(a.Time), sharding.FormatBytes(a.WeightBytes))
+			fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t≥ %s\tnot solved: its weights alone, ≥ %s per device, overflow the memory\n", mark, a.Submesh,
+				a.Logical[0], a.Logical[1], a.Devices, units.Seconds(a.Time), units.Bytes(a.WeightBytes))
 			continue
 		}
 		step := "-"
 		if a.StepTime > 0 {
-			step = secs(a.StepTime)
+			step = units.Seconds(a.StepTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t(%d, %d)\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
-			a.Devices, secs(a.Time), secs(a.Cost.Compute), secs(a.Cost.Communication), secs(a.Cost.Resharding),
-			sharding.FormatBytes(a.WeightBytes), sharding.FormatBytes(a.ActBytes), sharding.FormatBytes(a.MemoryBytes),
+		fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
+			a.Devices, units.Seconds(a.Time), units.Seconds(a.Cost.Compute), units.Seconds(a.Cost.Communication), units.Seconds(a.Cost.Resharding),
+			units.Bytes(a.WeightBytes), units.Bytes(a.ActBytes), units.Bytes(a.MemoryBytes),
 			yesNo(a.Fits), step)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n* the plan's choice, step time %s; memory = weights + %d × activations; step time: the plan's\n"+
 		"with this stage on that mesh, shown for meshes of as many devices (the others would not tile the cluster)\n",
-		secs(e.StepTime), e.InFlight)
-}
-
-// secs is seconds with nanoseconds too: an op's costs on a small model are that small.
-func secs(s float64) string {
-	if s > 0 && s < 1e-6 {
-		return fmt.Sprintf("%.3g ns", s*1e9)
-	}
-	return seconds(s)
+		units.Seconds(e.StepTime), e.InFlight)
 }
 
 func yesNo(b bool) string {
@@ -212,9 +206,9 @@ func printMemory(w io.Writer, rows []autopar.DeviceMemory) {
 		if r.Capacity > 0 {
 			used = 100 * float64(r.Total) / float64(r.Capacity)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\n", r.Device, r.Stage, sharding.FormatBytes(r.Weights),
-			sharding.FormatBytes(r.Gradients), sharding.FormatBytes(r.Optimizer), sharding.FormatBytes(r.Activations),
-			sharding.FormatBytes(r.Total), sharding.FormatBytes(r.Capacity), used)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\n", r.Device, r.Stage, units.Bytes(r.Weights),
+			units.Bytes(r.Gradients), units.Bytes(r.Optimizer), units.Bytes(r.Activations),
+			units.Bytes(r.Total), units.Bytes(r.Capacity), used)
 	}
 	tw.Flush()
 }

@@ -50,7 +50,8 @@ func TestExplainCommand(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"op", []string{path, "--op", "l1.fc.matmul"}, []string{"l1.fc.matmul = matmul", "strategy", "reshard in", "\n*  ", "why ("}},
+		{"op", []string{path, "--op", "l1.fc.matmul"}, []string{"l1.fc.matmul = matmul", "strategy", "reshard in", "\n*  ", "why (", "\nspecs: one letter group per tensor dim: R replicated"}},
+		{"op-jax", []string{path, "--op", "l1.fc.matmul", "--notation", "jax"}, []string{"P(", "\nspecs: P(...) names"}},
 		{"stage", []string{path, "--stage", "1"}, []string{"stage 1 of", "logical mesh", "\n*  ", "fits"}},
 		{"memory", []string{path, "--memory"}, []string{"device  stage  weights", "\n3  "}},
 	}

@@ -18,6 +18,9 @@ type renderFlags struct {
 	out      string
 	ops      bool
 	maxNodes int
+	force    bool
+	stage    int
+	layer    int
 	timeline bool
 	trace    string
 	model    string
@@ -28,19 +31,24 @@ type renderFlags struct {
 func newRenderCmd() *cobra.Command {
 	var f renderFlags
 	cmd := &cobra.Command{
-		Use:   "render PLAN.json -o FILE.dot|.svg|.png [--ops] | --timeline -o FILE.svg [--trace TRACE.json]",
-		Short: "draw a plan: the sharded graph (Graphviz) or the pipeline timeline (SVG)",
+		Use:   "render PLAN.json -o FILE.dot|.svg|.png [--ops] | --timeline -o FILE.svg|.png [--trace TRACE.json]",
+		Short: "draw a plan: the sharded graph (Graphviz) or the pipeline timeline (SVG or PNG)",
 		Long: `Draws a compiled plan (autopar compile -o DIR writes DIR/plan.json).
 
 By default it draws the sharded training step with Graphviz: one cluster per pipeline
-stage (submesh, logical mesh, devices, time), one node per layer of each stage (--ops: per
-op, with its sharding spec), resharding collectives and send/recv on the edges. The
+stage (submesh, logical mesh, devices, time), one node per layer of each stage, named by
+the model blocks it holds (--ops: per op, with its sharding spec and the shape each device
+holds), resharding collectives and send/recv on the edges. --ops draws at most
+--max-nodes values (Graphviz takes minutes over more): --stage N and --layer N draw one
+stage's or one layer's, --force draws all. The
 format comes from the extension of -o: .dot needs nothing, .svg and .png run Graphviz's
 dot program.
 
-With --timeline it draws the pipeline schedule as an SVG Gantt chart, one row per device:
+With --timeline it draws the pipeline schedule as a Gantt chart, one row per device:
 simulated from the plan's predicted stage times, or with --trace measured by the runtime
-(autopar run --trace TRACE.json, with the flags that compiled the plan).
+(autopar run --trace TRACE.json, with the flags that compiled the plan). Its title gives
+the step it draws beside the step the plan predicted. .svg needs nothing; .png runs
+librsvg's rsvg-convert.
 
 --model checks that the plan was compiled from that model. The output file is written
 whole or not at all.`,
@@ -50,9 +58,12 @@ whole or not at all.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.out, "output", "o", "", "write the picture to `FILE` (.dot, .svg or .png; .svg for --timeline)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the picture to `FILE` (.dot, .svg or .png; .svg or .png for --timeline)")
 	fl.BoolVar(&f.ops, "ops", false, "draw every op instead of one node per layer per stage")
-	fl.IntVar(&f.maxNodes, "max-nodes", 3000, "with --ops, refuse plans with more values than this (0: no limit)")
+	fl.IntVar(&f.maxNodes, "max-nodes", 300, "with --ops, refuse to draw more values than this (0: no limit); Graphviz takes minutes over more")
+	fl.BoolVar(&f.force, "force", false, "with --ops, draw however many values there are")
+	fl.IntVar(&f.stage, "stage", -1, "with --ops, draw only stage `N`'s values")
+	fl.IntVar(&f.layer, "layer", -1, "with --ops, draw only layer `N`'s values (the plan's layers: stage captions list them)")
 	fl.BoolVar(&f.timeline, "timeline", false, "draw the pipeline timeline instead of the graph")
 	fl.StringVar(&f.trace, "trace", "", "with --timeline, draw the runtime trace in `FILE` instead of the prediction")
 	fl.StringVar(&f.model, "model", "", "check that the plan belongs to the model in `FILE.ir`")
@@ -71,6 +82,12 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline && f.ops {
 		return fmt.Errorf("--ops draws the graph, expected it without --timeline")
 	}
+	if !f.ops && (f.stage >= 0 || f.layer >= 0 || f.force) {
+		return fmt.Errorf("--stage, --layer and --force narrow or force the op view, expected --ops with them")
+	}
+	if f.stage < -1 || f.layer < -1 {
+		return fmt.Errorf("--stage %d --layer %d: expected a stage and a layer number from 0", f.stage, f.layer)
+	}
 	nt, err := parseNotation(f.notation, false)
 	if err != nil {
 		return err
@@ -82,8 +99,8 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if err != nil {
 		return err
 	}
-	if f.timeline && format != render.SVG {
-		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
+	if f.timeline && format == render.DOT {
+		return fmt.Errorf("-o %s: the timeline is a picture, not a graph: expected a .svg or .png file", f.out)
 	}
 	p, err := readPlanFile(path)
 	if err != nil {
@@ -100,7 +117,7 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	}
 	var write func(io.Writer) error
 	if f.timeline {
-		write, err = timelineWriter(p, f.trace)
+		write, err = timelineWriter(ctx, p, f.trace, format)
 	} else {
 		write, err = graphWriter(ctx, p, f, format, nt)
 	}
@@ -117,7 +134,17 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 // graphWriter builds the graph and lays it out before the output file is created, so a
 // missing dot program or a plan that cannot be drawn leaves no file behind.
 func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format render.Format, nt mesh.Notation) (func(io.Writer) error, error) {
-	g, err := render.Graph(p, render.Options{Ops: f.ops, MaxNodes: f.maxNodes, Notation: nt})
+	opts := render.Options{Ops: f.ops, MaxNodes: f.maxNodes, Notation: nt}
+	if f.force {
+		opts.MaxNodes = 0
+	}
+	if f.stage >= 0 {
+		opts.Stage = &f.stage
+	}
+	if f.layer >= 0 {
+		opts.Layer = &f.layer
+	}
+	g, err := render.Graph(p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +155,9 @@ func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format ren
 	return func(w io.Writer) error { _, err := w.Write(img.Bytes()); return err }, nil
 }
 
-func timelineWriter(p *autopar.Plan, trace string) (func(io.Writer) error, error) {
+// timelineWriter draws the timeline, and converts it to PNG, before the output file is
+// created, as graphWriter does.
+func timelineWriter(ctx context.Context, p *autopar.Plan, trace string, format render.Format) (func(io.Writer) error, error) {
 	var s *render.Schedule
 	var err error
 	if trace == "" {
@@ -148,5 +177,12 @@ func timelineWriter(p *autopar.Plan, trace string) (func(io.Writer) error, error
 	if err != nil {
 		return nil, err
 	}
-	return func(w io.Writer) error { return render.Timeline(w, s) }, nil
+	var svg, img bytes.Buffer
+	if err := render.Timeline(&svg, s); err != nil {
+		return nil, err
+	}
+	if err := render.WriteSVG(ctx, &img, svg.Bytes(), format); err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error { _, err := w.Write(img.Bytes()); return err }, nil
 }

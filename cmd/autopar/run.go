@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime"
@@ -25,7 +26,9 @@ type runFlags struct {
 	check   bool
 	trace   string
 	weights string
-	timeout time.Duration
+	// traceFrees keeps free instructions in --trace's file.
+	traceFrees bool
+	timeout    time.Duration
 	// transport is inproc, mpi or auto (run_mpi.go).
 	transport string
 }
@@ -52,6 +55,7 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
+	fl.BoolVar(&f.traceFrees, "trace-frees", false, "with --trace, keep the free instructions (left out: nearly half the events, no time)")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
@@ -111,7 +115,10 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 			}
 		}
 		if step == f.steps && f.trace != "" {
-			if err := writeFileAtomic(f.trace, got.WriteTrace); err != nil {
+			write := func(w io.Writer) error {
+				return got.WriteTraceWith(w, runtime.TraceOptions{Frees: f.traceFrees, Stages: stageDevices(plan)})
+			}
+			if err := writeFileAtomic(f.trace, write); err != nil {
 				return err
 			}
 		}
@@ -188,4 +195,13 @@ func (d diff) String() string {
 		s += fmt.Sprintf(", %d missing: %v", len(d.missing), d.missing)
 	}
 	return s
+}
+
+// stageDevices lists each stage's devices, for the trace's process per stage.
+func stageDevices(p *autopar.Plan) [][]int {
+	out := make([][]int, len(p.Stages))
+	for i, s := range p.Stages {
+		out[i] = s.Devices
+	}
+	return out
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/render"
+	"github.com/autopar/autopar/units"
 )
 
 // newShardCmd runs the intra-operator pass alone on one logical mesh: useful to see why an
@@ -159,6 +161,7 @@ func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notati
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specIn(nt, r.Specs[id]), r.Strategies[id].Name)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, render.SpecKey(nt))
 	fmt.Fprintf(w, "\ncollectives (%d)\n", len(r.Collectives))
 	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	for _, c := range r.Collectives {
@@ -166,17 +169,17 @@ func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notati
 		if c.Consumer != ir.NoValue {
 			where = "to " + g.Value(c.Consumer).Name
 		}
-		fmt.Fprintf(tw, "%s\t%s\taxes %s\t%s\t%s\t%.4g s\n", g.Value(c.Value).Name, c.Kind, c.Axes.Digits(), where,
-			sharding.FormatBytes(int64(c.Bytes)), c.Time)
+		fmt.Fprintf(tw, "%s\t%s\taxes %s\t%s\t%s\t%s\n", g.Value(c.Value).Name, c.Kind, c.Axes.Digits(), where,
+			units.BytesF(c.Bytes), units.Seconds(c.Time))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\npredicted step: %.6g s = compute %.6g + communication %.6g + resharding %.6g\n",
-		r.Cost.Total, r.Cost.Compute, r.Cost.Communication, r.Cost.Resharding)
+	fmt.Fprintf(w, "\npredicted step: %s = compute %s + communication %s + resharding %s\n",
+		units.Seconds(r.Cost.Total), units.Seconds(r.Cost.Compute), units.Seconds(r.Cost.Communication), units.Seconds(r.Cost.Resharding))
 	budget := "none"
 	if r.Budget > 0 {
-		budget = sharding.FormatBytes(r.Budget)
+		budget = units.Bytes(r.Budget)
 	}
-	fmt.Fprintf(w, "peak memory per device: %s (budget %s)\n", sharding.FormatBytes(r.PeakMemory), budget)
+	fmt.Fprintf(w, "peak memory per device: %s (budget %s)\n", units.Bytes(r.PeakMemory), budget)
 	fmt.Fprintf(w, "ilp: %d values in %d nodes (%d tied), %d variables (%d edge), %d rows (%d memory), %s in %d round(s)\n",
 		r.ILP.Values, r.ILP.Nodes, r.ILP.TiedGroups, r.ILP.Variables, r.ILP.EdgeVars, r.ILP.Rows, r.ILP.MemoryRows, r.ILP.Status, r.ILP.Rounds)
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/units"
 )
 
 // The memory model. Values live from their definition to their last use, in the graph's
@@ -200,7 +201,7 @@ func (e *MemoryError) Error() string {
 		q = "exactly"
 	}
 	return fmt.Sprintf("sharding: memory budget %s per device is too small: the smallest footprint of any plan is %s %s (%d bytes; %s)",
-		FormatBytes(e.Budget), q, FormatBytes(e.Minimum), e.Minimum, e.How)
+		units.Bytes(e.Budget), q, units.Bytes(e.Minimum), e.Minimum, e.How)
 }
 
 // infeasibleMemory builds the error for a budget no plan meets, naming the minimum.
@@ -219,16 +220,6 @@ func (p *planner) infeasibleMemory(ctx context.Context) error {
 		How: "solved exactly by a min-peak ILP over the same strategies"}
 }
 
-// FormatBytes prints a byte count with a binary unit: 512 B, 1.5 KiB, 3.0 GiB.
-func FormatBytes(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return strconv.FormatInt(b, 10) + " B"
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit && exp < 4; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTP"[exp])
-}
+// FormatBytes is [units.Bytes], kept for callers outside autopar; autopar prints through
+// units.
+func FormatBytes(b int64) string { return units.Bytes(b) }
