@@ -3,6 +3,8 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // batchOf returns step's random data for every data input of g, as a Batch.
@@ -86,4 +89,94 @@ func TestTrainerResumesUnderAnotherPlan(t *testing.T) {
 			assert.NoError(t, tb.compare(got, wantParams, 1e-4), "params and state after step 10")
 		})
 	}
+}
+
+func TestTrainerRejectsBadBatches(t *testing.T) {
+	ctx := context.Background()
+	g := model(t, "mlp-tiny")
+	plan := compile(t, g, cluster(t, "cpu:2"), Options{Microbatches: 2, Layers: 2, Manual: &Manual{TP: 2, PP: 1, DP: 1}})
+	tr, err := NewTrainer(ctx, plan, TrainerOptions{Seed: 1})
+	require.NoError(t, err)
+	before, err := tr.Params()
+	require.NoError(t, err)
+	x := make([]float32, 16*16)
+	y := make([]int32, 16)
+	for _, tc := range []struct {
+		name  string
+		batch Batch
+		want  string
+	}{
+		{"missing", Batch{"x": x}, "the batch has no input y, expected i32[16]"},
+		{"unknown", Batch{"x": x, "y": y, "z": x}, "the batch has z, which is not a data input of mlp (inputs: x: f32[16,16], y: i32[16])"},
+		{"short", Batch{"x": x[:10], "y": y}, "input x is []float32 of 10 elements, expected f32[16,16] (256 elements)"},
+		{"dtype", Batch{"x": x, "y": make([]float32, 16)}, "input y is []float32 of 16 elements, expected i32[16] (16 elements)"},
+		{"tensor", Batch{"x": kernels.New(ir.Type{DType: ir.F32, Shape: ir.Shape{16, 8}}), "y": y}, "input x is a tensor of f32[16,8], expected f32[16,16]"},
+		{"type", Batch{"x": "data", "y": y}, "input x is a string, expected f32[16,16]"},
+		{"label", Batch{"x": x, "y": append(make([]int32, 15), 10)}, "input y holds 10 at element 15, expected values in [0, 10) (its limit)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tr.Step(ctx, tc.batch)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	assert.Equal(t, 0, tr.Steps())
+	after, err := tr.Params()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused batch changes nothing")
+	loss, err := tr.Step(ctx, Batch{"x": x, "y": y})
+	require.NoError(t, err)
+	assert.InDelta(t, math.Log(10), loss, 1e-6, "zero inputs and zero biases: uniform logits")
+}
+
+func TestCheckpointErrors(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	mlp := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:1"), Options{Microbatches: 1, Layers: 1})
+	tr, err := NewTrainer(ctx, mlp, TrainerOptions{Seed: 1})
+	require.NoError(t, err)
+	good := filepath.Join(dir, "good.safetensors")
+	require.NoError(t, tr.Save(good))
+	data, err := os.ReadFile(good)
+	require.NoError(t, err)
+
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+		return p
+	}
+	flipped := append([]byte{}, data...)
+	flipped[len(flipped)-3] ^= 0x40
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{write("trunc.safetensors", data[:len(data)-100]), "do not hold"},
+		{write("short.safetensors", data[:5]), "shorter than the 8-byte header"},
+		{write("flip.safetensors", flipped), "the file is corrupt"},
+		{filepath.Join(dir, "none.safetensors"), "no such file"},
+	} {
+		_, err := LoadCheckpoint(tc.path)
+		require.Error(t, err, tc.path)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.Contains(t, err.Error(), tc.path)
+	}
+
+	// Another model's checkpoint, and another optimizer's, are refused by NewTrainer.
+	ck, err := LoadCheckpoint(good)
+	require.NoError(t, err)
+	gpt := compile(t, model(t, "gpt-tiny"), cluster(t, "cpu:1"), Options{Microbatches: 1, Layers: 1})
+	_, err = NewTrainer(ctx, gpt, TrainerOptions{Checkpoint: ck})
+	require.ErrorContains(t, err, "checkpoint: it belongs to model mlp")
+	adam := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:1"), Options{Microbatches: 1, Layers: 1, Optimizer: passes.Optimizer{Kind: "adam", LR: 0.01}})
+	_, err = NewTrainer(ctx, adam, TrainerOptions{Checkpoint: ck})
+	require.ErrorContains(t, err, "checkpoint: it was trained with optimizer")
+
+	// A failed save leaves the checkpoint already there as it was.
+	require.NoError(t, os.Mkdir(good+".tmp", 0o755))
+	_, err = tr.Step(ctx, stepBatch(t, mlp.Forward(), 1))
+	require.NoError(t, err)
+	require.Error(t, tr.Save(good))
+	again, err := os.ReadFile(good)
+	require.NoError(t, err)
+	assert.Equal(t, data, again, "nothing overwritten")
 }
