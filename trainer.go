@@ -159,7 +159,7 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 			return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
 		}
 	}
-	res, err := t.sess.Step(ctx, data)
+	res, err := t.sess.Step(ctx, data, t.loss)
 	if err != nil {
 		return 0, fmt.Errorf("trainer: step %d: %w", t.step+1, err)
 	}

@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
 )
@@ -179,4 +181,52 @@ func TestCheckpointErrors(t *testing.T) {
 	again, err := os.ReadFile(good)
 	require.NoError(t, err)
 	assert.Equal(t, data, again, "nothing overwritten")
+}
+
+// TestTrainerKeepsStateOnDevices: a Trainer step loads only the data from the host and
+// stores only the loss there, while runtime.Run on the same programs loads every param
+// and state block too; the collectives move what the plan predicts in both.
+func TestTrainerKeepsStateOnDevices(t *testing.T) {
+	ctx := context.Background()
+	g := model(t, "mlp-tiny")
+	opt := passes.Optimizer{Kind: "adam", LR: 0.01}
+	plan := compile(t, g, cluster(t, "cpu:4"), Options{Microbatches: 2, Layers: 2, Manual: &Manual{TP: 2, PP: 1, DP: 2}, Optimizer: opt})
+	tr, err := NewTrainer(ctx, plan, TrainerOptions{Seed: 3})
+	require.NoError(t, err)
+	assert.Empty(t, tr.Hosted())
+	batch := stepBatch(t, g, 1)
+	_, err = tr.Step(ctx, batch)
+	require.NoError(t, err)
+
+	progs, err := plan.Programs()
+	require.NoError(t, err)
+	full, err := passes.TrainingStep(g, opt)
+	require.NoError(t, err)
+	feeds := interp.InitParams(full, 3)
+	state := map[string]bool{}
+	for name := range feeds {
+		state[name] = true
+	}
+	for name, x := range batch {
+		feeds[name] = x.(*kernels.Tensor)
+	}
+	ran, err := runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{})
+	require.NoError(t, err)
+	predicted := codegen.Predict(nil, progs)
+	for i, p := range progs {
+		var stateBytes int64
+		for _, in := range p.Instrs {
+			if in.Kind == codegen.Load && state[in.Name] {
+				stateBytes += p.Buffers[in.Out].Type.Bytes()
+			}
+		}
+		got, old := tr.LastResult().Devices[i], ran.Devices[i]
+		assert.Positive(t, stateBytes)
+		assert.Equal(t, old.FeedBytes-stateBytes, got.FeedBytes, "device %d loads only data", p.Device)
+		assert.LessOrEqual(t, got.StoreBytes, int64(4), "device %d stores at most the loss", p.Device)
+		assert.LessOrEqual(t, got.PeerBytes, stateBytes, "device %d", p.Device)
+		assert.Greater(t, old.StoreBytes, stateBytes/2, "Run gathers the params and state")
+		assert.Equal(t, predicted[i].BytesSent, got.BytesSent, "device %d", p.Device)
+		assert.Equal(t, old.BytesSent, got.BytesSent, "device %d", p.Device)
+	}
 }

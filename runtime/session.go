@@ -19,11 +19,13 @@ import (
 // blocks instead of a feed. A step then takes only the data inputs from the host and hands
 // back only the other stores (the loss); Gather assembles the resident tensors on demand.
 //
-// A device whose loads of a name are not inside the blocks it stores of that name (a plan
-// that reads a param replicated but updates it sharded, as gpt-tiny's tied embedding under
-// tensor parallelism) cannot serve itself; such a name is kept on the host instead:
-// assembled from the stores after each step and fed to the next, as Run does. Hosted names
-// those are, and their bytes show in DeviceStats.FeedBytes and StoreBytes.
+// codegen stores a replicated result from one replica only, so a device whose load is not
+// inside a block it stored itself takes it from a replica's block (DeviceStats.PeerBytes:
+// in process, a copy). A name some load of which lies inside no stored block (a plan that
+// reads a param replicated but updates it sharded, as gpt-tiny's embedding under tensor
+// parallelism) is kept on the host instead: assembled from the stores after each step and
+// fed to the next, as Run does. Hosted returns those names; their bytes show in
+// DeviceStats.FeedBytes and StoreBytes.
 //
 // A Session is not safe for concurrent use.
 type Session struct {
@@ -92,9 +94,12 @@ func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session,
 					storeRec{device: p.Device, pos: p.Pos(k), name: in.Name, full: in.Full, off: in.Offsets, block: blk})
 			}
 		}
+	}
+	for i, p := range programs {
+		view := s.view(i)
 		for k := range p.Instrs {
 			in := &p.Instrs[k]
-			if in.Kind == codegen.Load && s.names[in.Name] && !covered(s.blocks[i][in.Name], in, p.Buffers[in.Out].Type.Shape) {
+			if in.Kind == codegen.Load && s.names[in.Name] && !covered(view[in.Name], in, p.Buffers[in.Out].Type.Shape) {
 				hosted[in.Name] = true
 			}
 		}
@@ -106,6 +111,24 @@ func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session,
 		}
 	}
 	return s, nil
+}
+
+// view returns the resident blocks device i's loads may take: its own first, then its
+// replicas'.
+func (s *Session) view(i int) map[string][]storeRec {
+	out := map[string][]storeRec{}
+	for name, bs := range s.blocks[i] {
+		out[name] = append(out[name], bs...)
+	}
+	for j, m := range s.blocks {
+		if j == i {
+			continue
+		}
+		for name, bs := range m {
+			out[name] = append(out[name], bs...)
+		}
+	}
+	return out
 }
 
 func typeOf(x *kernels.Tensor) string {
@@ -133,9 +156,11 @@ func covered(blocks []storeRec, in *codegen.Instr, ext ir.Shape) bool {
 func (s *Session) Hosted() []string { return slices.Sorted(maps.Keys(s.host)) }
 
 // Step runs the programs once on data (the inputs that are not resident) and returns the
-// stores of the other names, assembled, with the counters. The resident blocks are
-// replaced by the ones the step stored; after an error they are unchanged.
-func (s *Session) Step(ctx context.Context, data Data) (*Result, error) {
+// stores of the other names, assembled, with the counters; given outputs, only the stores
+// of those names are assembled (the rest, gradients kept for checks, are dropped where they
+// were made). The resident blocks are replaced by the ones the step stored; after an error
+// they are unchanged.
+func (s *Session) Step(ctx context.Context, data Data, outputs ...string) (*Result, error) {
 	for name := range data {
 		if s.names[name] {
 			return nil, fmt.Errorf("runtime: session: feed %s is resident on the devices, expected only data inputs", name)
@@ -149,16 +174,30 @@ func (s *Session) Step(ctx context.Context, data Data) (*Result, error) {
 	start := time.Now()
 	for i, p := range s.progs {
 		devs[i] = newDevice(p, feeds, &opts, start)
-		devs[i].resident = s.blocks[i]
+		devs[i].resident = s.view(i)
 	}
 	if err := runDevices(ctx, devs, inproc, opts); err != nil {
 		return nil, err
 	}
-	keep := map[string]bool{}
+	keep := map[string]bool{} // the names not assembled
 	for name := range s.names {
 		keep[name] = s.host[name] == nil
 	}
-	res, err := collect(devs, keep)
+	skip := maps.Clone(keep)
+	if len(outputs) > 0 {
+		want := map[string]bool{}
+		for _, o := range outputs {
+			want[o] = true
+		}
+		for _, d := range devs {
+			for _, st := range d.stores {
+				if !want[st.name] && !s.names[st.name] {
+					skip[st.name] = true
+				}
+			}
+		}
+	}
+	res, err := collect(devs, skip)
 	if err != nil {
 		return nil, err
 	}
