@@ -14,6 +14,7 @@ import (
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
+	"github.com/autopar/autopar/safetensors"
 )
 
 // Batch holds one step's data inputs by name. A value is a []float32, []float64, []int32
@@ -40,6 +41,41 @@ type TrainerOptions struct {
 	Timeout time.Duration
 	// Transport carries the steps' collectives; nil means a fresh in-process one per step.
 	Transport runtime.Transport
+	// Weights, if set, replace the initial values of the params they name (as autopar
+	// import's safetensors hold them); each must be a param of the model with its type.
+	Weights map[string]*kernels.Tensor
+}
+
+// SerialCheck is what CheckSerial measured on one step: per kind, the largest absolute
+// difference from the serial interpreter and that over the kind's largest magnitude.
+type SerialCheck struct {
+	Step                 int
+	Loss, Grads, Updates Diff
+}
+
+// Diff is the largest absolute difference over a kind of tensors, the largest magnitude,
+// and the tensor where it was largest.
+type Diff struct {
+	Abs, Scale float64
+	Worst      string
+}
+
+// Rel is Abs over Scale (0 when both are 0).
+func (d Diff) Rel() float64 {
+	if d.Scale == 0 {
+		return 0
+	}
+	return d.Abs / d.Scale
+}
+
+func (d *Diff) add(name string, got, want *kernels.Tensor) {
+	for i := range want.Len() {
+		x, y := got.At(i), want.At(i)
+		if e := math.Abs(x - y); e > d.Abs || math.IsNaN(e) {
+			d.Abs, d.Worst = e, name
+		}
+		d.Scale = max(d.Scale, math.Abs(x), math.Abs(y))
+	}
 }
 
 // Trainer trains a model under a plan: it keeps the params and optimizer state on the
@@ -55,6 +91,11 @@ type Trainer struct {
 	step   int
 	opts   TrainerOptions
 	last   *runtime.Result
+	check  *SerialCheck
+	// devices is the number of programs.
+	devices int
+	// traceNext asks the next step for a trace.
+	traceNext bool
 }
 
 // NewTrainer places the initial params and optimizer state of plan's model on the plan's
@@ -80,6 +121,11 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	}
 	state := interp.InitParams(full, opts.Seed)
 	step := 0
+	if opts.Weights != nil {
+		if _, err := safetensors.Apply(full, state, opts.Weights); err != nil {
+			return nil, err
+		}
+	}
 	if ck := opts.Checkpoint; ck != nil {
 		if err := ck.fits(plan, state); err != nil {
 			return nil, err
@@ -93,7 +139,7 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{plan: plan, full: full, sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts}
+	t := &Trainer{plan: plan, full: full, sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
 	for i := range full.Values {
 		v := &full.Values[i]
 		switch v.Op {
@@ -121,6 +167,9 @@ func cmpString(a, b string) int {
 // Steps returns the number of steps trained, counting those of the checkpoint resumed.
 func (t *Trainer) Steps() int { return t.step }
 
+// Devices returns the number of devices (programs) the trainer runs on.
+func (t *Trainer) Devices() int { return t.devices }
+
 // Plan returns the plan the trainer runs.
 func (t *Trainer) Plan() *Plan { return t.plan }
 
@@ -132,6 +181,9 @@ func (t *Trainer) Inputs() map[string]ir.Type {
 	}
 	return out
 }
+
+// TraceNext makes the next step record a trace of every instruction in LastResult.
+func (t *Trainer) TraceNext() { t.traceNext = true }
 
 // LastResult returns the runtime's result of the last step (its counters, its trace), or
 // nil before the first.
@@ -149,17 +201,21 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 		return 0, err
 	}
 	var want *interp.Result
+	outputs := []string{t.loss}
 	if t.opts.CheckSerial {
 		feeds, err := t.sess.Gather()
 		if err != nil {
 			return 0, err
 		}
 		maps.Copy(feeds, data)
-		if want, err = interp.Run(ctx, t.full, interp.Feeds(feeds)); err != nil {
+		if want, err = interp.RunKeep(ctx, t.full, interp.Feeds(feeds)); err != nil {
 			return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
 		}
+		outputs = append(outputs, t.gradNames()...)
 	}
-	res, err := t.sess.Step(ctx, data, t.loss)
+	t.sess.SetTrace(t.traceNext)
+	t.traceNext = false
+	res, err := t.sess.Step(ctx, data, outputs...)
 	if err != nil {
 		return 0, fmt.Errorf("trainer: step %d: %w", t.step+1, err)
 	}
@@ -170,22 +226,52 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	t.step++
 	t.last = res
 	if want != nil {
-		if err := t.checkSerial(loss, want); err != nil {
+		if err := t.checkSerial(res.Stores, want); err != nil {
 			return 0, err
 		}
 	}
 	return loss.At(0), nil
 }
 
-// checkSerial compares the step's loss and updated tensors with the serial run's.
-func (t *Trainer) checkSerial(loss *kernels.Tensor, want *interp.Result) error {
+// gradNames returns the names of the params' gradients the step computes.
+func (t *Trainer) gradNames() []string {
+	var out []string
+	for _, p := range t.params {
+		if _, ok := t.full.Lookup("grad." + p); ok {
+			out = append(out, "grad."+p)
+		}
+	}
+	return out
+}
+
+// LastCheck returns what CheckSerial measured on the last step (nil without CheckSerial).
+func (t *Trainer) LastCheck() *SerialCheck { return t.check }
+
+// checkSerial compares the step's loss, gradients and updated tensors with the serial
+// run's, records the differences, and fails past the tolerance.
+func (t *Trainer) checkSerial(stores map[string]*kernels.Tensor, want *interp.Result) error {
 	got, err := t.sess.Gather()
 	if err != nil {
 		return err
 	}
+	loss := stores[t.loss]
 	got[t.loss] = loss
 	wantAll := map[string]*kernels.Tensor{t.loss: want.Outputs[0]}
 	maps.Copy(wantAll, want.Updates)
+	c := &SerialCheck{Step: t.step}
+	c.Loss.add(t.loss, loss, want.Outputs[0])
+	for _, name := range t.gradNames() {
+		id, _ := t.full.Lookup(name)
+		if g, w := stores[name], want.Values[id]; g != nil && w != nil && g.Len() == w.Len() {
+			c.Grads.add(name, g, w)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want.Updates)) {
+		if g := got[name]; g != nil && g.Len() == want.Updates[name].Len() {
+			c.Updates.add(name, g, want.Updates[name])
+		}
+	}
+	t.check = c
 	if err := t.compare(got, wantAll, t.opts.Tolerance); err != nil {
 		return fmt.Errorf("trainer: step %d: serial check: %w", t.step, err)
 	}

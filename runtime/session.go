@@ -152,6 +152,9 @@ func covered(blocks []storeRec, in *codegen.Instr, ext ir.Shape) bool {
 	return false
 }
 
+// SetTrace sets whether the following steps record a trace (Options.Trace).
+func (s *Session) SetTrace(on bool) { s.opts.Trace = on }
+
 // Hosted returns the names kept on the host rather than on the devices, sorted.
 func (s *Session) Hosted() []string { return slices.Sorted(maps.Keys(s.host)) }
 
