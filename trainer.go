@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
@@ -437,3 +438,7 @@ func (t *Trainer) State() (map[string]*kernels.Tensor, error) {
 	}
 	return all, nil
 }
+
+// ParseCluster is mesh.ParseCluster, here so that a training program needs no other
+// package to name its cluster: "cpu:4", "p3.16xlarge:2".
+func ParseCluster(spec string) (*mesh.Cluster, error) { return mesh.ParseCluster(spec) }
