@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -229,4 +230,38 @@ func TestTrainerKeepsStateOnDevices(t *testing.T) {
 		assert.Equal(t, predicted[i].BytesSent, got.BytesSent, "device %d", p.Device)
 		assert.Equal(t, old.BytesSent, got.BytesSent, "device %d", p.Device)
 	}
+}
+
+func TestSessionErrors(t *testing.T) {
+	plan := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 1, Layers: 2})
+	progs, err := plan.Programs()
+	require.NoError(t, err)
+	full, err := passes.TrainingStep(plan.Forward(), plan.Optimizer.Optimizer())
+	require.NoError(t, err)
+	init := runtime.Data(interp.InitParams(full, 1))
+
+	bad := maps.Clone(init)
+	bad["x"] = kernels.New(ir.Type{DType: ir.F32, Shape: ir.Shape{16, 16}})
+	_, err = runtime.NewSession(progs, bad, runtime.Options{})
+	require.ErrorContains(t, err, "x is not both loaded and stored by the programs")
+
+	bad = maps.Clone(init)
+	delete(bad, "l0.fc.w")
+	_, err = runtime.NewSession(progs, bad, runtime.Options{})
+	require.ErrorContains(t, err, "the programs load and store l0.fc.w, expected its initial value")
+
+	bad = maps.Clone(init)
+	bad["l0.fc.w"] = kernels.New(ir.Type{DType: ir.F32, Shape: ir.Shape{16, 31}})
+	_, err = runtime.NewSession(progs, bad, runtime.Options{})
+	require.ErrorContains(t, err, "l0.fc.w is f32[16,31], expected f32[16,32]")
+
+	s, err := runtime.NewSession(progs, init, runtime.Options{})
+	require.NoError(t, err)
+	_, err = s.Step(context.Background(), runtime.Data{"l0.fc.w": init["l0.fc.w"]})
+	require.ErrorContains(t, err, "feed l0.fc.w is resident on the devices")
+	_, err = s.Step(context.Background(), runtime.Data{})
+	require.ErrorContains(t, err, `no feed named "x"`)
+	got, err := s.Gather()
+	require.NoError(t, err)
+	assert.Equal(t, init["l0.fc.w"], got["l0.fc.w"], "a failed step leaves the state as it was")
 }
