@@ -195,7 +195,8 @@ func (t *Trainer) LastResult() *runtime.Result { return t.last }
 func (t *Trainer) Hosted() []string { return t.sess.Hosted() }
 
 // Step runs one training step on batch and returns its loss. On an error the params and
-// state are unchanged.
+// state are unchanged, except after a CheckSerial mismatch, which is found once the step
+// has been applied (Steps counts it).
 func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	data, err := t.feeds(batch)
 	if err != nil {
