@@ -3,12 +3,15 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	goruntime "runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ir"
@@ -165,4 +168,102 @@ func BenchmarkRuntimeStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTrainerStep times one training step of BenchmarkRuntimeStep's MLP two ways
+// under the same plans: the loop every caller wrote before the Trainer (runtime.Run on
+// whole params and data, then the updated params copied back into the feeds), and
+// Trainer.Step, which keeps the params on the devices. host-MB/step is what moves between
+// the host and the devices (loads from feeds and stores assembled); sent-MB/step the
+// transport's traffic, which must be the plan's prediction (codegen.Predict) in both.
+func BenchmarkTrainerStep(b *testing.B) {
+	m := zoo.NewMLP()
+	m.Layers, m.Hidden, m.Batch, m.In, m.Classes = 4, 1024, 512, 1024, 16
+	g, err := m.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := passes.Optimizer{Kind: "sgd", LR: 0.01, Momentum: 0.9}
+	ctx := context.Background()
+	for _, man := range []*Manual{{TP: 1, PP: 1, DP: 2}, {TP: 2, PP: 1, DP: 1}} {
+		p, err := Compile(ctx, g, cluster(b, "cpu:2"), Options{Optimizer: opt, Microbatches: 1, Manual: man})
+		if err != nil {
+			b.Fatal(err)
+		}
+		progs, err := p.Programs()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sent int64
+		for _, c := range codegen.Predict(nil, progs) {
+			sent += c.BytesSent
+		}
+		full, err := passes.TrainingStep(g, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := interp.GenerateInputs(full, 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// cpu-ms/step is the process's CPU time (user + system) per step: the work a step
+		// does, which other processes on a shared machine slow down far less than ns/op.
+		var cpu0 time.Duration
+		startCPU := func() { cpu0 = cpuTime() }
+		report := func(b *testing.B, res *runtime.Result) {
+			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/step")
+			var host, got int64
+			for _, d := range res.Devices {
+				host += d.FeedBytes + d.StoreBytes
+				got += d.BytesSent
+			}
+			if got != sent {
+				b.Fatalf("sent %d bytes, the plan predicts %d", got, sent)
+			}
+			b.ReportMetric(float64(host)/1e6, "host-MB/step")
+			b.ReportMetric(float64(got)/1e6, "sent-MB/step")
+		}
+		b.Run(fmt.Sprintf("run+copy/%s", man), func(b *testing.B) {
+			feeds := interp.InitParams(full, 1)
+			maps.Copy(feeds, data)
+			var res *runtime.Result
+			startCPU()
+			for b.Loop() {
+				if res, err = runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{}); err != nil {
+					b.Fatal(err)
+				}
+				for _, u := range full.Updates {
+					name := full.Value(u.Target).Name
+					feeds[name] = res.Stores[name]
+				}
+			}
+			report(b, res)
+		})
+		b.Run(fmt.Sprintf("trainer/%s", man), func(b *testing.B) {
+			tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := Batch{}
+			for k, v := range data {
+				batch[k] = v
+			}
+			startCPU()
+			for b.Loop() {
+				if _, err := tr.Step(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b, tr.LastResult())
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

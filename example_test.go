@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 	"math"
+	"os"
+	"path/filepath"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/frontend"
@@ -135,4 +137,50 @@ func ExamplePlan_WriteJSON() {
 	// model: mlp stages: 2
 	// byte-identical: true
 	// belongs to the model: true
+}
+
+// Train a model from Go: build it, compile it for four devices, train it with the
+// params and optimizer state kept on the devices, and save a checkpoint that any plan of
+// the same model resumes (the README's library section).
+func ExampleTrainer() {
+	ctx := context.Background()
+	b := frontend.NewBuilder("mlp")
+	x := b.Input("x", ir.F32, ir.Shape{64, 32}, 0)
+	y := b.Input("y", ir.I32, ir.Shape{64}, 0, frontend.Limit(10))
+	h := b.Relu(b.MatMul(x, b.Param("w1", ir.F32, ir.Shape{32, 64})))
+	b.Output(b.ReduceMean(b.SparseCrossEntropy(b.MatMul(h, b.Param("w2", ir.F32, ir.Shape{64, 10})), y), 0))
+	g, err := b.Build()
+	check(err)
+	c, err := autopar.ParseCluster("cpu:4")
+	check(err)
+	plan, err := autopar.Compile(ctx, g, c, autopar.Options{Microbatches: 2})
+	check(err)
+	t, err := autopar.NewTrainer(ctx, plan, autopar.TrainerOptions{Seed: 1})
+	check(err)
+	xs, ys := make([]float32, 64*32), make([]int32, 64)
+	for i := range xs {
+		xs[i] = float32(i%7) - 3
+	}
+	for i := range ys {
+		ys[i] = int32(i % 10)
+	}
+	for step := 1; step <= 20; step++ {
+		loss, err := t.Step(ctx, autopar.Batch{"x": xs, "y": ys})
+		check(err)
+		if step%10 == 0 {
+			fmt.Printf("step %d: loss %.2f\n", step, loss)
+		}
+	}
+	path := filepath.Join(os.TempDir(), "mlp.safetensors")
+	defer os.Remove(path)
+	check(t.Save(path)) // resume: autopar.LoadCheckpoint, then TrainerOptions{Checkpoint: ck}
+	// Output:
+	// step 10: loss 2.38
+	// step 20: loss 2.25
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
 }

@@ -93,6 +93,20 @@ func fits(shape ir.Shape, off []int, ext ir.Shape) bool {
 	return true
 }
 
+// inside reports whether the block of extent ext at off lies inside the block of extent
+// bext at boff (all of one rank).
+func inside(off []int, ext ir.Shape, boff []int, bext ir.Shape) bool {
+	if len(off) != len(boff) || len(ext) != len(bext) || len(off) != len(ext) {
+		return false
+	}
+	for k := range off {
+		if off[k] < boff[k] || off[k]+ext[k] > boff[k]+bext[k] {
+			return false
+		}
+	}
+	return true
+}
+
 // sliceBlock returns the block of x of extent ext at off, or an error when it does not fit.
 func sliceBlock(x *kernels.Tensor, off []int, ext ir.Shape) (*kernels.Tensor, error) {
 	if !fits(x.Type.Shape, off, ext) {

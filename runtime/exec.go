@@ -31,6 +31,9 @@ type device struct {
 	stats  DeviceStats
 	stores []storeRec
 	trace  []TraceEvent
+	// resident holds, for a Session, this device's blocks of the params and state kept on
+	// it between steps, by name: its loads of those names slice them instead of a feed.
+	resident map[string][]storeRec
 }
 
 // mbState holds one micro-batch's buffers and how many are live.
@@ -199,11 +202,27 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 }
 
 func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
+	want := d.prog.Buffers[in.Out].Type
+	if blocks, ok := d.resident[in.Name]; ok {
+		off := codegen.LoadOffsets(in, d.mb)
+		for _, b := range blocks {
+			if inside(off, want.Shape, b.off, b.block.Type.Shape) {
+				rel := make([]int, len(off))
+				for k := range off {
+					rel[k] = off[k] - b.off[k]
+				}
+				if b.device != d.prog.Device {
+					d.stats.PeerBytes += want.Bytes()
+				}
+				return sliceBlock(b.block, rel, want.Shape)
+			}
+		}
+		return nil, fmt.Errorf("no resident block of %s on this device holds %v at offsets %v", in.Name, want.Shape, off)
+	}
 	feed, ok := d.data[in.Name]
 	if !ok || feed == nil {
 		return nil, fmt.Errorf("no feed named %q, expected the runtime's data to hold it", in.Name)
 	}
-	want := d.prog.Buffers[in.Out].Type
 	if feed.Type.DType != want.DType {
 		return nil, fmt.Errorf("feed %s is %s, expected dtype %s", in.Name, feed.Type, want.DType)
 	}
@@ -214,6 +233,7 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
+	d.stats.FeedBytes += tensorBytes(x)
 	return x, nil
 }
 

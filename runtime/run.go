@@ -66,6 +66,14 @@ type DeviceStats struct {
 	PeakBytes     int64
 	BytesSent     int64
 	BytesReceived int64
+	// FeedBytes are the bytes of the blocks its loads sliced from the run's feeds (the host's
+	// data); StoreBytes those of its stores assembled into Result.Stores. A Session's
+	// resident params and state count in neither: they stay on the device.
+	FeedBytes  int64
+	StoreBytes int64
+	// PeerBytes are the bytes a Session device's loads took from a replica's resident block
+	// rather than its own (see Session).
+	PeerBytes int64
 	// Instrs is the number of instructions executed.
 	Instrs int
 	// Count and Time are per instruction kind, indexed by codegen.Kind.
@@ -87,6 +95,22 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
 	}
+	opts, inproc := prepare(programs, opts)
+	devs := make([]*device, len(programs))
+	start := time.Now()
+	for i, p := range programs {
+		devs[i] = newDevice(p, data, &opts, start)
+	}
+	if err := runDevices(ctx, devs, inproc, opts); err != nil {
+		return nil, err
+	}
+	return collect(devs, nil)
+}
+
+// prepare fills in opts' defaults: the timeout, and a fresh InProc over the programs'
+// devices when there is no transport (returned too, for its checks), or the guard around
+// another transport.
+func prepare(programs []*codegen.Program, opts Options) (Options, *InProc) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -102,13 +126,16 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 	if inproc == nil {
 		opts.Transport = guarded{opts.Transport}
 	}
+	return opts, inproc
+}
+
+// runDevices runs every device on its own goroutine until all finish, and returns the
+// first failure, the caller's cancellation, or a send never received (over an InProc).
+func runDevices(ctx context.Context, devs []*device, inproc *InProc, opts Options) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	start := time.Now()
-	devs := make([]*device, len(programs))
 	var wg sync.WaitGroup
-	for i, p := range programs {
-		devs[i] = newDevice(p, data, &opts, start)
+	for i := range devs {
 		wg.Add(1)
 		go func(d *device) {
 			defer wg.Done()
@@ -119,17 +146,17 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("runtime: run cancelled: %w", err)
+		return fmt.Errorf("runtime: run cancelled: %w", err)
 	}
 	if err := context.Cause(runCtx); err != nil {
-		return nil, err
+		return err
 	}
 	if inproc != nil {
 		if pending := inproc.Pending(); len(pending) > 0 {
-			return nil, fmt.Errorf("runtime: %s", pending[0])
+			return fmt.Errorf("runtime: %s", pending[0])
 		}
 	}
-	return collect(devs)
+	return nil
 }
 
 // checkPrograms validates every program and what they say about each other: one program per
@@ -176,14 +203,19 @@ func checkPrograms(programs []*codegen.Program) error {
 	return nil
 }
 
-// collect assembles the stores and gathers the counters and trace, in program order.
-func collect(devs []*device) (*Result, error) {
+// collect assembles the stores, except those of the names in resident (which stay on
+// their devices), and gathers the counters and trace, in program order.
+func collect(devs []*device, resident map[string]bool) (*Result, error) {
 	res := &Result{Stores: map[string]*kernels.Tensor{}}
 	var asm assembler
 	for _, d := range devs {
 		res.Devices = append(res.Devices, d.stats)
 		res.Trace = append(res.Trace, d.trace...)
 		for _, s := range d.stores {
+			if resident[s.name] {
+				continue
+			}
+			res.Devices[len(res.Devices)-1].StoreBytes += tensorBytes(s.block)
 			if err := asm.add(s); err != nil {
 				return nil, err
 			}

@@ -11,7 +11,9 @@ package safetensors
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -108,6 +110,27 @@ func writeData(b *bytes.Buffer, t *kernels.Tensor) {
 	}
 }
 
+// Checksum is the sha256, in hex, of the tensors' names, types and data in name order, as
+// Write lays them out: a checkpoint keeps it in its metadata, so that a flipped byte in
+// the data is found on reading.
+func Checksum(tensors map[string]*kernels.Tensor) string {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	var b bytes.Buffer
+	for _, n := range names {
+		t := tensors[n]
+		b.Reset()
+		fmt.Fprintf(&b, "%s\x00%s\x00", n, t.Type)
+		writeData(&b, t)
+		h.Write(b.Bytes())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // WriteFile writes the tensors to path, through a temporary file renamed into place.
 func WriteFile(path string, tensors map[string]*kernels.Tensor, metadata map[string]string) error {
 	tmp := path + ".tmp"
@@ -116,6 +139,9 @@ func WriteFile(path string, tensors map[string]*kernels.Tensor, metadata map[str
 		return err
 	}
 	err = Write(f, tensors, metadata)
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/ir"
@@ -86,4 +87,16 @@ func TestApply(t *testing.T) {
 	require.ErrorContains(t, err, "x is not a param of graph g")
 	_, err = Apply(g, params, map[string]*kernels.Tensor{"w": sample()["b"]})
 	require.ErrorContains(t, err, "w is f64[3] in the weights but f32[2,3] in graph g")
+}
+
+func TestChecksumSeesEveryByteAndName(t *testing.T) {
+	a := kernels.FromF64(ir.F32, ir.Shape{2, 2}, []float64{1, 2, 3, 4})
+	sum := Checksum(map[string]*kernels.Tensor{"a": a})
+	assert.Equal(t, sum, Checksum(map[string]*kernels.Tensor{"a": a.Clone()}), "deterministic")
+	b := a.Clone()
+	b.F32[3] = 5
+	assert.NotEqual(t, sum, Checksum(map[string]*kernels.Tensor{"a": b}), "data")
+	assert.NotEqual(t, sum, Checksum(map[string]*kernels.Tensor{"b": a}), "name")
+	c := kernels.FromF64(ir.F32, ir.Shape{4}, []float64{1, 2, 3, 4})
+	assert.NotEqual(t, sum, Checksum(map[string]*kernels.Tensor{"a": c}), "shape")
 }

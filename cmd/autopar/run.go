@@ -4,19 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"math"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/ir"
-	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
-	"github.com/autopar/autopar/runtime/kernels"
+	"github.com/autopar/autopar/safetensors"
 )
 
 type runFlags struct {
@@ -31,6 +26,10 @@ type runFlags struct {
 	timeout    time.Duration
 	// transport is inproc, mpi or auto (run_mpi.go).
 	transport string
+	// save, saveEvery, resume: the checkpoint written, how often, and the one resumed.
+	save      string
+	saveEvery int
+	resume    string
 }
 
 func newRunCmd() *cobra.Command {
@@ -42,7 +41,9 @@ func newRunCmd() *cobra.Command {
 and runs --steps training steps on the built-in runtime, printing the loss of each step.
 With --check the serial interpreter runs the same steps beside it, on the same parameters
 and data, and each step prints the largest absolute and relative differences in the loss,
-the gradients and the updated parameters (relative: to the largest magnitude of each kind).`,
+the gradients and the updated parameters (relative: to the largest magnitude of each kind).
+The params and optimizer state stay on the devices between steps (autopar.Trainer); --save
+writes them whole to a checkpoint, which --resume continues under any plan of the model.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -55,10 +56,13 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
-	fl.BoolVar(&f.traceFrees, "trace-frees", false, "with --trace, keep the free instructions (left out: nearly half the events, no time)")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
+	fl.BoolVar(&f.traceFrees, "trace-frees", false, "with --trace, keep the free instructions (left out: nearly half the events, no time)")
 	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
+	fl.StringVar(&f.save, "save", "", "save a checkpoint (params and optimizer state, safetensors) to `FILE` after the last step")
+	fl.IntVar(&f.saveEvery, "save-every", 0, "with --save, also save after every `N`th step")
+	fl.StringVar(&f.resume, "resume", "", "resume from the checkpoint in `FILE`, saved under any plan of the same model and optimizer")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
 }
@@ -70,129 +74,96 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if f.steps < 1 {
 		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
 	}
+	if f.saveEvery < 0 || (f.saveEvery > 0 && f.save == "") {
+		return fmt.Errorf("--save-every %d needs --save FILE and a count of at least 1", f.saveEvery)
+	}
 	if viaMPI, err := runViaMPI(ctx, stdout, stderr, path, f); viaMPI {
 		return err
+	}
+	var ck *autopar.Checkpoint
+	if f.resume != "" {
+		var err error
+		if ck, err = autopar.LoadCheckpoint(f.resume); err != nil {
+			return err
+		}
 	}
 	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
 		return err
 	}
 	printSummary(stdout, plan)
-	progs, err := interruptible(ctx, plan.Programs)
-	if err != nil {
-		return err
-	}
-	full, err := passes.TrainingStep(fwd, plan.Optimizer.Optimizer())
-	if err != nil {
-		return err
-	}
-	state := interp.InitParams(full, f.seed)
+	opts := autopar.TrainerOptions{Seed: f.seed, CheckSerial: f.check, Timeout: f.timeout, Checkpoint: ck}
 	if f.weights != "" {
-		if err := loadWeights(f.weights, full, state); err != nil {
+		if ck != nil {
+			return fmt.Errorf("--weights and --resume both set the params: give one")
+		}
+		w, _, err := safetensors.ReadFile(f.weights)
+		if err != nil {
 			return err
 		}
+		opts.Weights = w
 	}
-	data, err := interp.GenerateInputs(full, f.seed+1)
+	tr, err := interruptible(ctx, func() (*autopar.Trainer, error) { return autopar.NewTrainer(ctx, plan, opts) })
+	if err != nil {
+		if f.weights != "" {
+			return fmt.Errorf("%s: %w", f.weights, err)
+		}
+		return err
+	}
+	data, err := interp.GenerateInputs(fwd, f.seed+1)
 	if err != nil {
 		return err
 	}
-	loss := full.Value(full.Outputs[0].Value).Name
-	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", len(progs))
-	for step := 1; step <= f.steps; step++ {
-		feeds := interp.Feeds{}
-		maps.Copy(feeds, state)
-		maps.Copy(feeds, data)
+	batch := autopar.Batch{}
+	for name, x := range data {
+		batch[name] = x
+	}
+	if ck != nil {
+		fmt.Fprintf(stdout, "\nresumed %s at step %d\n", f.resume, ck.Step)
+	}
+	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", tr.Devices())
+	last := tr.Steps() + f.steps
+	for tr.Steps() < last {
+		if f.trace != "" && tr.Steps() == last-1 {
+			tr.TraceNext()
+		}
 		start := time.Now()
-		got, err := runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{Timeout: f.timeout, Trace: f.trace != "" && step == f.steps})
+		loss, err := tr.Step(ctx, batch)
 		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
+			return err
 		}
-		took := time.Since(start)
-		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, got.Stores[loss].At(0), took.Round(time.Millisecond))
+		step := tr.Steps()
+		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
 		if f.check {
-			if err := checkStep(ctx, stdout, full, feeds, got); err != nil {
-				return err
-			}
+			c := tr.LastCheck()
+			fmt.Fprintf(stdout, "      check: loss %s; gradients %s; params %s\n", diffString(c.Loss), diffString(c.Grads), diffString(c.Updates))
 		}
-		if step == f.steps && f.trace != "" {
+		if step == last && f.trace != "" {
 			write := func(w io.Writer) error {
-				return got.WriteTraceWith(w, runtime.TraceOptions{Frees: f.traceFrees, Stages: stageDevices(plan)})
+				return tr.LastResult().WriteTraceWith(w, runtime.TraceOptions{Frees: f.traceFrees, Stages: stageDevices(plan)})
 			}
 			if err := writeFileAtomic(f.trace, write); err != nil {
 				return err
 			}
 		}
-		for _, u := range full.Updates {
-			name := full.Value(u.Target).Name
-			state[name] = got.Stores[name]
+		if f.save != "" && (step == last || (f.saveEvery > 0 && step%f.saveEvery == 0)) {
+			if err := tr.Save(f.save); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "      saved %s at step %d\n", f.save, step)
 		}
 	}
 	return nil
 }
 
-// checkStep runs the full-batch step serially on the same feeds and prints the largest
-// differences from the parallel run, by kind.
-func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result) error {
-	want, err := interp.RunKeep(ctx, full, feeds)
-	if err != nil {
-		return fmt.Errorf("--check: serial run: %w", err)
-	}
-	var loss, grads, params diff
-	loss.add(full.Value(full.Outputs[0].Value).Name, got.Stores, want.Outputs[0])
-	for _, p := range full.Leaves(ir.OpParam) {
-		name := "grad." + full.Value(p).Name
-		if id, ok := full.Lookup(name); ok {
-			grads.add(name, got.Stores, want.Values[id])
-		}
-	}
-	names := make([]string, 0, len(want.Updates))
-	for name := range want.Updates {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		params.add(name, got.Stores, want.Updates[name])
-	}
-	fmt.Fprintf(w, "      check: loss %s; gradients %s; params %s\n", loss, grads, params)
-	return nil
-}
-
-// diff tracks, over the tensors of one kind, the largest absolute difference and the
-// largest magnitude. The relative difference is the one over the other: element-wise or even
-// per-tensor ratios would report rounding noise as error where values cancel (the gradient
-// of attention's key bias is zero in exact arithmetic, so both runs hold noise there).
-type diff struct {
-	abs, scale float64
-	worst      string
-	missing    []string
-}
-
-func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels.Tensor) {
-	got, ok := stores[name]
-	if !ok || want == nil || got.Len() != want.Len() {
-		d.missing = append(d.missing, name)
-		return
-	}
-	for i := range got.Len() {
-		x, y := got.At(i), want.At(i)
-		if e := math.Abs(x - y); e > d.abs || math.IsNaN(e) {
-			d.abs, d.worst = e, name
-		}
-		d.scale = max(d.scale, math.Abs(x), math.Abs(y))
-	}
-}
-
-func (d diff) String() string {
-	rel := 0.0
-	if d.scale > 0 {
-		rel = d.abs / d.scale
-	}
-	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, rel)
-	if d.worst != "" && d.abs > 0 {
-		s += " (" + d.worst + ")"
-	}
-	if len(d.missing) > 0 {
-		s += fmt.Sprintf(", %d missing: %v", len(d.missing), d.missing)
+// diffString prints a check's difference of one kind: the largest absolute difference,
+// relative to the kind's largest magnitude (element-wise or per-tensor ratios would report
+// rounding noise as error where values cancel: the gradient of attention's key bias is zero
+// in exact arithmetic, so both runs hold noise there).
+func diffString(d autopar.Diff) string {
+	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.Abs, d.Rel())
+	if d.Worst != "" && d.Abs > 0 {
+		s += " (" + d.Worst + ")"
 	}
 	return s
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
-	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
 
@@ -29,6 +28,9 @@ type config struct {
 	steps       int
 	lr          float64
 	seed        int64
+	// save is the checkpoint written after the last step, resume the one started from
+	// (under this run's plan, whatever plan saved it).
+	save, resume string
 }
 
 func defaultConfig() config {
@@ -43,14 +45,17 @@ func main() {
 	flag.IntVar(&c.microbatches, "microbatches", c.microbatches, "micro-batches per step (0: let autopar search)")
 	flag.IntVar(&c.stageLayers, "stage-layers", c.stageLayers, "layers the step is clustered into for the stage search (0: automatic)")
 	flag.Float64Var(&c.lr, "lr", c.lr, "Adam learning rate")
+	flag.StringVar(&c.save, "save", "", "save a checkpoint to `FILE` after the last step")
+	flag.StringVar(&c.resume, "resume", "", "resume from the checkpoint in `FILE`")
 	flag.Parse()
 	if _, err := train(context.Background(), os.Stdout, c); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// train compiles the model for the cluster and runs c.steps steps of it on the runtime,
-// printing and returning the loss of each.
+// train compiles the model for the cluster and trains c.steps steps of it with an
+// autopar.Trainer, which keeps the params and Adam's state on the devices, printing and
+// returning the loss of each.
 func train(ctx context.Context, w io.Writer, c config) ([]float64, error) {
 	model, err := buildGPT(c)
 	if err != nil {
@@ -69,45 +74,40 @@ func train(ctx context.Context, w io.Writer, c config) ([]float64, error) {
 		fmt.Fprintf(w, "stage %d: layers %d-%d on devices %v, logical mesh (dp %d, mp %d)\n",
 			i, s.FirstLayer, s.LastLayer, s.Devices, s.Logical[0], s.Logical[1])
 	}
-	progs, err := plan.Programs()
+	opts := autopar.TrainerOptions{Seed: c.seed}
+	if c.resume != "" {
+		if opts.Checkpoint, err = autopar.LoadCheckpoint(c.resume); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "resuming %s at step %d\n", c.resume, opts.Checkpoint.Step)
+	}
+	tr, err := autopar.NewTrainer(ctx, plan, opts)
 	if err != nil {
 		return nil, err
 	}
-	// The programs take the whole batch and the whole parameters as feeds: each device
-	// loads its own shard. The full-batch training step names them.
-	step, err := passes.TrainingStep(model, opt)
+	// One fixed batch of random tokens and targets: the loss falls as the model learns it.
+	data, err := interp.GenerateInputs(model, c.seed+1)
 	if err != nil {
 		return nil, err
 	}
-	state := interp.InitParams(step, c.seed)
-	data, err := interp.GenerateInputs(step, c.seed+1)
-	if err != nil {
-		return nil, err
-	}
-	lossName := step.Value(step.Outputs[0].Value).Name
+	batch := autopar.Batch{"tokens": data["tokens"], "targets": data["targets"]}
 	var losses []float64
-	for i := 1; i <= c.steps; i++ {
-		feeds := runtime.Data{}
-		for _, m := range []interp.Feeds{state, data} {
-			for k, v := range m {
-				feeds[k] = v
-			}
-		}
-		got, err := runtime.Run(ctx, progs, feeds, runtime.Options{})
+	for range c.steps {
+		loss, err := tr.Step(ctx, batch)
 		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", i, err)
+			return nil, err
 		}
-		loss := got.Stores[lossName].At(0)
 		if math.IsNaN(loss) {
-			return nil, fmt.Errorf("step %d: the loss is NaN", i)
+			return nil, fmt.Errorf("step %d: the loss is NaN", tr.Steps())
 		}
 		losses = append(losses, loss)
-		fmt.Fprintf(w, "step %3d  loss %.4f\n", i, loss)
-		// The updated params and optimizer state are the next step's feeds.
-		for _, u := range step.Updates {
-			name := step.Value(u.Target).Name
-			state[name] = got.Stores[name]
+		fmt.Fprintf(w, "step %3d  loss %.4f\n", tr.Steps(), loss)
+	}
+	if c.save != "" {
+		if err := tr.Save(c.save); err != nil {
+			return nil, err
 		}
+		fmt.Fprintf(w, "saved %s\n", c.save)
 	}
 	return losses, nil
 }

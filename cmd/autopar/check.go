@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/runtime/kernels"
+)
+
+// checkStep runs the full-batch step serially on the same feeds and prints the largest
+// differences from the parallel run, by kind.
+func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result) error {
+	want, err := interp.RunKeep(ctx, full, feeds)
+	if err != nil {
+		return fmt.Errorf("--check: serial run: %w", err)
+	}
+	var loss, grads, params diff
+	loss.add(full.Value(full.Outputs[0].Value).Name, got.Stores, want.Outputs[0])
+	for _, p := range full.Leaves(ir.OpParam) {
+		name := "grad." + full.Value(p).Name
+		if id, ok := full.Lookup(name); ok {
+			grads.add(name, got.Stores, want.Values[id])
+		}
+	}
+	names := make([]string, 0, len(want.Updates))
+	for name := range want.Updates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		params.add(name, got.Stores, want.Updates[name])
+	}
+	fmt.Fprintf(w, "      check: loss %s; gradients %s; params %s\n", loss, grads, params)
+	return nil
+}
+
+// diff tracks, over the tensors of one kind, the largest absolute difference and the
+// largest magnitude. The relative difference is the one over the other: element-wise or even
+// per-tensor ratios would report rounding noise as error where values cancel (the gradient
+// of attention's key bias is zero in exact arithmetic, so both runs hold noise there).
+type diff struct {
+	abs, scale float64
+	worst      string
+	missing    []string
+}
+
+func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels.Tensor) {
+	got, ok := stores[name]
+	if !ok || want == nil || got.Len() != want.Len() {
+		d.missing = append(d.missing, name)
+		return
+	}
+	for i := range got.Len() {
+		x, y := got.At(i), want.At(i)
+		if e := math.Abs(x - y); e > d.abs || math.IsNaN(e) {
+			d.abs, d.worst = e, name
+		}
+		d.scale = max(d.scale, math.Abs(x), math.Abs(y))
+	}
+}
+
+func (d diff) String() string {
+	rel := 0.0
+	if d.scale > 0 {
+		rel = d.abs / d.scale
+	}
+	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, rel)
+	if d.worst != "" && d.abs > 0 {
+		s += " (" + d.worst + ")"
+	}
+	if len(d.missing) > 0 {
+		s += fmt.Sprintf(", %d missing: %v", len(d.missing), d.missing)
+	}
+	return s
+}
