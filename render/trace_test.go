@@ -76,7 +76,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 
 // syntheticTrace is a trace of p's programs where instruction i of every device starts at
 // i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic, for goldens.
-func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
+func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)

@@ -61,6 +61,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if f.steps < 1 {
 		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
 	}
+	if f.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", f.timeout)
+	}
 	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,12 @@ A graph that already holds its updates (a training step) runs as it is.`,
 
 // optimizerFrom turns the flags into the optimizer of the training step.
 func optimizerFrom(f trainFlags) (passes.Optimizer, error) {
+	if math.IsNaN(f.lr) || math.IsInf(f.lr, 0) || f.lr < 0 {
+		return passes.Optimizer{}, fmt.Errorf("--lr %v: expected a finite learning rate > 0 (or 0 for the default)", f.lr)
+	}
+	if math.IsNaN(f.momentum) || f.momentum < 0 || f.momentum >= 1 {
+		return passes.Optimizer{}, fmt.Errorf("--momentum %v: expected a momentum in [0, 1)", f.momentum)
+	}
 	switch f.optimizer {
 	case "sgd":
 		lr := f.lr
