@@ -59,13 +59,24 @@ func estimateValues(src []byte) int {
 	return min(lines, marks)
 }
 
-// ParseFile reads and parses the .ir file at path; positions name path as given.
+// ParseFile reads and parses the .ir file at path; positions name path as given. Unlike
+// Parse, it refuses a file with nothing in it (Parse reads that as the empty graph): a
+// model file that is empty is a mistake, named as such.
 func ParseFile(path string) (*ir.Graph, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, src)
+	if len(bytes.TrimSpace(bytes.TrimPrefix(src, []byte("\uFEFF")))) == 0 {
+		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
+			"the file is empty, expected a model in .ir text (autopar model NAME writes one)")}.Err()
+	}
+	g, err := Parse(path, src)
+	if err == nil && len(g.Values) == 0 {
+		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
+			"the file defines no values, expected a model in .ir text (autopar model NAME writes one)")}.Err()
+	}
+	return g, err
 }
 
 // definition records where a name was defined and what it became. id is ir.NoValue when the
@@ -125,6 +136,11 @@ func (p *parser) run() {
 			src = nil
 		}
 		p.line++
+		if col, msg := badText(line); col > 0 {
+			p.errorf(ir.Pos{File: p.file, Line: p.line, Col: col}, "%s", msg)
+			p.badLine(line[:col-1])
+			continue
+		}
 		p.toks = lexLine(line, p.toks)
 		p.i = 0
 		p.statement()
@@ -166,6 +182,18 @@ func (p *parser) statement() {
 func (p *parser) malformed(t token) {
 	p.errorf(p.pos(t), "unexpected %s at the start of a line: want param, input or state NAME: TYPE, "+
 		"NAME = OP operands attrs, output NAME, update NAME <- NAME, or graph NAME", t.describe())
+}
+
+// badLine records the name a line with a bad byte would have defined, read from the text
+// before that byte, as a failed definition: its uses are then silent rather than
+// "undefined" echoes of the one error.
+func (p *parser) badLine(prefix []byte) {
+	p.toks = lexLine(prefix, p.toks)
+	if t, ok := definedName(p.toks); ok {
+		if _, dup := p.defs[string(t.text)]; !dup {
+			p.defs[string(t.text)] = definition{p.pos(t), ir.NoValue}
+		}
+	}
 }
 
 // opLine parses NAME = OP a, b, c key=value ...

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -141,6 +142,9 @@ func ParseClusterJSON(data []byte, def string) (*Cluster, error) {
 	dec.DisallowUnknownFields()
 	var f clusterFields
 	if err := dec.Decode(&f); err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("mesh: cluster spec %q is empty, expected a JSON object", def)
+		}
 		return nil, fmt.Errorf("mesh: cluster spec %q: %w", def, err)
 	}
 	if dec.More() {
@@ -164,5 +168,9 @@ func LoadCluster(path string) (*Cluster, error) {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
 	def := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	return ParseClusterJSON(data, def)
+	c, err := ParseClusterJSON(data, def)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }

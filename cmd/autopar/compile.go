@@ -163,6 +163,9 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if err := checkEmit(f); err != nil {
+		return err
+	}
 	if f.dump != "" || f.timePasses {
 		if err := runPasses(stdout, stderr, path, f); err != nil || f.dump != "" {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -86,7 +87,12 @@ func writeGraph(stdout io.Writer, path string, g *ir.Graph) error {
 func writeFileAtomic(path string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(dirOf(path), ".autopar-*")
 	if err != nil {
-		return err
+		// The error names the temporary file's pattern; the user knows only path.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriter(tmp)
@@ -104,7 +110,17 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes it 0600
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
+		}
+		if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+			err = errors.New("is a directory, expected a file name")
+		}
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 func dirOf(path string) string {

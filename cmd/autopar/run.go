@@ -25,6 +25,7 @@ type runFlags struct {
 	check   bool
 	trace   string
 	timeout time.Duration
+	tol     float64
 }
 
 func newRunCmd() *cobra.Command {
@@ -47,7 +48,8 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
-	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
+	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
+	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	_ = cmd.MarkFlagRequired("cluster")
@@ -63,6 +65,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	}
 	if f.timeout <= 0 {
 		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", f.timeout)
+	}
+	if !(f.tol >= 0) || math.IsInf(f.tol, 0) {
+		return fmt.Errorf("--tolerance %v: expected a finite relative difference ≥ 0, e.g. 1e-4", f.tol)
 	}
 	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
@@ -94,11 +99,15 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 			return fmt.Errorf("step %d: %w", step, err)
 		}
 		took := time.Since(start)
-		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, got.Stores[loss].At(0), took.Round(time.Millisecond))
+		l := got.Stores[loss].At(0)
+		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, l, took.Round(time.Millisecond))
 		if f.check {
-			if err := checkStep(ctx, stdout, full, feeds, got); err != nil {
-				return err
+			if err := checkStep(ctx, stdout, full, feeds, got, f.tol); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
 			}
+		}
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, l)
 		}
 		if step == f.steps && f.trace != "" {
 			if err := writeFileAtomic(f.trace, got.WriteTrace); err != nil {
@@ -114,8 +123,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 }
 
 // checkStep runs the full-batch step serially on the same feeds and prints the largest
-// differences from the parallel run, by kind.
-func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result) error {
+// differences from the parallel run, by kind. It fails when a tensor is missing, not a
+// number, or differs by more than tol relative to the largest magnitude of its kind.
+func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result, tol float64) error {
 	want, err := interp.RunKeep(ctx, full, feeds)
 	if err != nil {
 		return fmt.Errorf("--check: serial run: %w", err)
@@ -137,6 +147,14 @@ func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Fe
 		params.add(name, got.Stores, want.Updates[name])
 	}
 	fmt.Fprintf(w, "      check: loss %s; gradients %s; params %s\n", loss, grads, params)
+	for _, k := range []struct {
+		kind string
+		d    diff
+	}{{"loss", loss}, {"gradients", grads}, {"params", params}} {
+		if err := k.d.check(tol); err != nil {
+			return fmt.Errorf("--check: %s: %w", k.kind, err)
+		}
+	}
 	return nil
 }
 
@@ -148,6 +166,7 @@ type diff struct {
 	abs, scale float64
 	worst      string
 	missing    []string
+	nan        string // the first tensor holding a NaN or an infinity, in either run
 }
 
 func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels.Tensor) {
@@ -158,19 +177,47 @@ func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels
 	}
 	for i := range got.Len() {
 		x, y := got.At(i), want.At(i)
-		if e := math.Abs(x - y); e > d.abs || math.IsNaN(e) {
+		if !finite(x) || !finite(y) {
+			if d.nan == "" {
+				d.nan = fmt.Sprintf("%s[%d] is %v here and %v serially", name, i, x, y)
+			}
+			continue
+		}
+		if e := math.Abs(x - y); e > d.abs {
 			d.abs, d.worst = e, name
 		}
 		d.scale = max(d.scale, math.Abs(x), math.Abs(y))
 	}
 }
 
-func (d diff) String() string {
-	rel := 0.0
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// rel is the largest absolute difference over the largest magnitude.
+func (d diff) rel() float64 {
 	if d.scale > 0 {
-		rel = d.abs / d.scale
+		return d.abs / d.scale
 	}
-	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, rel)
+	return 0
+}
+
+// check fails on a missing tensor, a NaN or infinity, or a relative difference over tol.
+func (d diff) check(tol float64) error {
+	switch {
+	case len(d.missing) > 0:
+		return fmt.Errorf("%d tensors missing from the parallel run: %v", len(d.missing), d.missing)
+	case d.nan != "":
+		return fmt.Errorf("not a number: %s", d.nan)
+	case d.rel() > tol:
+		return fmt.Errorf("relative difference %.3g from the serial run (%s) is over --tolerance %.3g", d.rel(), d.worst, tol)
+	}
+	return nil
+}
+
+func (d diff) String() string {
+	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, d.rel())
+	if d.nan != "" {
+		s = "NaN: " + d.nan
+	}
 	if d.worst != "" && d.abs > 0 {
 		s += " (" + d.worst + ")"
 	}

@@ -129,6 +129,9 @@ func runTrain(ctx context.Context, w io.Writer, path string, f trainFlags) error
 				path, step.Value(step.Outputs[0].Value).Name, loss.Type)
 		}
 		fmt.Fprintf(w, "step %4d  loss %.6f  (%v)\n", i, loss.At(0), time.Since(start).Round(time.Millisecond))
+		if l := loss.At(0); math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", i, l)
+		}
 		state.Apply(res)
 	}
 	return nil
