@@ -253,6 +253,9 @@ func ReadPlanFile(path string) (*Plan, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() == 0 {
+		return nil, fmt.Errorf("%s: the file is empty, expected a plan.json written by autopar compile -o DIR", path)
+	}
 	p, err := ReadPlan(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

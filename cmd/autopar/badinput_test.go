@@ -57,6 +57,8 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:abc`, 1, `got "abc"`},
 	{`compile $M/mlp-tiny.ir --cluster dgx-a100:2.5`, 1, `got "2.5"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:`, 1, `got ""`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:+2`, 1, `got "+2"`},
+	{`compile $M/mlp-tiny.ir --cluster dgx-a100:99999999999999999999`, 1, `got "99999999999999999999"`},
 	{`compile $M/mlp-tiny.ir --cluster ''`, 1, `unknown cluster preset ""`},
 	// --cluster: JSON files.
 	{`compile $M/mlp-tiny.ir --cluster $D/nosuch.json`, 1, `$D/nosuch.json: no such file or directory`},
@@ -82,7 +84,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan tp=4`, 1, `uses 4 devices`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/nosuch.json`, 1, `no such file or directory`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/corrupt-plan.json`, 1, `$D/corrupt-plan.json: plan: corrupt plan.json`},
-	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/empty.json`, 1, `$D/empty.json: plan: corrupt plan.json`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/empty.json`, 1, `$D/empty.json: the file is empty, expected a plan.json`},
 
 	// --mesh (shard).
 	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 2`, 1, `--mesh: mesh shape "2": expected N0xN1`},
@@ -143,7 +145,9 @@ var badInputs = []badInput{
 	// plan.json for explain and render.
 	{`explain $D/nosuch.json --memory`, 1, `no such file or directory`},
 	{`explain $D/corrupt-plan.json --memory`, 1, `$D/corrupt-plan.json: plan: corrupt plan.json`},
-	{`explain $D/empty.json --memory`, 1, `$D/empty.json: plan: corrupt plan.json`},
+	{`explain $D/empty.json --memory`, 1, `$D/empty.json: the file is empty, expected a plan.json`},
+	{`render $D/empty.json -o $D/out.dot`, 1, `$D/empty.json: the file is empty, expected a plan.json`},
+	{`explain $D/hosts0.json --memory`, 1, `$D/hosts0.json: plan: corrupt plan.json: json: unknown field "name"`},
 	{`explain $D/plan.json`, 1, `give exactly one of --op NAME, --stage N or --memory`},
 	{`explain $D/plan.json --op nosuch`, 1, `no value "nosuch" in the plan of mlp`},
 	{`explain $D/plan.json --stage 99`, 1, `no stage 99; the plan has 2 stages`},
