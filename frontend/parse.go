@@ -32,6 +32,9 @@ const maxErrors = 10
 // tensor has at most 2^50 elements and 64 dims (declared or inferred), an int list at most
 // 64 entries.
 //
+// A NUL byte or a byte that is not valid UTF-8, anywhere (comments included), is an error
+// at its line and column: such a file is binary or in another encoding.
+//
 // filename is used only in positions. On any mistake Parse returns a nil graph and an
 // ir.ErrorList of up to ten positioned diagnostics (file:line:col: message), continuing after
 // a bad line so that independent mistakes are reported together. Parse never panics on any
@@ -59,14 +62,19 @@ func estimateValues(src []byte) int {
 	return min(lines, marks)
 }
 
-// ParseFile reads and parses the .ir file at path; positions name path as given. Unlike
-// Parse, it refuses a file with nothing in it (Parse reads that as the empty graph): a
-// model file that is empty is a mistake, named as such.
+// ParseFile reads and parses the .ir file at path; positions name path as given.
 func ParseFile(path string) (*ir.Graph, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	return ParseModel(path, src)
+}
+
+// ParseModel parses src, the text of the model file at path, as ParseFile does once it has
+// read it. Unlike Parse, it refuses a file with nothing in it (Parse reads that as the empty
+// graph): a model file that is empty, or holds only comments, is a mistake, named as such.
+func ParseModel(path string, src []byte) (*ir.Graph, error) {
 	if len(bytes.TrimSpace(bytes.TrimPrefix(src, []byte("\uFEFF")))) == 0 {
 		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
 			"the file is empty, expected a model in .ir text (autopar model NAME writes one)")}.Err()

@@ -125,9 +125,9 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
 	}
 	if f.memory != "" {
-		m, err := mesh.ParseBytes(f.memory)
+		m, err := parseSize("--memory", f.memory)
 		if err != nil {
-			return o, fmt.Errorf("--memory: %w", err)
+			return o, err
 		}
 		o.MemoryPerDevice = m
 	}

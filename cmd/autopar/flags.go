@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/autopar/autopar/mesh"
+)
 
 // checkEmit validates --emit and -o before any work, so that a typo is reported at once
 // rather than after a search of minutes.
@@ -12,4 +16,13 @@ func checkEmit(f compileFlags) error {
 		return fmt.Errorf("--emit %s writes files: expected -o DIR with it", f.emit)
 	}
 	return nil
+}
+
+// parseSize reads the byte size of flag name (--memory, --memory-budget) strictly.
+func parseSize(name, s string) (int64, error) {
+	n, err := mesh.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return n, nil
 }

@@ -67,8 +67,8 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	}
 	var budget int64
 	if o.budget != "" {
-		if budget, err = mesh.ParseBytes(o.budget); err != nil {
-			return fmt.Errorf("--memory-budget: %w", err)
+		if budget, err = parseSize("--memory-budget", o.budget); err != nil {
+			return err
 		}
 	}
 	if o.timeLimit <= 0 {
