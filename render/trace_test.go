@@ -121,6 +121,10 @@ func TestReadTraceErrors(t *testing.T) {
 		want        string
 	}{
 		{"not json", "{", p, "not Chrome trace-event JSON"},
+		{"empty", "", p, "the file is empty"},
+		{"trailing data", `{"traceEvents":[]} {}`, p, "data after the JSON object"},
+		{"far future", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":1e300,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "expected both in [0,"},
+		{"negative start", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":-1,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "start -1 µs"},
 		{"no events", `{"traceEvents":[]}`, p, "no instruction events"},
 		{"unknown device", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":9,"args":{"instr":0}}]}`, p, "device 9 has no program"},
 		{"instr out of range", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":99999}}]}`, p, "is not in its program"},
