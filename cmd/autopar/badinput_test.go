@@ -71,6 +71,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster $D/trailing.json`, 1, `trailing data after the JSON object`},
 	{`compile $M/mlp-tiny.ir --cluster $D/negbw.json`, 1, `intra-host bandwidth must be positive`},
 	{`compile $M/mlp-tiny.ir --cluster $D/slow.json`, 1, `more than the 1e+12 s the solver can weigh`},
+	{`compile $M/mlp-tiny.ir --cluster $D`, 1, `read $D: is a directory`},
 
 	// --plan degrees and plan files.
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan tp=2xyz,pp=2junk`, 1, `plan "tp=2xyz,pp=2junk": tp="2xyz": expected a positive integer`},
@@ -82,6 +83,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan tp=2,`, 1, `"" is not tp=N, pp=N or dp=N`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan tp=99999999999`, 1, `tp="99999999999"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan tp=4`, 1, `uses 4 devices`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan pp=2 --layers 1`, 1, `has more stages than the 1 layers of the model`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/nosuch.json`, 1, `no such file or directory`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/corrupt-plan.json`, 1, `$D/corrupt-plan.json: plan: corrupt plan.json`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --plan $D/empty.json`, 1, `$D/empty.json: the file is empty, expected a plan.json`},
@@ -104,6 +106,8 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory 1e400`, 1, `size "1e400": over the limit`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory NaN`, 1, `size "NaN"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory 0x10`, 1, `size "0x10"`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory 1`, 1, `no pipeline plan fits in memory`},
+	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory-budget 1`, 1, `memory budget 1 B per device is too small`},
 	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory-budget 8Gx`, 1, `--memory-budget: size "8Gx": unknown unit "Gx"`},
 
 	// --batch, --microbatches, --schedule, --layers, --dump.
@@ -121,6 +125,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --layers -1`, 1, `--layers -1: expected 0 (automatic) or more`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --dump nope`, 1, `--dump "nope": no such pass`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --optimizer lamb`, 1, `unknown optimizer "lamb"`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --lr -1`, 1, `--lr -1: expected a finite learning rate`},
 
 	// --emit and -o.
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --emit pdf -o $D/out`, 1, `--emit "pdf": expected programs`},
@@ -176,6 +181,7 @@ var badInputs = []badInput{
 	{`model gpt --hidden 0`, 1, `gpt: hidden must be at least 1, got 0`},
 	{`model gpt --dropout 2`, 1, `gpt: dropout must be in [0, 1), got 2`},
 	{`model moe --experts 0`, 1, `moe: experts must be at least 1, got 0`},
+	{`model gpt --heads 3`, 1, `gpt: hidden 32 is not divisible by heads 3`},
 }
 
 // badFiles are the inputs the rows name under $D.
