@@ -78,7 +78,10 @@ func ParseManual(s string) (*Manual, error) {
 			return nil, fmt.Errorf("plan %q: %s is given twice", s, key)
 		}
 		seen[key] = true
-		n, err := strconv.ParseInt(num, 10, 32)
+		n, err := strconv.ParseInt(num, 10, 64)
+		if ok && num != "" && num[0] >= '0' && num[0] <= '9' && (isRange(err) || err == nil && n > math.MaxInt32) {
+			return nil, fmt.Errorf("plan %q: %s=%s is more than %d devices", s, key, num, math.MaxInt32)
+		}
 		if !ok || err != nil || n < 1 || num[0] < '0' || num[0] > '9' {
 			return nil, fmt.Errorf("plan %q: %s=%q: expected a positive integer N, as in %s=2", s, key, num, key)
 		}
@@ -88,6 +91,11 @@ func ParseManual(s string) (*Manual, error) {
 		return nil, fmt.Errorf("plan %q: tp×pp×dp is more than %d devices", s, math.MaxInt32)
 	}
 	return m, nil
+}
+
+func isRange(err error) bool {
+	var ne *strconv.NumError
+	return errors.As(err, &ne) && ne.Err == strconv.ErrRange
 }
 
 // ConstraintsOf pins the stages of plan p: their layer ranges, submeshes and logical
@@ -134,6 +142,9 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	var best *Plan
 	var why error // when no count gives a plan: the memory error that needs least, or the first
 	for _, b := range counts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		p, err := compileWith(ctx, g, c, opts, sched, batch, b)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -212,6 +223,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	layers := opts.Layers
 	if layers == 0 {
 		// More layers than devices buys no more stages, and every layer range is priced on
@@ -220,6 +234,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	}
 	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
@@ -269,7 +286,11 @@ func dpSchedule(s codegen.Schedule) dp.Schedule {
 // counts (the first ones one longer when L does not divide), each on TP·DP devices with
 // logical mesh (DP, TP).
 func manualConstraints(m *Manual, layers int, c *mesh.Cluster) (dp.Constraints, error) {
-	if n := m.TP * m.PP * m.DP; n != c.Devices() {
+	n, ok := mesh.CountDevices(m.TP, m.PP, m.DP)
+	if !ok {
+		return dp.Constraints{}, fmt.Errorf("plan %s uses more devices than any cluster has (at most %d) but cluster %s has %d", m, mesh.MaxDevices, c, c.Devices())
+	}
+	if n != c.Devices() {
 		return dp.Constraints{}, fmt.Errorf("plan %s uses %d devices but cluster %s has %d", m, n, c, c.Devices())
 	}
 	if m.PP > layers {

@@ -111,12 +111,22 @@ func relErr(a, b *kernels.Tensor) float64 {
 // step on the serial interpreter and compares loss, gradients and updated params and state.
 func checkAgainstSerial(t *testing.T, p *Plan, tol float64) {
 	t.Helper()
+	checkAgainstSerialFrom(t, p, tol, nil)
+}
+
+// checkAgainstSerialFrom is checkAgainstSerial starting from the given params (an imported
+// model's weights) instead of random ones.
+func checkAgainstSerialFrom(t *testing.T, p *Plan, tol float64, weights map[string]*kernels.Tensor) {
+	t.Helper()
 	ctx := context.Background()
 	progs, err := p.Programs()
 	require.NoError(t, err)
 	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
 	require.NoError(t, err)
 	ref := interp.InitParams(full, 1)
+	for k, v := range weights {
+		ref[k] = v.Clone()
+	}
 	data, err := interp.GenerateInputs(full, 2)
 	require.NoError(t, err)
 	for k, v := range data {

@@ -44,7 +44,7 @@ func TestParseManualStrict(t *testing.T) {
 		"tp=2xyz,pp=2junk": `tp="2xyz": expected a positive integer`, "tp=2.9": `tp="2.9"`, "tp=2,tp=4": "tp is given twice",
 		"tp=0": `tp="0"`, "tp=-1": `tp="-1"`, "tp=+2": `tp="+2"`, "tp=": `tp=""`, "tp": `tp="": expected a positive integer`,
 		"": `"" is not tp=N`, "tp=2,": `"" is not tp=N`, "xp=2": `unknown degree "xp"`, "TP=2": `unknown degree "TP"`,
-		"tp=0x10": `tp="0x10"`, "tp=1_0": `tp="1_0"`, "tp=99999999999": `tp="99999999999"`,
+		"tp=0x10": `tp="0x10"`, "tp=1_0": `tp="1_0"`, "tp=99999999999": "tp=99999999999 is more than 2147483647 devices",
 		"tp=65536,pp=65536": "tp×pp×dp is more than 2147483647 devices",
 	} {
 		_, err := ParseManual(s)

@@ -224,6 +224,9 @@ func ReadPlan(r io.Reader) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var p Plan
@@ -253,9 +256,6 @@ func ReadPlanFile(path string) (*Plan, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() == 0 {
-		return nil, fmt.Errorf("%s: the file is empty, expected a plan.json written by autopar compile -o DIR", path)
-	}
 	p, err := ReadPlan(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

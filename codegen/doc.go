@@ -2,7 +2,11 @@
 // per-device instruction set the runtime executes.
 //
 // A Program is plain data: a list of buffer declarations (dense BufferIDs, each with the
-// local shard type it holds and a readable name) and a list of instructions over them —
+// local shard type it holds, a readable name, and whether it is of the step or of one
+// micro-batch), blocks of instructions, and a schedule of loops that runs the blocks —
+// the step's once, the micro-batch blocks once per micro-batch, with the micro-batch index
+// as the loop variable that selects their buffers, tags and input slices, so that a
+// program's size does not grow with the micro-batch count. The instructions are —
 // compute (one ir op on local shards), constant, load and store (feeds and results, by
 // block), accumulate, the collectives all_reduce, all_gather, reduce_scatter and
 // all_to_all over device groups, send and recv between stages, and free. It has a readable
@@ -13,8 +17,8 @@
 // Lower makes the programs of a Plan: the step of one micro-batch, a mesh and the layouts
 // of every value per stage. It checks every strategy (CheckStrategy, which the sharding
 // pass also filters with), lowers resharding step by step into collectives, moves values
-// between stages so that each element crosses once, unrolls the micro-batches in GPipe or
-// 1F1B order with a deadlock check, accumulates gradients while they are still partial,
+// between stages so that each element crosses once, schedules the micro-batch blocks in
+// loops in GPipe or 1F1B order with a deadlock check that does not expand them, accumulates gradients while they are still partial,
 // runs the update once, and frees every buffer after its last use. Predict computes the
 // bytes each device will move and hold under the runtime's own accounting; the tests hold
 // the runtime to it exactly.

@@ -145,6 +145,8 @@ func TestEquivPipeline(t *testing.T) {
 		{name: "2-stage-dp-1f1b", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
 		{name: "4-stage-gpipe", fwd: mlp(3), opt: adam, b: 4, plan: pipeline(four, 4, codegen.GPipe, dataParallel(0), propagate)},
 		{name: "4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: pipeline(four, 4, codegen.OneFOneB, dataParallel(0), propagate)},
+		{name: "4-stage-1f1b-16mb", fwd: mlp(3), opt: adam, b: 16, plan: pipeline(four, 16, codegen.OneFOneB, dataParallel(0), propagate)},
+		{name: "4-stage-gpipe-16mb", fwd: mlp(3), opt: sgd, b: 16, plan: pipeline(four, 16, codegen.GPipe, dataParallel(0), propagate)},
 		{name: "2-stage-random-cross-mesh", fwd: mlp(1), opt: adam, b: 2, plan: pipeline(odd, 2, codegen.OneFOneB, randomLeaves(rng), randomChooser(rng))},
 		{name: "2-stage-gpt-1f1b", fwd: gpt, opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
 	}

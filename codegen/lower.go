@@ -9,9 +9,13 @@ import (
 
 // Lower turns a plan into one Program per device, in Plan.Devices order.
 //
-// Each stage's program runs its tasks in the schedule's order (see stageTasks): for each
-// micro-batch the stage's forward ops, later its backward ops, in graph order; then the
-// update once. Around every op it inserts what the strategy needs:
+// Each stage's program has four blocks: a prologue that loads the params and state its
+// ops read (in every layout they ask for) and zeroes the gradient accumulators; the
+// forward and the backward of one micro-batch (the stage's forward ops, then its backward
+// ops, in graph order), run per micro-batch; and the update, once. The schedule (see
+// stageLoops) runs the micro-batch blocks in loops in GPipe or 1F1B order, so a
+// program's size does not grow with the micro-batch count. Around every op it inserts
+// what the strategy needs:
 //
 //   - operands in the layout the op asks for: loads (inputs take their micro-batch's slice
 //     along the batch dim, directly in the consumer's layout; params and state are loaded
@@ -34,11 +38,14 @@ func Lower(p *Plan) (progs []*Program, err error) {
 	if err != nil {
 		return nil, err
 	}
-	orders := make([][]task, len(p.Stages))
-	for i := range p.Stages {
-		orders[i] = stageTasks(p.Schedule, len(p.Stages), i, p.Microbatches)
+	if p.Microbatches > MaxMicrobatches {
+		return nil, fmt.Errorf("codegen: %d micro-batches, expected at most %d", p.Microbatches, MaxMicrobatches)
 	}
-	if err := checkDeadlock(p, an, orders); err != nil {
+	loops := make([][]Loop, len(p.Stages))
+	for i := range p.Stages {
+		loops[i] = stageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
+	}
+	if err := checkDeadlock(p, an, loops); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -52,10 +59,7 @@ func Lower(p *Plan) (progs []*Program, err error) {
 	}()
 	l := newLowerer(p, an)
 	for s, em := range l.stages {
-		for _, t := range orders[s] {
-			em.runTask(t)
-		}
-		em.freeAll()
+		em.lower(loops[s])
 		progs = append(progs, em.progs...)
 	}
 	for _, prog := range progs {
@@ -64,6 +68,101 @@ func Lower(p *Plan) (progs []*Program, err error) {
 		}
 	}
 	return progs, nil
+}
+
+// The blocks of every lowered program, by index.
+const (
+	blockPrologue = iota
+	blockForward
+	blockBackward
+	blockUpdate
+)
+
+// lower emits the stage's blocks and gives its programs the schedule loops.
+func (em *stageEm) lower(loops []Loop) {
+	em.block("prologue", false, em.prologue)
+	em.block("forward", true, func() { em.runTask(task{phaseF, 0}) })
+	em.block("backward", true, func() {
+		em.runTask(task{phaseB, 0})
+		em.freeMicrobatch()
+	})
+	em.block("update", false, func() {
+		em.runTask(task{phaseU, -1})
+		em.freeAll()
+	})
+	for _, p := range em.progs {
+		p.Microbatches = em.l.p.Microbatches
+		p.Schedule = loops
+	}
+}
+
+// block emits one block on every device of the stage: what f emits, with the buffers it
+// declares per micro-batch when perMB. The micro-batch blocks are emitted for micro-batch
+// 0, which in them stands for the micro-batch they run for: tags and load strides are
+// relative to it.
+func (em *stageEm) block(name string, perMB bool, f func()) {
+	start := make([]int, len(em.progs))
+	for d, p := range em.progs {
+		start[d] = len(p.Instrs)
+	}
+	em.perMB = perMB
+	f()
+	em.perMB = false
+	for d, p := range em.progs {
+		p.Blocks = append(p.Blocks, Block{Name: name, Start: start[d], End: len(p.Instrs), PerMicrobatch: perMB})
+	}
+}
+
+// prologue loads every param and state the stage's forward and backward ops read, in each
+// layout they ask for, and zeroes the accumulators, so that the micro-batch blocks only
+// read what is of the step.
+func (em *stageEm) prologue() {
+	g := em.l.g
+	for _, ops := range [][]ir.ValueID{em.opsF, em.opsB} {
+		for _, v := range ops {
+			val := g.Value(v)
+			if val.Op == ir.OpConstant || val.Op == ir.OpIota {
+				continue
+			}
+			for i, a := range val.Args {
+				if op := g.Value(a).Op; op == ir.OpParam || op == ir.OpState {
+					em.ensure(key{a, -1}, em.st.In[v][i])
+				}
+			}
+		}
+	}
+	for _, ops := range [][]ir.ValueID{em.opsF, em.opsB} {
+		for _, v := range ops {
+			if !em.l.an.acc[v] {
+				continue
+			}
+			spec := em.st.Out[v]
+			acc := &dbuf{spec: spec, ids: em.newBuf(g.Value(v).Name+".acc", localOf(em.m, g.Value(v).Type, spec))}
+			em.each(func(d int) Instr { return Instr{Kind: Constant, Out: acc.ids[d]} })
+			em.accs[v] = acc
+		}
+	}
+}
+
+// freeMicrobatch frees what of the micro-batch is still live at the end of its backward.
+func (em *stageEm) freeMicrobatch() {
+	for d, p := range em.progs {
+		var args []BufferID
+		for b, live := range em.live[d] {
+			if live && p.Buffers[b].PerMicrobatch {
+				args = append(args, BufferID(b))
+			}
+		}
+		if len(args) > 0 {
+			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+		}
+	}
+	for k := range em.have {
+		if k.mb >= 0 {
+			delete(em.have, k)
+			delete(em.left, k)
+		}
+	}
 }
 
 // lowerError carries a user-facing error out of the emitter's depths to Lower.
@@ -99,7 +198,8 @@ func newLowerer(p *Plan, an *analysis) *lowerer {
 	return l
 }
 
-// key names one tensor of the unrolled step: a value for one micro-batch, or (mb −1) a
+// key names one tensor of the step: a value for the micro-batch a block runs for (mb 0 in
+// the micro-batch blocks, which stands for it), or (mb −1) a
 // value of the update, a param or state, or an accumulated gradient after scaling.
 type key struct {
 	v  ir.ValueID
@@ -130,6 +230,7 @@ type stageEm struct {
 	opsF, opsB   []ir.ValueID
 	opsU         []ir.ValueID
 	update       bool // emitting the update task
+	perMB        bool // emitting a micro-batch block
 }
 
 func newStageEm(l *lowerer, id StageID) *stageEm {
@@ -194,13 +295,9 @@ func (em *stageEm) keyOf(a ir.ValueID, mb int) key {
 	return key{a, mb}
 }
 
-func (em *stageEm) name(k key) string {
-	n := em.l.g.Value(k.v).Name
-	if k.mb >= 0 {
-		n += fmt.Sprintf(".mb%d", k.mb)
-	}
-	return n
-}
+// name is the name of k's buffers: the value's (a micro-batch's buffers are declared per
+// micro-batch).
+func (em *stageEm) name(k key) string { return em.l.g.Value(k.v).Name }
 
 // compute emits value v of micro-batch mb (−1: the update) with its operands in place.
 func (em *stageEm) compute(v ir.ValueID, mb int) {
@@ -335,16 +432,12 @@ func (em *stageEm) beginUpdate() {
 	}
 }
 
-// accumulate adds the fresh value of k into its accumulator, made at the first
-// micro-batch as zeros.
+// accumulate adds the fresh value of k into its accumulator, which the prologue zeroed.
 func (em *stageEm) accumulate(k key) {
 	cur := em.have[k][0]
 	acc, ok := em.accs[k.v]
-	if !ok {
-		t := localOf(em.m, em.l.g.Value(k.v).Type, cur.spec)
-		acc = &dbuf{spec: cur.spec, ids: em.newBuf(em.l.g.Value(k.v).Name+".acc", t)}
-		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: acc.ids[d]} })
-		em.accs[k.v] = acc
+	if !ok || !acc.spec.Equal(cur.spec) {
+		panic("codegen: no accumulator in the layout of " + em.l.g.Value(k.v).Name)
 	}
 	em.each(func(d int) Instr {
 		return Instr{Kind: Accumulate, Out: NoBuffer, Args: []BufferID{acc.ids[d], cur.ids[d]}}
@@ -366,11 +459,19 @@ func (em *stageEm) scale(x []BufferID, t ir.Type, f float64, name string) []Buff
 // newBuf declares one buffer of type t on every device of the stage.
 func (em *stageEm) newBuf(name string, t ir.Type) []BufferID {
 	ids := make([]BufferID, len(em.progs))
-	for d, p := range em.progs {
-		ids[d] = p.AddBuffer(name, t)
-		em.live[d] = append(em.live[d], false)
+	for d := range em.progs {
+		ids[d] = em.addBuf(d, name, t)
 	}
 	return ids
+}
+
+// addBuf declares a buffer on device index d: of the micro-batch in a micro-batch block,
+// else of the step.
+func (em *stageEm) addBuf(d int, name string, t ir.Type) BufferID {
+	p := em.progs[d]
+	p.Buffers = append(p.Buffers, BufferDecl{Name: name, Type: t, PerMicrobatch: em.perMB})
+	em.live[d] = append(em.live[d], false)
+	return BufferID(len(p.Buffers) - 1)
 }
 
 // emit appends one instruction to device d's program, tracking liveness.

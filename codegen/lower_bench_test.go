@@ -49,3 +49,38 @@ func BenchmarkLower(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLowerMicrobatches lowers the same 2-layer GPT micro-batch step as a 2-stage 1F1B
+// pipeline for 4 … 4,096 micro-batches: the programs (json-bytes/op, all devices' JSON
+// forms together), the time to lower, validate and predict them, and the memory it takes
+// stay flat, since the schedule's loops, not the instructions, carry the micro-batch count.
+func BenchmarkLowerMicrobatches(b *testing.B) {
+	m := zoo.NewGPT()
+	m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = 2, 64, 4, 32, 128, 2
+	fwd, err := m.Build()
+	require.NoError(b, err)
+	step, err := passes.TrainingStep(fwd, passes.Optimizer{Kind: "adam", LR: 0.01})
+	require.NoError(b, err)
+	for _, mbs := range []int{4, 64, 1024, 4096} {
+		p := pipeline([][2]int{{1, 2}, {1, 2}}, mbs, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)(b, step)
+		b.Run(fmt.Sprintf("microbatches=%d", mbs), func(b *testing.B) {
+			size := 0
+			for b.Loop() {
+				progs, err := codegen.Lower(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				codegen.Predict(p, progs)
+				size = 0
+				for _, pr := range progs {
+					data, err := pr.MarshalJSON()
+					if err != nil {
+						b.Fatal(err)
+					}
+					size += len(data)
+				}
+			}
+			b.ReportMetric(float64(size), "json-bytes/op")
+		})
+	}
+}

@@ -10,7 +10,8 @@ type DeviceCounters struct {
 }
 
 // Predict computes, per program (in order), the counters the runtime measures, under its
-// accounting exactly (runtime.DeviceStats):
+// accounting exactly (runtime.DeviceStats). It sums each block once and then each loop of
+// the schedule once, so its time does not depend on the micro-batch count:
 //
 //   - a buffer weighs its declared type's bytes from the instruction that defines it to
 //     the free that releases it; all_reduce and accumulate add nothing; the peak is taken
@@ -33,21 +34,61 @@ func Predict(_ *Plan, progs []*Program) []DeviceCounters {
 }
 
 func predictOne(p *Program) DeviceCounters {
+	// Per block: the bytes it moves, the change of the live bytes over it, and the highest
+	// live bytes after one of its defining instructions, relative to the start.
+	type effect struct {
+		sent, recv, delta, peak int64
+		defines                 bool
+	}
+	blocks, _ := p.blocks()
+	eff := make([]effect, len(blocks))
+	for j, bl := range blocks {
+		e := &eff[j]
+		for i := bl.Start; i < bl.End; i++ {
+			in := &p.Instrs[i]
+			sent, recv := traffic(p, in)
+			e.sent += sent
+			e.recv += recv
+			switch {
+			case in.Kind == Free:
+				for _, b := range in.Args {
+					e.delta -= p.Buffers[b].Type.Bytes()
+				}
+			case in.Out != NoBuffer && in.Kind != AllReduce:
+				e.delta += p.Buffers[in.Out].Type.Bytes()
+				if !e.defines || e.delta > e.peak {
+					e.peak = e.delta
+				}
+				e.defines = true
+			}
+		}
+	}
+	// Every iteration of a loop moves the same bytes and changes the live bytes by the same
+	// amount, so its highest point is in its first or its last iteration.
 	c := DeviceCounters{Device: p.Device}
 	var live int64
-	for _, in := range p.Instrs {
-		sent, recv := traffic(p, &in)
-		c.BytesSent += sent
-		c.BytesReceived += recv
-		switch {
-		case in.Kind == Free:
-			for _, b := range in.Args {
-				live -= p.Buffers[b].Type.Bytes()
-			}
-		case in.Out != NoBuffer && in.Kind != AllReduce:
-			live += p.Buffers[in.Out].Type.Bytes()
-			c.PeakBytes = max(c.PeakBytes, live)
+	_, sched := p.blocks()
+	for _, l := range sched {
+		n := int64(l.To - l.From)
+		if n <= 0 {
+			continue
 		}
+		var it effect // one iteration
+		for _, call := range l.Body {
+			e := &eff[call.Block]
+			it.sent += e.sent
+			it.recv += e.recv
+			if e.defines && (!it.defines || it.delta+e.peak > it.peak) {
+				it.peak, it.defines = it.delta+e.peak, true
+			}
+			it.delta += e.delta
+		}
+		c.BytesSent += n * it.sent
+		c.BytesReceived += n * it.recv
+		if it.defines {
+			c.PeakBytes = max(c.PeakBytes, live+it.peak, live+(n-1)*it.delta+it.peak)
+		}
+		live += n * it.delta
 	}
 	return c
 }

@@ -68,7 +68,7 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 }
 
 // load defines k in layout s from the feed of its name: each device loads its block, an
-// input at its micro-batch's offset along the batch dim.
+// input at its micro-batch's offset along the batch dim (a stride per micro-batch).
 func (em *stageEm) load(k key, s mesh.Spec) {
 	v := em.l.g.Value(k.v)
 	local := localOf(em.m, v.Type, s)
@@ -79,10 +79,12 @@ func (em *stageEm) load(k key, s mesh.Spec) {
 		if err != nil {
 			panic("codegen: offsets of a checked layout: " + err.Error())
 		}
+		in := Instr{Kind: Load, Out: ids[d], Name: v.Name, Offsets: off}
 		if b := v.BatchDim(); b >= 0 && k.mb >= 0 {
-			off[b] += k.mb * v.Type.Shape[b]
+			in.Stride = make([]int, len(off))
+			in.Stride[b] = v.Type.Shape[b]
 		}
-		return Instr{Kind: Load, Out: ids[d], Name: v.Name, Offsets: off}
+		return in
 	})
 	em.have[k] = []*dbuf{{spec: s, ids: ids}}
 }

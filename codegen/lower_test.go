@@ -3,6 +3,7 @@ package codegen_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -54,6 +55,7 @@ func TestLowerGolden(t *testing.T) {
 		b    int
 	}{
 		{"lower_dp_1x2.golden", singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate), 2},
+		{"lower_pp_1f1b.golden", pipeline([][2]int{{1, 1}, {1, 1}}, 4, codegen.OneFOneB, dataParallel(0), propagate), 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,4 +160,46 @@ func TestOneFOneBHoldsLess(t *testing.T) {
 		return codegen.Predict(p, progs)[0].PeakBytes
 	}
 	require.Less(t, peak(codegen.OneFOneB), peak(codegen.GPipe))
+}
+
+// A program's size does not grow with the micro-batch count: the same micro-batch step
+// lowered for 4, 64 and 1,024 micro-batches gives the same blocks and buffers, only the
+// loops' bounds differ; 1F1B's predicted peak stays that of the micro-batches in flight,
+// and the bytes moved grow by the same amount per micro-batch.
+func TestProgramSizeIndependentOfMicrobatches(t *testing.T) {
+	step := microStep(t, 3, 1, passes.Optimizer{Kind: "sgd", LR: 0.1})
+	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
+	lower := func(s codegen.Schedule, b int) ([]*codegen.Program, []codegen.DeviceCounters) {
+		p := pipeline(four, b, s, dataParallel(0), propagate)(t, step)
+		progs, err := codegen.Lower(p)
+		require.NoError(t, err)
+		return progs, codegen.Predict(p, progs)
+	}
+	for _, s := range []codegen.Schedule{codegen.GPipe, codegen.OneFOneB} {
+		small, cs := lower(s, 4)
+		mid, cm := lower(s, 64)
+		big, cb := lower(s, 1024)
+		for d := range small {
+			require.Len(t, big[d].Instrs, len(small[d].Instrs), "%s device %d", s, d)
+			for i := range big[d].Instrs { // the same, but for the 1/B of the update
+				a, b := small[d].Instrs[i], big[d].Instrs[i]
+				a.Value, b.Value = 0, 0
+				require.True(t, reflect.DeepEqual(a, b), "%s device %d instr %d: %s, expected %s", s, d, i, big[d].FormatInstr(i), small[d].FormatInstr(i))
+			}
+			require.Equal(t, small[d].Buffers, big[d].Buffers, "%s device %d", s, d)
+			require.Equal(t, small[d].Blocks, big[d].Blocks, "%s device %d", s, d)
+			require.Len(t, big[d].Schedule, len(mid[d].Schedule))
+			text, err := big[d].MarshalJSON()
+			require.NoError(t, err)
+			require.Less(t, len(text), 64<<10, "%s device %d: %d bytes of JSON", s, d, len(text))
+			perMB := cb[d].BytesSent - cm[d].BytesSent
+			require.Equal(t, perMB*60, (cm[d].BytesSent-cs[d].BytesSent)*960, "%s device %d: bytes sent per micro-batch", s, d)
+			if s == codegen.OneFOneB {
+				require.Equal(t, cm[d].PeakBytes, cb[d].PeakBytes, "1f1b device %d holds more with more micro-batches", d)
+			}
+		}
+		if s == codegen.GPipe {
+			require.Greater(t, cb[0].PeakBytes, cm[0].PeakBytes, "gpipe holds every micro-batch's activations")
+		}
+	}
 }

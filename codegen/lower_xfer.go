@@ -165,8 +165,7 @@ func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer Devi
 			start[x] = p.lo[x] - off[x]
 			limit[x] = start[x] + p.ext[x]
 		}
-		buf = em.progs[d].AddBuffer(em.name(k)+".piece", ir.Type{DType: v.Type.DType, Shape: p.ext})
-		em.live[d] = append(em.live[d], false)
+		buf = em.addBuf(d, em.name(k)+".piece", ir.Type{DType: v.Type.DType, Shape: p.ext})
 		em.emit(d, Instr{Kind: Compute, Out: buf, Op: ir.OpSlice, Args: []BufferID{src.ids[d]},
 			Attrs: ir.Attrs{}.With("start", start).With("limit", limit)})
 	}
@@ -189,8 +188,7 @@ func (em *stageEm) receive(k key, from *stageEm) {
 		var got []BufferID
 		for _, p := range pieces[d] {
 			t := ir.Type{DType: v.Type.DType, Shape: p.ext}
-			b := em.progs[d].AddBuffer(em.name(k)+".recv", t)
-			em.live[d] = append(em.live[d], false)
+			b := em.addBuf(d, em.name(k)+".recv", t)
 			em.emit(d, Instr{Kind: Recv, Out: b, Peer: from.m.Devices[p.from], Tag: l.tag(k)})
 			got = append(got, b)
 		}
@@ -222,8 +220,7 @@ func (em *stageEm) assemble(d int, k key, parts []BufferID, grid []int, dim int)
 	for _, b := range joined[1:] {
 		shape[dim] += p.Buffers[b].Type.Shape[dim]
 	}
-	out := p.AddBuffer(em.name(k)+".joined", ir.Type{DType: p.Buffers[joined[0]].Type.DType, Shape: shape})
-	em.live[d] = append(em.live[d], false)
+	out := em.addBuf(d, em.name(k)+".joined", ir.Type{DType: p.Buffers[joined[0]].Type.DType, Shape: shape})
 	em.emit(d, Instr{Kind: Compute, Out: out, Op: ir.OpConcat, Args: joined, Attrs: ir.Attrs{}.With("axis", dim)})
 	em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: joined})
 	return out

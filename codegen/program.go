@@ -17,20 +17,138 @@ type BufferID int32
 const NoBuffer BufferID = -1
 
 // BufferDecl declares one buffer of a program: the type of the local shard it holds and the
-// name it is printed with (the ir value it holds a shard of, plus a micro-batch suffix where
-// the schedule unrolls it).
+// name it is printed with (the ir value it holds a shard of, plus a suffix of its own).
+//
+// A buffer is either of the step (defined and freed once) or, PerMicrobatch, of one
+// micro-batch: it is defined, used and freed only by micro-batch blocks, and the runtime
+// keeps one copy per micro-batch in flight, selected by the micro-batch the block runs for.
 type BufferDecl struct {
-	Name string
-	Type ir.Type
+	Name          string
+	Type          ir.Type
+	PerMicrobatch bool
 }
 
-// Program is the instruction list of one device. Run order is list order; the only
-// synchronization between devices is the collectives and send/recv, which every member must
-// issue in the same relative order (as in MPI).
+// Program is the instruction list of one device, in blocks run by a schedule.
+//
+// Instrs holds every block's instructions, block after block; Blocks cut it into
+// contiguous stretches and Schedule says in which order, and for which micro-batch, each
+// runs. A program without Blocks is one block of the step run once: Instrs in list order.
+//
+// The only synchronization between devices is the collectives and send/recv, which every
+// member must issue in the same relative order (as in MPI).
 type Program struct {
 	Device  DeviceID
 	Instrs  []Instr
 	Buffers []BufferDecl
+	// Microbatches is the number of micro-batches of the step (the loops' range: 0 …
+	// Microbatches−1); 0 in a program without micro-batch blocks.
+	Microbatches int
+	Blocks       []Block
+	Schedule     []Loop
+}
+
+// Block is a stretch Instrs[Start:End] of a program, run as a unit.
+type Block struct {
+	// Name says what the block does: codegen writes "prologue", "forward", "backward" and
+	// "update".
+	Name       string
+	Start, End int
+	// PerMicrobatch blocks run once per micro-batch (their buffers and transfers are those
+	// of that micro-batch); the others run once per step.
+	PerMicrobatch bool
+}
+
+// Loop runs its Body for every index i in [From, To), in order: each call runs its block
+// for micro-batch i + Shift. A loop over a block of the step has From = 0, To = 1 and one
+// call, with Shift 0.
+type Loop struct {
+	From, To int
+	Body     []Call
+}
+
+// Call is one block run inside a loop.
+type Call struct {
+	Block int
+	Shift int
+}
+
+// MaxMicrobatches bounds Program.Microbatches, so that a program's schedule, expanded,
+// stays countable in an int and its runtime state small.
+const MaxMicrobatches = 1 << 20
+
+// blocks returns the program's blocks and schedule, a program without Blocks being one
+// block of the step run once.
+func (p *Program) blocks() ([]Block, []Loop) {
+	if len(p.Blocks) == 0 {
+		return []Block{{Name: "step", Start: 0, End: len(p.Instrs)}}, []Loop{{From: 0, To: 1, Body: []Call{{Block: 0}}}}
+	}
+	return p.Blocks, p.Schedule
+}
+
+// BlockOf returns the index of the block that holds instruction i (0 in a program without
+// Blocks), or −1 if i is out of range.
+func (p *Program) BlockOf(i int) int {
+	if i < 0 || i >= len(p.Instrs) {
+		return -1
+	}
+	if len(p.Blocks) == 0 {
+		return 0
+	}
+	lo, hi := 0, len(p.Blocks)
+	for lo < hi { // the first block that ends after i
+		m := (lo + hi) / 2
+		if p.Blocks[m].End <= i {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(p.Blocks) || p.Blocks[lo].Start > i {
+		return -1
+	}
+	return lo
+}
+
+// Execution yields the instructions of p in run order, each with the micro-batch it runs
+// for (−1 in a block of the step): for pc, mb := range p.Execution { … }. It expands the
+// schedule lazily, holding nothing per micro-batch. p must be valid.
+func (p *Program) Execution(yield func(pc, mb int) bool) {
+	blocks, sched := p.blocks()
+	for _, l := range sched {
+		for i := l.From; i < l.To; i++ {
+			for _, c := range l.Body {
+				b := blocks[c.Block]
+				mb := -1
+				if b.PerMicrobatch {
+					mb = i + c.Shift
+				}
+				for pc := b.Start; pc < b.End; pc++ {
+					if !yield(pc, mb) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// Calls yields the blocks of p in run order with the micro-batch each runs for (−1 for a
+// block of the step). p must be valid.
+func (p *Program) Calls(yield func(block, mb int) bool) {
+	blocks, sched := p.blocks()
+	for _, l := range sched {
+		for i := l.From; i < l.To; i++ {
+			for _, c := range l.Body {
+				mb := -1
+				if blocks[c.Block].PerMicrobatch {
+					mb = i + c.Shift
+				}
+				if !yield(c.Block, mb) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // Kind is the kind of an instruction.
@@ -116,7 +234,9 @@ func (k Kind) IsCollective() bool {
 }
 
 // Tag names one point-to-point transfer: the value it carries and the micro-batch, so that
-// the transfers of one value for different micro-batches never match each other.
+// the transfers of one value for different micro-batches never match each other. In a
+// micro-batch block an instruction's tag has MicroBatch 0 and the transfer is tagged with
+// the micro-batch the block runs for.
 type Tag struct {
 	Value      string
 	MicroBatch int
@@ -141,10 +261,13 @@ type Instr struct {
 	Peer DeviceID // send, recv
 	Tag  Tag      // send, recv
 
-	Name    string  // load: the feed; store: the result
-	Offsets []int   // load, store: where the block starts in the whole tensor
-	Full    ir.Type // store: the type of the whole result tensor
-	Value   float64 // constant
+	Name    string // load: the feed; store: the result
+	Offsets []int  // load, store: where the block starts in the whole tensor
+	// Stride (load in a micro-batch block) is how far the offsets move per micro-batch:
+	// micro-batch mb loads at Offsets + mb·Stride (an input's slice along its batch dim).
+	Stride []int
+	Full   ir.Type // store: the type of the whole result tensor
+	Value  float64 // constant
 
 	// Note is a free comment printed after "; " (what a collective is for, say).
 	Note string
@@ -192,8 +315,32 @@ func CollectiveOut(k Kind, in ir.Type, n, axis, concat int) (ir.Type, bool) {
 	return out, true
 }
 
-// AddBuffer declares a buffer and returns its ID.
+// AddBuffer declares a buffer of the step and returns its ID.
 func (p *Program) AddBuffer(name string, t ir.Type) BufferID {
 	p.Buffers = append(p.Buffers, BufferDecl{Name: name, Type: t})
 	return BufferID(len(p.Buffers) - 1)
+}
+
+// LoadOffsets returns where load instruction in reads its block for micro-batch mb.
+func LoadOffsets(in *Instr, mb int) []int {
+	if len(in.Stride) == 0 || mb <= 0 {
+		return in.Offsets
+	}
+	off := make([]int, len(in.Offsets))
+	for d, o := range in.Offsets {
+		off[d] = o
+		if d < len(in.Stride) {
+			off[d] += mb * in.Stride[d]
+		}
+	}
+	return off
+}
+
+// TransferTag returns the tag a send or recv instruction carries when it runs for
+// micro-batch mb (−1: in a block of the step, where the instruction's tag is used as is).
+func TransferTag(in *Instr, mb int) Tag {
+	if mb < 0 {
+		return in.Tag
+	}
+	return Tag{Value: in.Tag.Value, MicroBatch: in.Tag.MicroBatch + mb}
 }

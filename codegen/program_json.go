@@ -13,22 +13,45 @@ import (
 )
 
 // ProgramVersion is the version of the JSON form written by MarshalJSON. UnmarshalProgram
-// rejects any other: bump it whenever a field changes meaning.
-const ProgramVersion = 1
+// reads it and version 1 (the form before blocks, which version 2 extends) and rejects any
+// other: bump it whenever a field changes meaning.
+const ProgramVersion = 2
 
 // The JSON form: names for kinds, ops, dtypes and types, never table indices, so that the
 // form survives a reordering of the op table. Fields at their zero value are left out, except
 // that "out" is present exactly when the instruction defines a buffer.
 type jsonProgram struct {
-	Version int               `json:"version"`
-	Device  DeviceID          `json:"device"`
-	Buffers []jsonBuffer      `json:"buffers"`
-	Instrs  []json.RawMessage `json:"instrs"`
+	Version      int               `json:"version"`
+	Device       DeviceID          `json:"device"`
+	Microbatches int               `json:"microbatches,omitempty"`
+	Buffers      []jsonBuffer      `json:"buffers"`
+	Instrs       []json.RawMessage `json:"instrs"`
+	Blocks       []jsonBlock       `json:"blocks,omitempty"`
+	Schedule     []jsonLoop        `json:"schedule,omitempty"`
 }
 
 type jsonBuffer struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Name          string `json:"name"`
+	Type          string `json:"type"`
+	PerMicrobatch bool   `json:"per_microbatch,omitempty"`
+}
+
+type jsonBlock struct {
+	Name          string `json:"name"`
+	Start         int    `json:"start"`
+	End           int    `json:"end"`
+	PerMicrobatch bool   `json:"per_microbatch,omitempty"`
+}
+
+type jsonLoop struct {
+	From int        `json:"from"`
+	To   int        `json:"to"`
+	Body []jsonCall `json:"body"`
+}
+
+type jsonCall struct {
+	Block int `json:"block"`
+	Shift int `json:"shift,omitempty"`
 }
 
 type jsonInstr struct {
@@ -44,6 +67,7 @@ type jsonInstr struct {
 	Tag        *jsonTag                   `json:"tag,omitempty"`
 	Name       string                     `json:"name,omitempty"`
 	Offsets    []int                      `json:"offsets,omitempty"`
+	Stride     []int                      `json:"stride,omitempty"`
 	Full       string                     `json:"full,omitempty"`
 	Value      json.RawMessage            `json:"value,omitempty"`
 	Note       string                     `json:"note,omitempty"`
@@ -58,9 +82,13 @@ type jsonTag struct {
 // one buffer and one instruction per line so that diffs read well.
 func (p *Program) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "{\"version\":%d,\"device\":%d,\"buffers\":[", ProgramVersion, p.Device)
+	fmt.Fprintf(&b, "{\"version\":%d,\"device\":%d,", ProgramVersion, p.Device)
+	if len(p.Blocks) > 0 {
+		fmt.Fprintf(&b, "\"microbatches\":%d,", p.Microbatches)
+	}
+	b.WriteString("\"buffers\":[")
 	for i, d := range p.Buffers {
-		line, err := json.Marshal(jsonBuffer{Name: d.Name, Type: d.Type.String()})
+		line, err := json.Marshal(jsonBuffer{Name: d.Name, Type: d.Type.String(), PerMicrobatch: d.PerMicrobatch})
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +102,31 @@ func (p *Program) MarshalJSON() ([]byte, error) {
 		}
 		writeListItem(&b, i, line)
 	}
-	b.WriteString("\n]}\n")
+	b.WriteString("\n]")
+	if len(p.Blocks) > 0 {
+		b.WriteString(",\"blocks\":[")
+		for i, bl := range p.Blocks {
+			line, err := json.Marshal(jsonBlock{Name: bl.Name, Start: bl.Start, End: bl.End, PerMicrobatch: bl.PerMicrobatch})
+			if err != nil {
+				return nil, err
+			}
+			writeListItem(&b, i, line)
+		}
+		b.WriteString("\n],\"schedule\":[")
+		for i, l := range p.Schedule {
+			jl := jsonLoop{From: l.From, To: l.To, Body: make([]jsonCall, len(l.Body))}
+			for k, c := range l.Body {
+				jl.Body[k] = jsonCall(c)
+			}
+			line, err := json.Marshal(jl)
+			if err != nil {
+				return nil, err
+			}
+			writeListItem(&b, i, line)
+		}
+		b.WriteString("\n]")
+	}
+	b.WriteString("}\n")
 	return b.Bytes(), nil
 }
 
@@ -88,7 +140,7 @@ func writeListItem(b *bytes.Buffer, i int, item []byte) {
 
 func encodeInstr(in *Instr) jsonInstr {
 	j := jsonInstr{Kind: in.Kind.String(), Args: in.Args, Group: in.Group, Axis: in.Axis,
-		ConcatAxis: in.ConcatAxis, Peer: in.Peer, Name: in.Name, Offsets: in.Offsets, Note: in.Note}
+		ConcatAxis: in.ConcatAxis, Peer: in.Peer, Name: in.Name, Offsets: in.Offsets, Stride: in.Stride, Note: in.Note}
 	if in.Out != NoBuffer {
 		out := in.Out
 		j.Out = &out
@@ -203,16 +255,29 @@ func UnmarshalProgram(data []byte) (*Program, error) {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("program json: %w", err)
 	}
-	if j.Version != ProgramVersion {
+	if j.Version != ProgramVersion && j.Version != 1 {
 		return nil, fmt.Errorf("program json: unsupported version %d, expected %d", j.Version, ProgramVersion)
 	}
-	p := &Program{Device: j.Device, Buffers: make([]BufferDecl, len(j.Buffers)), Instrs: make([]Instr, len(j.Instrs))}
+	if j.Version == 1 && (j.Blocks != nil || j.Schedule != nil || j.Microbatches != 0) {
+		return nil, fmt.Errorf("program json: version 1 has no blocks, schedule or micro-batches, expected version %d", ProgramVersion)
+	}
+	p := &Program{Device: j.Device, Microbatches: j.Microbatches, Buffers: make([]BufferDecl, len(j.Buffers)), Instrs: make([]Instr, len(j.Instrs))}
 	for i, jb := range j.Buffers {
 		t, err := ParseType(jb.Type)
 		if err != nil {
 			return nil, fmt.Errorf("program json: buffer %d: %w", i, err)
 		}
-		p.Buffers[i] = BufferDecl{Name: jb.Name, Type: t}
+		p.Buffers[i] = BufferDecl{Name: jb.Name, Type: t, PerMicrobatch: jb.PerMicrobatch}
+	}
+	for _, jb := range j.Blocks {
+		p.Blocks = append(p.Blocks, Block(jb))
+	}
+	for _, jl := range j.Schedule {
+		l := Loop{From: jl.From, To: jl.To, Body: make([]Call, len(jl.Body))}
+		for k, c := range jl.Body {
+			l.Body[k] = Call(c)
+		}
+		p.Schedule = append(p.Schedule, l)
 	}
 	for i, raw := range j.Instrs {
 		if err := decodeInstr(raw, &p.Instrs[i]); err != nil {
@@ -234,7 +299,7 @@ func decodeInstr(raw json.RawMessage, in *Instr) error {
 		return fmt.Errorf("unknown instruction kind %q", j.Kind)
 	}
 	*in = Instr{Kind: kind, Out: NoBuffer, Args: j.Args, Group: j.Group, Axis: j.Axis,
-		ConcatAxis: j.ConcatAxis, Peer: j.Peer, Name: j.Name, Offsets: j.Offsets, Note: j.Note}
+		ConcatAxis: j.ConcatAxis, Peer: j.Peer, Name: j.Name, Offsets: j.Offsets, Stride: j.Stride, Note: j.Note}
 	if j.Out != nil {
 		in.Out = *j.Out
 	}

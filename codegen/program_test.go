@@ -1,9 +1,13 @@
 package codegen
 
 import (
+	"fmt"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -90,7 +94,8 @@ func TestProgramJSONRoundTrip(t *testing.T) {
 
 func TestUnmarshalProgramErrors(t *testing.T) {
 	tests := []struct{ name, json, want string }{
-		{"version", `{"version":2,"device":0,"buffers":[],"instrs":[]}`, "unsupported version 2, expected 1"},
+		{"version", `{"version":3,"device":0,"buffers":[],"instrs":[]}`, "unsupported version 3, expected 2"},
+		{"version 1 with blocks", `{"version":1,"device":0,"microbatches":2,"buffers":[],"instrs":[]}`, "version 1 has no blocks"},
 		{"kind", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"jump"}]}`, `instr 0: unknown instruction kind "jump"`},
 		{"op", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"fft"}]}`, `unknown op "fft"`},
 		{"attr", `{"version":1,"device":0,"buffers":[],"instrs":[{"kind":"compute","op":"matmul","attrs":{"axis":1}}]}`, `op matmul has no attribute "axis"`},
@@ -197,4 +202,201 @@ func TestKindNames(t *testing.T) {
 	}
 	_, ok := ParseKind("invalid")
 	assert.False(t, ok)
+}
+
+// loopProgram is device 0 of a 2-stage pipeline of 3 micro-batches in the loop form: a
+// prologue, a forward and a backward per micro-batch under 1F1B, and the update.
+func loopProgram() *Program {
+	p := &Program{Device: 0, Microbatches: 3}
+	w := p.AddBuffer("w", f32(8, 16))
+	acc := p.AddBuffer("grad.w.acc", f32(8, 16))
+	perMB := func(name string, t ir.Type) BufferID {
+		p.Buffers = append(p.Buffers, BufferDecl{Name: name, Type: t, PerMicrobatch: true})
+		return BufferID(len(p.Buffers) - 1)
+	}
+	x, h, dh, g := perMB("x", f32(4, 8)), perMB("h", f32(4, 16)), perMB("d.h", f32(4, 16)), perMB("grad.w", f32(8, 16))
+	p.Instrs = []Instr{
+		{Kind: Load, Out: w, Name: "w", Offsets: []int{0, 0}},
+		{Kind: Constant, Out: acc},
+		{Kind: Load, Out: x, Name: "x", Offsets: []int{0, 0}, Stride: []int{4, 0}},
+		{Kind: Compute, Out: h, Op: ir.OpMatMul, Args: []BufferID{x, w}},
+		{Kind: Send, Out: NoBuffer, Args: []BufferID{h}, Peer: 1, Tag: Tag{Value: "h"}},
+		{Kind: Free, Out: NoBuffer, Args: []BufferID{h}},
+		{Kind: Recv, Out: dh, Peer: 1, Tag: Tag{Value: "d.h"}},
+		{Kind: Compute, Out: g, Op: ir.OpEinsum, Args: []BufferID{x, dh}, Attrs: ir.Attrs{}.With("spec", "mk,mn->kn")},
+		{Kind: Accumulate, Out: NoBuffer, Args: []BufferID{acc, g}},
+		{Kind: Free, Out: NoBuffer, Args: []BufferID{x, dh, g}},
+		{Kind: Store, Out: NoBuffer, Args: []BufferID{acc}, Name: "grad.w", Offsets: []int{0, 0}, Full: f32(8, 16)},
+		{Kind: Free, Out: NoBuffer, Args: []BufferID{w, acc}},
+	}
+	p.Blocks = []Block{{"prologue", 0, 2, false}, {"forward", 2, 6, true}, {"backward", 6, 10, true}, {"update", 10, 12, false}}
+	once := func(b int) Loop { return Loop{From: 0, To: 1, Body: []Call{{Block: b}}} }
+	p.Schedule = []Loop{once(0),
+		{From: 0, To: 1, Body: []Call{{Block: 1}}},
+		{From: 0, To: 2, Body: []Call{{Block: 1, Shift: 1}, {Block: 2}}},
+		{From: 2, To: 3, Body: []Call{{Block: 2}}},
+		once(3)}
+	return p
+}
+
+func TestLoopProgramForms(t *testing.T) {
+	p := loopProgram()
+	require.NoError(t, p.Validate())
+	golden(t, "program_loop.golden", p.String())
+	data, err := p.MarshalJSON()
+	require.NoError(t, err)
+	golden(t, "program_loop.json.golden", string(data))
+	back, err := UnmarshalProgram(data)
+	require.NoError(t, err)
+	assert.Equal(t, p, back)
+	var run []string
+	for b, mb := range p.Calls {
+		run = append(run, fmt.Sprintf("%s%d", p.Blocks[b].Name[:1], mb))
+	}
+	assert.Equal(t, "p-1 f0 f1 b0 f2 b1 b2 u-1", strings.Join(run, " "))
+	n := 0
+	for pc, mb := range p.Execution {
+		if pc == 2 {
+			assert.Equal(t, []int{4 * mb, 0}, LoadOffsets(&p.Instrs[pc], mb))
+		}
+		n++
+	}
+	assert.Equal(t, 2+3*4+3*4+2, n)
+	// Predict follows the calls: at most two micro-batches' x and one h or d.h and g live.
+	c := Predict(nil, []*Program{p})[0]
+	assert.Equal(t, int64(3*(4*16*4)+3*(4*16*4)), c.BytesSent+c.BytesReceived)
+	assert.Equal(t, int64(2*8*16*4+2*4*8*4+4*16*4+8*16*4), c.PeakBytes)
+}
+
+func TestValidateLoopErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		break_ func(p *Program)
+		want   string
+	}{
+		{"stride in a step block", func(p *Program) { p.Instrs[0].Stride = []int{1, 0} }, "stride [1,0] in a block of the step"},
+		{"negative stride", func(p *Program) { p.Instrs[2].Stride = []int{-4, 0} }, "expected 2 non-negative strides"},
+		{"overflowing stride", func(p *Program) { p.Instrs[2].Stride = []int{math.MaxInt/2 + 1, 0} }, "keep the offsets of micro-batch 2 in an int"},
+		{"micro-batch buffer in the prologue", func(p *Program) { p.Buffers[0].PerMicrobatch = true }, "buffer %0 (w) of a micro-batch is defined in a block of the step"},
+		{"step buffer defined per micro-batch", func(p *Program) { p.Buffers[3].PerMicrobatch = false }, "buffer %3 (h) of the step is defined in a micro-batch block"},
+		{"leak", func(p *Program) { p.Instrs[9].Args = p.Instrs[9].Args[:2] }, "buffer %5 (grad.w) of the micro-batch is never freed"},
+		{"tag of another micro-batch", func(p *Program) { p.Instrs[4].Tag.MicroBatch = 1 }, "tag h@mb1 in a micro-batch block"},
+		{"backward first", func(p *Program) {
+			p.Schedule = []Loop{p.Schedule[0], {From: 0, To: 3, Body: []Call{{Block: 2}}}, {From: 0, To: 3, Body: []Call{{Block: 1}}}, p.Schedule[4]}
+		}, "block 2 (backward) runs for micro-batch 0 before block 1 (forward) has"},
+		{"update twice", func(p *Program) { p.Schedule = append(p.Schedule, p.Schedule[4]) }, "block 3 (update) of the step runs again"},
+		{"micro-batch missing", func(p *Program) { p.Schedule = append(p.Schedule[:3], p.Schedule[4]) }, "block 3 (update) of the step runs when block 2 (backward) has run for 2 of the 3 micro-batches"},
+		{"no update", func(p *Program) { p.Schedule = p.Schedule[:4] }, "block 3 (update) runs 0 times, expected 1"},
+		{"micro-batches out of order", func(p *Program) { p.Schedule[1].Body[0].Shift = 1 }, "runs for micro-batch 1, expected micro-batch 0"},
+		{"loop past the end", func(p *Program) { p.Schedule[3].To = 4 }, "expected them within [0, 3)"},
+		{"once block looped", func(p *Program) { p.Schedule[0].To = 2 }, "expected it alone in [0, 1)"},
+		{"gap between blocks", func(p *Program) { p.Blocks[1].Start = 3 }, "block 1 (forward) spans instructions [3, 6), expected [2, …)"},
+		{"blocks short", func(p *Program) { p.Blocks[3].End = 11 }, "blocks end at instruction 11, expected them to cover all 12"},
+		{"unknown block", func(p *Program) { p.Schedule[1].Body[0].Block = 7 }, "calls block 7, expected one of the 4 blocks"},
+		{"no micro-batches", func(p *Program) { p.Microbatches = 0 }, "0 micro-batches, expected 1 to"},
+		{"too many micro-batches", func(p *Program) { p.Microbatches = MaxMicrobatches + 1 }, "expected 1 to 1048576"},
+		{"schedule without blocks", func(p *Program) { p.Blocks = nil }, "schedule without blocks"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := loopProgram()
+			c.break_(p)
+			err := p.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			assert.NotEmpty(t, p.String())
+		})
+	}
+}
+
+// naiveCounters walks every executed instruction, as the runtime does.
+func naiveCounters(p *Program) DeviceCounters {
+	c := DeviceCounters{Device: p.Device}
+	var live int64
+	for pc := range p.Execution {
+		in := &p.Instrs[pc]
+		sent, recv := traffic(p, in)
+		c.BytesSent += sent
+		c.BytesReceived += recv
+		switch {
+		case in.Kind == Free:
+			for _, b := range in.Args {
+				live -= p.Buffers[b].Type.Bytes()
+			}
+		case in.Out != NoBuffer && in.Kind != AllReduce:
+			live += p.Buffers[in.Out].Type.Bytes()
+			c.PeakBytes = max(c.PeakBytes, live)
+		}
+	}
+	return c
+}
+
+// Validate's and Predict's shortcuts over a loop's iterations agree with expanding it: on
+// random schedules of loopProgram's blocks, Validate accepts exactly the schedules whose
+// calls, checked one by one, pass; and on those, Predict equals the walk of every
+// instruction.
+func TestScheduleShortcutsAgreeWithExpansion(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	accepted := 0
+	for range 3000 {
+		p := loopProgram()
+		p.Microbatches = 1 + rng.Intn(6)
+		B := p.Microbatches
+		// A 1F1B schedule with w warm-up forwards, or GPipe, its loops cut at random
+		// points, then perhaps one field broken.
+		w := rng.Intn(B + 1)
+		loops := []Loop{{From: 0, To: w, Body: []Call{{Block: 1}}},
+			{From: 0, To: B - w, Body: []Call{{Block: 1, Shift: w}, {Block: 2}}},
+			{From: B - w, To: B, Body: []Call{{Block: 2}}}}
+		if rng.Intn(3) == 0 {
+			loops = []Loop{{From: 0, To: B, Body: []Call{{Block: 1}}}, {From: 0, To: B, Body: []Call{{Block: 2}}}}
+		}
+		p.Schedule = []Loop{{From: 0, To: 1, Body: []Call{{Block: 0}}}}
+		for _, l := range loops {
+			if cut := l.From + rng.Intn(l.To-l.From+1); cut > l.From && cut < l.To {
+				p.Schedule = append(p.Schedule, Loop{From: l.From, To: cut, Body: l.Body}, Loop{From: cut, To: l.To, Body: l.Body})
+			} else if l.To > l.From {
+				p.Schedule = append(p.Schedule, l)
+			}
+		}
+		p.Schedule = append(p.Schedule, Loop{From: 0, To: 1, Body: []Call{{Block: 3}}})
+		if rng.Intn(2) == 0 {
+			l := &p.Schedule[rng.Intn(len(p.Schedule))]
+			l.Body = slices.Clone(l.Body)
+			c := &l.Body[rng.Intn(len(l.Body))]
+			switch rng.Intn(5) {
+			case 0:
+				l.From += rng.Intn(3) - 1
+			case 1:
+				l.To += rng.Intn(3) - 1
+			case 2:
+				c.Shift += rng.Intn(3) - 1
+			case 3:
+				c.Block = rng.Intn(4)
+			case 4:
+				l.Body = append(l.Body, *c)
+			}
+		}
+		naive := validator{p: p}
+		ok := naive.structure()
+		runs := make([]int, len(p.Blocks))
+		for _, l := range p.Schedule {
+			for i := l.From; i < l.To && ok; i++ {
+				for _, c := range l.Body {
+					ok = ok && naive.call(runs, c.Block, i+c.Shift) == ""
+				}
+			}
+		}
+		for j, b := range p.Blocks {
+			ok = ok && (runs[j] == B || (!b.PerMicrobatch && runs[j] == 1))
+		}
+		err := p.Validate()
+		require.Equal(t, ok, err == nil, "%s\n%v", p.String(), err)
+		if err == nil {
+			accepted++
+			require.Equal(t, naiveCounters(p), Predict(nil, []*Program{p})[0], p.String())
+		}
+	}
+	require.Greater(t, accepted, 1000, "too few random schedules are valid to test Predict")
+	require.Less(t, accepted, 2700, "too few random schedules are broken to test Validate")
 }

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/autopar/autopar/ir"
@@ -15,7 +16,17 @@ import (
 //   - compute ops are non-leaf ops whose shape rule, run on the operand buffers' types, gives
 //     the out buffer's type; collectives, accumulate and store agree on types and shapes;
 //   - groups are non-empty, hold distinct devices and contain this program's device; peers
-//     are other devices; transfers are tagged.
+//     are other devices; transfers are tagged;
+//   - blocks cut Instrs into contiguous stretches, and the schedule runs every block of the
+//     step once and every micro-batch block once per micro-batch, in micro-batch order,
+//     each block of a micro-batch after the blocks declared before it (see checkSchedule);
+//   - blocks of the step touch only buffers of the step; micro-batch blocks define and
+//     free only buffers of the micro-batch and free all of them (the runtime's memory does
+//     not grow with the micro-batch count).
+//
+// Since every micro-batch runs its blocks in declaration order, checking the instructions
+// once, block after block, checks every micro-batch: Validate never expands the schedule,
+// and its time is the program's size plus its loops', whatever the micro-batch count.
 //
 // It does not check what needs other programs (that every send has its recv) or the data
 // (that a load's feed exists): the runtime reports those.
@@ -24,14 +35,189 @@ func (p *Program) Validate() error {
 	for b, d := range p.Buffers {
 		v.defined[b], v.freed[b] = -1, -1
 		if d.Type.DType == ir.Invalid {
-			v.errs = append(v.errs, ir.Errorf(ir.Pos{File: p.FileName(), Line: 2 + b, Col: 1},
-				"buffer %%%d (%s) has no dtype, expected a tensor type", b, d.Name))
+			v.errs = append(v.errs, ir.Errorf(p.bufferPos(b), "buffer %%%d (%s) has no dtype, expected a tensor type", b, d.Name))
+		}
+		if d.PerMicrobatch && len(p.Blocks) == 0 {
+			v.errs = append(v.errs, ir.Errorf(p.bufferPos(b), "buffer %%%d (%s) is per micro-batch in a program without micro-batch blocks", b, d.Name))
 		}
 	}
-	for i := range p.Instrs {
-		v.instr(i)
+	if !v.structure() {
+		return v.errs.Err()
+	}
+	v.checkSchedule()
+	blocks, _ := p.blocks()
+	for _, bl := range blocks {
+		v.perMB = bl.PerMicrobatch
+		for i := bl.Start; i < bl.End; i++ {
+			v.instr(i)
+		}
+	}
+	for b, d := range p.Buffers {
+		if d.PerMicrobatch && v.defined[b] >= 0 && v.freed[b] < 0 {
+			v.errs = append(v.errs, ir.Errorf(p.Pos(v.defined[b]), "%s: buffer %%%d (%s) of the micro-batch is never freed, expected a free in a micro-batch block",
+				p.Instrs[v.defined[b]].Kind, b, d.Name))
+		}
 	}
 	return v.errs.Err()
+}
+
+// MaxBlocks bounds the blocks of a program (codegen emits 4).
+const MaxBlocks = 16
+
+// structure checks the blocks and the loops' shape; false if the rest cannot be checked.
+func (v *validator) structure() bool {
+	p := v.p
+	n := len(v.errs)
+	if len(p.Blocks) == 0 {
+		if len(p.Schedule) > 0 {
+			v.errs = append(v.errs, ir.Errorf(p.loopPos(0), "schedule without blocks, expected blocks to run"))
+		}
+		if p.Microbatches != 0 {
+			v.errs = append(v.errs, ir.Errorf(p.headerPos(), "%d micro-batches in a program without blocks, expected 0", p.Microbatches))
+		}
+		return len(v.errs) == n
+	}
+	if p.Microbatches < 1 || p.Microbatches > MaxMicrobatches {
+		v.errs = append(v.errs, ir.Errorf(p.headerPos(), "%d micro-batches, expected 1 to %d", p.Microbatches, MaxMicrobatches))
+	}
+	if len(p.Blocks) > MaxBlocks {
+		v.errs = append(v.errs, ir.Errorf(p.blockPos(MaxBlocks), "%d blocks, expected at most %d", len(p.Blocks), MaxBlocks))
+		return false
+	}
+	end := 0
+	for j, b := range p.Blocks {
+		if b.Start != end || b.End < b.Start || b.End > len(p.Instrs) {
+			v.errs = append(v.errs, ir.Errorf(p.blockPos(j), "block %d (%s) spans instructions [%d, %d), expected [%d, …) within the %d instructions",
+				j, b.Name, b.Start, b.End, end, len(p.Instrs)))
+			return false
+		}
+		end = b.End
+	}
+	if end != len(p.Instrs) {
+		v.errs = append(v.errs, ir.Errorf(p.blockPos(len(p.Blocks)-1), "blocks end at instruction %d, expected them to cover all %d", end, len(p.Instrs)))
+	}
+	B := p.Microbatches
+	for l, lp := range p.Schedule {
+		bad := func(format string, args ...any) {
+			v.errs = append(v.errs, ir.Errorf(p.loopPos(l), "loop %d: "+format, append([]any{l}, args...)...))
+		}
+		if len(lp.Body) == 0 {
+			bad("no calls, expected at least one block to run")
+			continue
+		}
+		once := 0
+		for _, c := range lp.Body {
+			switch {
+			case c.Block < 0 || c.Block >= len(p.Blocks):
+				bad("calls block %d, expected one of the %d blocks", c.Block, len(p.Blocks))
+			case !p.Blocks[c.Block].PerMicrobatch:
+				once++
+				if c.Shift != 0 {
+					bad("block %d (%s) of the step with shift %d, expected 0", c.Block, p.Blocks[c.Block].Name, c.Shift)
+				}
+			case lp.From < 0 || lp.From > lp.To || lp.To > B || c.Shift < -B || c.Shift > B ||
+				lp.From+c.Shift < 0 || lp.To+c.Shift > B:
+				bad("runs block %d (%s) for micro-batches [%d, %d)%+d, expected them within [0, %d)",
+					c.Block, p.Blocks[c.Block].Name, lp.From, lp.To, c.Shift, B)
+			}
+		}
+		if once > 0 && (len(lp.Body) != 1 || lp.From != 0 || lp.To != 1) {
+			bad("runs a block of the step in a loop [%d, %d) of %d calls, expected it alone in [0, 1)", lp.From, lp.To, len(lp.Body))
+		}
+	}
+	return len(v.errs) == n
+}
+
+// checkSchedule runs the schedule's calls against counters: every block of the step runs
+// once, every micro-batch block runs micro-batches 0 … B−1 in order, and block j runs for a
+// micro-batch only after every block declared before it has (a block of the step: after
+// every earlier block has finished all its runs). Time: the loops' calls times the blocks,
+// whatever the micro-batch count; memory: a counter per block.
+func (v *validator) checkSchedule() {
+	p := v.p
+	B := p.Microbatches
+	runs := make([]int, len(p.Blocks))
+	for l, lp := range p.Schedule {
+		iteration := func(i int) bool {
+			for _, c := range lp.Body {
+				if msg := v.call(runs, c.Block, i+c.Shift); msg != "" {
+					v.errs = append(v.errs, ir.Errorf(p.loopPos(l), "loop %d at index %d: %s", l, i, msg))
+					return false
+				}
+			}
+			return true
+		}
+		if lp.To-lp.From < 3 || hasDuplicateBlock(lp.Body) {
+			for i := lp.From; i < lp.To; i++ { // a block twice in a body fails by the second iteration
+				if !iteration(i) {
+					return
+				}
+			}
+			continue
+		}
+		// Every iteration runs each block of the body once, one micro-batch further on: the
+		// counts of the body's blocks and the micro-batches keep their distance, and a block
+		// outside the body only falls behind. So the first and the last iteration decide.
+		if !iteration(lp.From) {
+			return
+		}
+		for _, c := range lp.Body {
+			runs[c.Block] += lp.To - lp.From - 2
+		}
+		if !iteration(lp.To - 1) {
+			return
+		}
+	}
+	for j, b := range p.Blocks {
+		want := B
+		if !b.PerMicrobatch {
+			want = 1
+		}
+		if runs[j] != want {
+			v.errs = append(v.errs, ir.Errorf(p.blockPos(j), "block %d (%s) runs %d times, expected %d", j, b.Name, runs[j], want))
+		}
+	}
+}
+
+func hasDuplicateBlock(body []Call) bool {
+	for k, c := range body {
+		for _, d := range body[:k] {
+			if c.Block == d.Block {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// call checks one call of block j for micro-batch mb and counts it; it returns what is
+// wrong, if anything.
+func (v *validator) call(runs []int, j, mb int) string {
+	p := v.p
+	b := p.Blocks[j]
+	if !b.PerMicrobatch {
+		mb = p.Microbatches - 1 // after every micro-batch of the blocks before it
+		if runs[j] > 0 {
+			return fmt.Sprintf("block %d (%s) of the step runs again, expected it once", j, b.Name)
+		}
+	} else if mb != runs[j] {
+		return fmt.Sprintf("block %d (%s) runs for micro-batch %d, expected micro-batch %d (each once, in order)", j, b.Name, mb, runs[j])
+	}
+	for i := range j {
+		if !b.PerMicrobatch && p.Blocks[i].PerMicrobatch && runs[i] < p.Microbatches {
+			return fmt.Sprintf("block %d (%s) of the step runs when block %d (%s) has run for %d of the %d micro-batches, expected the blocks in their order",
+				j, b.Name, i, p.Blocks[i].Name, runs[i], p.Microbatches)
+		}
+		if p.Blocks[i].PerMicrobatch && runs[i] <= mb {
+			return fmt.Sprintf("block %d (%s) runs for micro-batch %d before block %d (%s) has, expected the blocks of a micro-batch in their order",
+				j, b.Name, mb, i, p.Blocks[i].Name)
+		}
+		if !p.Blocks[i].PerMicrobatch && runs[i] == 0 {
+			return fmt.Sprintf("block %d (%s) runs before block %d (%s) of the step, expected the blocks in their order", j, b.Name, i, p.Blocks[i].Name)
+		}
+	}
+	runs[j]++
+	return ""
 }
 
 // numOps is the number of rows of the op table: ops are 1..numOps.
@@ -41,7 +227,24 @@ type validator struct {
 	p       *Program
 	defined []int // instruction that defines each buffer, or -1
 	freed   []int // instruction that frees each buffer, or -1
+	perMB   bool  // checking a micro-batch block
 	errs    ir.ErrorList
+}
+
+// scope checks that buffer b may be touched (how: "used", "defined", "freed") by an
+// instruction of the current block: a block of the step touches only buffers of the step;
+// a micro-batch block defines and frees only buffers of the micro-batch.
+func (v *validator) scope(i int, b BufferID, how string) bool {
+	d := v.p.Buffers[b]
+	switch {
+	case !v.perMB && d.PerMicrobatch:
+		v.errorf(i, "buffer %%%d (%s) of a micro-batch is %s in a block of the step, expected a buffer of the step", b, d.Name, how)
+	case v.perMB && !d.PerMicrobatch && how != "used":
+		v.errorf(i, "buffer %%%d (%s) of the step is %s in a micro-batch block, which runs once per micro-batch", b, d.Name, how)
+	default:
+		return true
+	}
+	return false
 }
 
 func (v *validator) errorf(i int, format string, args ...any) *ir.Error {
@@ -78,7 +281,7 @@ func (v *validator) live(i int, b BufferID) bool {
 		v.errorf(i, "buffer %%%d (%s) is used after it is freed, expected a live buffer",
 			b, v.p.Buffers[b].Name).WithNote(v.p.Pos(v.freed[b]), "freed here")
 	default:
-		return true
+		return v.scope(i, b, "used")
 	}
 	return false
 }
@@ -100,7 +303,7 @@ func (v *validator) define(i int, want bool) bool {
 			out, v.p.Buffers[out].Name).WithNote(v.p.Pos(v.defined[out]), "first defined here")
 	default:
 		v.defined[out] = i
-		return true
+		return v.scope(i, out, "defined")
 	}
 	return false
 }
@@ -147,7 +350,7 @@ func (v *validator) instr(i int) {
 			v.errorf(i, "nothing to free, expected at least 1 buffer")
 		}
 		for _, b := range in.Args { // one at a time, so "free %1, %1" is a use after free
-			if v.live(i, b) {
+			if v.live(i, b) && v.scope(i, b, "freed") {
 				v.freed[b] = i
 			}
 		}
@@ -190,6 +393,21 @@ func (v *validator) load(i int) {
 	}
 	if len(in.Offsets) != t.Shape.Rank() || slices.ContainsFunc(in.Offsets, func(o int) bool { return o < 0 }) {
 		v.errorf(i, "offsets %v, expected %d non-negative offsets for %s", in.Offsets, t.Shape.Rank(), t)
+		return
+	}
+	if len(in.Stride) == 0 {
+		return
+	}
+	if !v.perMB {
+		v.errorf(i, "stride %s in a block of the step, expected a stride only in a micro-batch block", formatInts(in.Stride))
+		return
+	}
+	last := v.p.Microbatches - 1
+	for d, s := range in.Stride {
+		if len(in.Stride) != len(in.Offsets) || s < 0 || (last > 0 && s > (math.MaxInt-in.Offsets[d])/last) {
+			v.errorf(i, "stride %s, expected %d non-negative strides that keep the offsets of micro-batch %d in an int", formatInts(in.Stride), len(in.Offsets), last)
+			return
+		}
 	}
 }
 
@@ -260,5 +478,8 @@ func (v *validator) transfer(i int) {
 	}
 	if in.Tag.Value == "" {
 		v.errorf(i, "no tag, expected the value and micro-batch the transfer carries")
+	}
+	if v.perMB && in.Tag.MicroBatch != 0 {
+		v.errorf(i, "tag %s in a micro-batch block, expected micro-batch 0 (the block's own)", in.Tag)
 	}
 }

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/autopar/autopar/ir"
@@ -20,63 +21,119 @@ func (t task) String() string {
 		return fmt.Sprintf("forward of micro-batch %d", t.mb)
 	case phaseB:
 		return fmt.Sprintf("backward of micro-batch %d", t.mb)
+	case phaseU:
+		return "update"
 	}
-	return "update"
+	return "prologue"
 }
 
-// stageTasks returns the order stage i of s runs its tasks in under sched with b
-// micro-batches. Both orders end with the update, once.
+// stageLoops returns the schedule of stage i of s under sched with b micro-batches, over
+// the blocks Lower emits: the prologue, the micro-batches' forwards and backwards in
+// loops, and the update, once.
 //
 // GPipe: F0 … F(b−1), B0 … B(b−1). 1F1B (PipeDream-flush): w = min(s−1−i, b) warm-up
 // forwards, then F(w+k) (while any is left) and B(k) for k = 0 … b−1, so stage i holds
-// at most s−i micro-batches' activations, as the stage DP assumes.
-func stageTasks(sched Schedule, s, i, b int) []task {
-	var out []task
+// at most s−i micro-batches' activations, as the stage DP assumes: three loops, warm-up,
+// steady (F(k+w), B(k)) and cool-down.
+func stageLoops(sched Schedule, s, i, b int) []Loop {
+	once := func(block int) Loop { return Loop{From: 0, To: 1, Body: []Call{{Block: block}}} }
+	out := []Loop{once(blockPrologue)}
+	add := func(from, to int, body ...Call) {
+		if from < to {
+			out = append(out, Loop{From: from, To: to, Body: body})
+		}
+	}
 	switch sched {
 	case GPipe:
-		for k := range b {
-			out = append(out, task{phaseF, k})
-		}
-		for k := range b {
-			out = append(out, task{phaseB, k})
-		}
+		add(0, b, Call{Block: blockForward})
+		add(0, b, Call{Block: blockBackward})
 	case OneFOneB:
-		w := min(s-1-i, b)
-		for k := range w {
-			out = append(out, task{phaseF, k})
-		}
-		for k := range b {
-			if w+k < b {
-				out = append(out, task{phaseF, w + k})
-			}
-			out = append(out, task{phaseB, k})
-		}
+		w := max(0, min(s-1-i, b))
+		add(0, w, Call{Block: blockForward})
+		add(0, b-w, Call{Block: blockForward, Shift: w}, Call{Block: blockBackward})
+		add(b-w, b, Call{Block: blockBackward})
 	default:
 		panic(fmt.Sprintf("codegen: schedule %d has no order", int(sched)))
 	}
-	return append(out, task{phaseU, -1})
+	return append(out, once(blockUpdate))
 }
 
-// taskOf returns the task that produces value v for micro-batch mb (−1: the update).
-func taskOf(an *analysis, v ir.ValueID, mb int) task {
-	if mb < 0 {
+// taskAt returns the task of a call of a lowered program's block for micro-batch mb.
+func taskAt(block, mb int) task {
+	switch block {
+	case blockForward:
+		return task{phaseF, mb}
+	case blockBackward:
+		return task{phaseB, mb}
+	case blockUpdate:
 		return task{phaseU, -1}
 	}
-	return task{an.phase[v], mb}
+	return task{phaseNone, -1} // the prologue: loads, no transfers
 }
 
-// checkDeadlock runs the stages' task orders against each other, a task starting only
-// once every task it receives a value from has finished. Sends never block (the runtime's
+// taskCursor walks one stage's loops call by call without expanding them.
+type taskCursor struct {
+	loops      []Loop
+	l, i, call int
+}
+
+func newTaskCursor(loops []Loop) *taskCursor {
+	c := &taskCursor{loops: loops}
+	if len(loops) > 0 {
+		c.i = loops[0].From
+	}
+	c.skipEmpty()
+	return c
+}
+
+func (c *taskCursor) skipEmpty() {
+	for c.l < len(c.loops) && (c.i >= c.loops[c.l].To || len(c.loops[c.l].Body) == 0) {
+		c.l++
+		c.call = 0
+		if c.l < len(c.loops) {
+			c.i = c.loops[c.l].From
+		}
+	}
+}
+
+func (c *taskCursor) done() bool { return c.l >= len(c.loops) }
+
+func (c *taskCursor) task() task {
+	call := c.loops[c.l].Body[c.call]
+	return taskAt(call.Block, c.i+call.Shift)
+}
+
+func (c *taskCursor) next() {
+	if c.call++; c.call == len(c.loops[c.l].Body) {
+		c.call = 0
+		c.i++
+		c.skipEmpty()
+	}
+}
+
+// checkDeadlock runs the stages' schedules against each other, a task starting only once
+// every task it receives a value from has finished. Sends never block (the runtime's
 // contract), so if this completes, the programs do too: each receive waits only for a send
 // in a task that finished earlier. It returns an error naming the stuck tasks otherwise
 // (a stage assignment whose forward runs backwards through the pipeline, say).
-func checkDeadlock(p *Plan, an *analysis, orders [][]task) error {
-	type stageTask struct {
-		s StageID
-		t task
+//
+// It does not expand the schedules: which stages a task of each phase receives from is
+// the same for every micro-batch, and each stage runs its forwards and its backwards in
+// micro-batch order, so "has stage t finished its forward of micro-batch k" is a count.
+// Memory is O(stages²), time O(stages · micro-batches · stages).
+func checkDeadlock(p *Plan, an *analysis, loops [][]Loop) error {
+	type dep struct {
+		s  StageID
+		ph phase
 	}
 	g := p.Step
-	deps := map[stageTask][]stageTask{}
+	S := len(loops)
+	deps := make([][4][]dep, S) // per stage, per phase of its task: the tasks it waits on
+	add := func(s StageID, ph phase, d dep) {
+		if !slices.Contains(deps[s][ph], d) {
+			deps[s][ph] = append(deps[s][ph], d)
+		}
+	}
 	for id := range g.Values {
 		v := g.Value(ir.ValueID(id))
 		s := p.StageOf[id]
@@ -84,42 +141,47 @@ func checkDeadlock(p *Plan, an *analysis, orders [][]task) error {
 			if av := g.Value(a); av.Op.IsLeaf() || madeWhereUsed(av) || p.StageOf[a] == s {
 				continue // loaded, or filled, where it is used
 			}
-			if an.phase[id] == phaseF || an.phase[id] == phaseB {
-				for k := range p.Microbatches {
-					me := stageTask{s, task{an.phase[id], k}}
-					deps[me] = append(deps[me], stageTask{p.StageOf[a], taskOf(an, a, k)})
-				}
+			if ph := an.phase[id]; ph == phaseF || ph == phaseB {
+				add(s, ph, dep{p.StageOf[a], an.phase[a]})
 			}
 			if an.phase[id] == phaseU || an.alsoU[id] {
-				me := stageTask{s, task{phaseU, -1}}
-				deps[me] = append(deps[me], stageTask{p.StageOf[a], task{phaseU, -1}})
+				add(s, phaseU, dep{p.StageOf[a], phaseU})
 			}
 		}
 	}
-	done := map[stageTask]bool{}
-	pos := make([]int, len(orders))
+	doneCount := make([][4]int, S) // per stage, per phase: tasks finished (the update: 0 or 1)
+	finished := func(d dep, mb int) bool {
+		if d.ph == phaseU || mb < 0 {
+			return doneCount[d.s][phaseU] > 0
+		}
+		return doneCount[d.s][d.ph] > mb
+	}
+	cur := make([]*taskCursor, S)
+	for s := range cur {
+		cur[s] = newTaskCursor(loops[s])
+	}
 	for progress := true; progress; {
 		progress = false
-		for s, order := range orders {
-			for pos[s] < len(order) {
-				me := stageTask{StageID(s), order[pos[s]]}
+		for s, c := range cur {
+			for !c.done() {
+				t := c.task()
 				ready := true
-				for _, d := range deps[me] {
-					ready = ready && (done[d] || d == me)
+				for _, d := range deps[s][t.ph] {
+					ready = ready && finished(d, t.mb)
 				}
 				if !ready {
 					break
 				}
-				done[me] = true
-				pos[s]++
+				doneCount[s][t.ph]++
+				c.next()
 				progress = true
 			}
 		}
 	}
 	var stuck []string
-	for s, order := range orders {
-		if pos[s] < len(order) {
-			stuck = append(stuck, fmt.Sprintf("stage %d at its %s", s, order[pos[s]]))
+	for s, c := range cur {
+		if !c.done() {
+			stuck = append(stuck, fmt.Sprintf("stage %d at its %s", s, c.task()))
 		}
 	}
 	if len(stuck) > 0 {

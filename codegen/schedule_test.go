@@ -8,6 +8,17 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
+// stageTasks expands stage i's loops into its tasks (the prologue left out).
+func stageTasks(sched Schedule, s, i, b int) []task {
+	var out []task
+	for c := newTaskCursor(stageLoops(sched, s, i, b)); !c.done(); c.next() {
+		if t := c.task(); t.ph != phaseNone {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 func TestStageTasks(t *testing.T) {
 	short := func(ts []task) string {
 		var parts []string

@@ -2,6 +2,9 @@ package frontend
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/autopar/autopar/ir"
@@ -40,16 +43,39 @@ const maxErrors = 10
 // a bad line so that independent mistakes are reported together. Parse never panics on any
 // input; Print(Parse(Print(g))) is byte-identical to Print(g).
 func Parse(filename string, src []byte) (*ir.Graph, error) {
+	return ParseLimited(filename, src, 0)
+}
+
+// A ValuesError is a model with more values than the limit it was parsed under.
+type ValuesError struct {
+	Pos   ir.Pos // the line that defines the first value past the limit
+	Limit int
+}
+
+func (e *ValuesError) Error() string {
+	return fmt.Sprintf("%s: the model has more than %d values, the limit", e.Pos, e.Limit)
+}
+
+// ParseLimited is Parse that stops with a *ValuesError as soon as the graph holds more than
+// maxValues values (0: no limit), so that a model of millions of ops is refused in the time
+// its first maxValues take, not after parsing it all.
+func ParseLimited(filename string, src []byte, maxValues int) (*ir.Graph, error) {
 	// A byte-order mark some editors write is skipped, as Go's scanner does; columns on the
 	// first line then count from after it, where the reader's eye starts.
 	src = bytes.TrimPrefix(src, []byte("\uFEFF"))
-	p := &parser{file: filename, src: src, g: ir.NewGraph("")}
+	p := &parser{file: filename, src: src, g: ir.NewGraph(""), maxValues: maxValues}
 	n := estimateValues(src)
+	if maxValues > 0 {
+		n = min(n, maxValues+1)
+	}
 	p.defs = make(map[string]definition, n)
 	// Appending to a Graph copies Values each time it outgrows them; for a training step
 	// that was a quarter of the parse time.
 	p.g.Values = make([]ir.Value, 0, n)
 	p.run()
+	if p.tooMany != nil {
+		return nil, p.tooMany
+	}
 	return p.finish()
 }
 
@@ -62,29 +88,85 @@ func estimateValues(src []byte) int {
 	return min(lines, marks)
 }
 
-// ParseFile reads and parses the .ir file at path; positions name path as given.
+// ParseFile reads and parses the .ir file at path, refusing a file over
+// DefaultMaxFileBytes; positions name path as given.
 func ParseFile(path string) (*ir.Graph, error) {
-	src, err := os.ReadFile(path)
+	src, err := ReadFile(path, DefaultMaxFileBytes)
+	var se *SizeError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("%w; to read it, call ReadFile with a larger limit, then Parse", err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return ParseModel(path, src)
+	return ParseModel(path, src, 0)
 }
 
 // ParseModel parses src, the text of the model file at path, as ParseFile does once it has
-// read it. Unlike Parse, it refuses a file with nothing in it (Parse reads that as the empty
-// graph): a model file that is empty, or holds only comments, is a mistake, named as such.
-func ParseModel(path string, src []byte) (*ir.Graph, error) {
+// read it, under ParseLimited's limit of maxValues (0: none). Unlike Parse, it refuses a file
+// with nothing in it (Parse reads that as the empty graph): a model file that is empty, or
+// holds only comments, is a mistake, named as such.
+func ParseModel(path string, src []byte, maxValues int) (*ir.Graph, error) {
 	if len(bytes.TrimSpace(bytes.TrimPrefix(src, []byte("\uFEFF")))) == 0 {
 		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
 			"the file is empty, expected a model in .ir text (autopar model NAME writes one)")}.Err()
 	}
-	g, err := Parse(path, src)
+	g, err := ParseLimited(path, src, maxValues)
 	if err == nil && len(g.Values) == 0 {
 		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
 			"the file defines no values, expected a model in .ir text (autopar model NAME writes one)")}.Err()
 	}
 	return g, err
+}
+
+// DefaultMaxFileBytes is the most ParseFile reads: 64 MiB, some 1.2 million lines, past any
+// model autopar can plan in reasonable time (a 1,000-layer GPT is 2.3 MB).
+const DefaultMaxFileBytes = 64 << 20
+
+// A SizeError is a file that holds more than the limit it was read under (or, like
+// /dev/zero, never ends).
+type SizeError struct {
+	Path  string
+	Limit int64
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("%s: larger than the limit of %s on input files", e.Path, formatSize(e.Limit))
+}
+
+// ReadFile reads the file at path through an io.LimitReader, returning a *SizeError once it
+// holds more than max bytes, so that a huge file or an endless one (/dev/zero, a FIFO) is
+// refused after reading max+1 bytes instead of filling memory.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > max {
+		return nil, &SizeError{Path: path, Limit: max}
+	}
+	src, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(src)) > max {
+		return nil, &SizeError{Path: path, Limit: max}
+	}
+	return src, nil
+}
+
+// formatSize prints a byte count in the largest binary unit that divides it.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.unit)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // definition records where a name was defined and what it became. id is ir.NoValue when the
@@ -129,8 +211,11 @@ type parser struct {
 	updates  []pendingUpdate
 
 	errs    ir.ErrorList
-	stopped bool // too many errors
-	later   map[string]ir.Pos
+	stopped bool // too many errors, or too many values
+
+	maxValues int          // 0: no limit
+	tooMany   *ValuesError // set when the graph passed maxValues
+	later     map[string]ir.Pos
 }
 
 // run parses the source line by line.
@@ -152,6 +237,10 @@ func (p *parser) run() {
 		p.toks = lexLine(line, p.toks)
 		p.i = 0
 		p.statement()
+		if p.maxValues > 0 && len(p.g.Values) > p.maxValues {
+			p.tooMany = &ValuesError{Pos: ir.Pos{File: p.file, Line: p.line, Col: 1}, Limit: p.maxValues}
+			p.stopped = true
+		}
 	}
 }
 

@@ -391,3 +391,30 @@ func TestParseFileEmpty(t *testing.T) {
 		assert.Contains(t, err.Error(), path+":1:1: the file")
 	}
 }
+
+func TestReadFileLimit(t *testing.T) {
+	_, err := ReadFile("/dev/zero", 1<<10)
+	var se *SizeError
+	require.ErrorAs(t, err, &se)
+	assert.EqualError(t, err, "/dev/zero: larger than the limit of 1 KiB on input files")
+	path := filepath.Join(t.TempDir(), "m.ir")
+	require.NoError(t, os.WriteFile(path, []byte("param w: f32[2]\n"), 0o644))
+	src, err := ReadFile(path, 16)
+	require.NoError(t, err)
+	assert.Len(t, src, 16)
+	_, err = ReadFile(path, 15)
+	assert.EqualError(t, err, path+": larger than the limit of 15 bytes on input files")
+	_, err = ReadFile(filepath.Join(t.TempDir(), "none.ir"), 16)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestParseLimitedStopsAtTheLimit(t *testing.T) {
+	src := []byte("param w: f32[2]\na = neg w\nb = neg a\nc = neg b\noutput c\n")
+	g, err := ParseLimited("m.ir", src, 4)
+	require.NoError(t, err)
+	assert.Len(t, g.Values, 4)
+	_, err = ParseLimited("m.ir", src, 2)
+	var ve *ValuesError
+	require.ErrorAs(t, err, &ve)
+	assert.EqualError(t, err, "m.ir:3:1: the model has more than 2 values, the limit")
+}

@@ -14,7 +14,7 @@ import (
 // elements is far past any model autopar can place (GPT-3's largest weight has ~2^30), and
 // keeps every element and byte count of ir.Shape and ir.Type well inside int64, so a typo
 // like f32[100000000000,100000000000] is a clear error instead of a silent overflow.
-const maxElements = 1 << 50
+const maxElements = ir.MaxElements
 
 // maxRank bounds the length of every int list: a type's dims and the per-dim attributes
 // (axes, perm, shape, ...). Real tensors have a handful of dims; the bound keeps ir's shape

@@ -18,4 +18,7 @@
 // is told by sentinel errors: [ErrInfeasible], [ErrUnbounded], [ErrTimeout]
 // (possibly alongside a feasible but unproven solution), and the context's
 // error when the context ends.
+//
+// Built without cgo (CGO_ENABLED=0), the package still compiles, so that what does not
+// solve ILPs builds on its own; [Solve] and [Available] then return [ErrNoSolver].
 package ilp

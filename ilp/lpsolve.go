@@ -87,6 +87,10 @@ var lpCodeNames = map[int]string{
 // lpInfinity is what lp_solve reads as an infinite bound (its default).
 const lpInfinity = 1e30
 
+// Available reports whether this build can solve ILPs: it can, with lp_solve linked in.
+// A build without cgo answers [ErrNoSolver] instead (nocgo.go).
+func Available() error { return nil }
+
 // lpModel owns one lprec and the scratch arrays used to pass rows to it.
 type lpModel struct {
 	lp    *C.lprec

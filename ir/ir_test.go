@@ -61,3 +61,29 @@ func TestDimsSignatures(t *testing.T) {
 		assert.Equal(t, c.want, g.Dims(id).String(), "case %d (%s)", i, c.op)
 	}
 }
+
+func TestCheckedElementsNeverWraps(t *testing.T) {
+	n, ok := Shape{1 << 25, 1 << 25}.CheckedElements()
+	assert.True(t, ok)
+	assert.Equal(t, int64(MaxElements), n)
+	for _, s := range []Shape{
+		{1 << 25, 1 << 25, 2},          // just past 2^50
+		{4611686018427387905, 4},       // 2^64+4 wraps to 4 in NumElements
+		{1 << 32, 1 << 32, 1 << 32, 1}, // wraps to 0
+		{-2, 8},
+	} {
+		_, ok := s.CheckedElements()
+		assert.False(t, ok, "%v", s)
+	}
+}
+
+// Every result type is bounded, whatever builds it (a rebatch, a builder, a program).
+func TestAppendRefusesResultsPastMaxElements(t *testing.T) {
+	g := NewGraph("g")
+	s, err := g.Declare(OpParam, "s", Type{F32, Shape{4}}, -1, Pos{})
+	require.NoError(t, err)
+	_, err = g.Append(OpReshape, "r", []ValueID{s}, Attrs{}.With("shape", []int{4611686018427387905, 4}), Pos{})
+	require.ErrorContains(t, err, "reshape: result f32[4611686018427387905,4] has more than 2^50 elements")
+	_, err = g.Declare(OpParam, "big", Type{F64, Shape{1 << 40, 1 << 20}}, -1, Pos{})
+	require.ErrorContains(t, err, "has more than 2^50 elements")
+}

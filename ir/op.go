@@ -201,6 +201,9 @@ func InferType(op Op, args []Arg, at Attrs) (Type, Attrs, error) {
 		return Type{}, nil, err
 	}
 	t, err := def.Infer(args, at)
+	if err == nil {
+		err = checkResultSize(def.Name, t)
+	}
 	return t, at, err
 }
 

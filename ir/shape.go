@@ -1,6 +1,8 @@
 package ir
 
 import (
+	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,36 @@ func (s Shape) NumElements() int64 {
 		n *= int64(d)
 	}
 	return n
+}
+
+// MaxElements bounds the element count of every tensor of a graph: 2^50 is far past any
+// model autopar can place (GPT-3's largest weight has ~2^30) and keeps every element and byte
+// count (at most 8 bytes an element) far inside int64, so that no product of dims wraps.
+const MaxElements = 1 << 50
+
+// CheckedElements is NumElements computed without wrapping: ok is false when a dim is
+// negative or the product passes MaxElements.
+func (s Shape) CheckedElements() (n int64, ok bool) {
+	p := uint64(1)
+	for _, d := range s {
+		if d < 0 {
+			return 0, false
+		}
+		hi, lo := bits.Mul64(p, uint64(d))
+		if hi != 0 || lo > MaxElements {
+			return 0, false
+		}
+		p = lo
+	}
+	return int64(p), true
+}
+
+// checkResultSize reports a result type of op whose element count passes MaxElements.
+func checkResultSize(op string, t Type) error {
+	if _, ok := t.Shape.CheckedElements(); !ok {
+		return fmt.Errorf("%s: result %s has more than 2^50 elements, beyond any tensor autopar can place", op, t)
+	}
+	return nil
 }
 
 // Rank is the number of dims.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,31 @@ type Cluster struct {
 	// Efficiency is the fraction of DeviceFLOPS that real kernels achieve,
 	// in (0, 1]; compute times use DeviceFLOPS*Efficiency.
 	Efficiency float64 `json:"efficiency"`
+}
+
+// MaxDevices is the most devices a cluster may have: a DeviceID is an int32.
+const MaxDevices = math.MaxInt32
+
+// MaxDeviceMemoryBytes bounds a device's memory (1 EiB), so that sums of device memories
+// and of the bytes priced against them stay far inside int64.
+const MaxDeviceMemoryBytes = 1 << 60
+
+// CountDevices returns the product of counts (hosts × devices per host, the axes of a
+// mesh, the degrees of a manual plan) and whether it is at most MaxDevices. It never wraps:
+// a product past MaxDevices, or a negative count, reports false.
+func CountDevices(counts ...int) (int, bool) {
+	n := uint64(1)
+	for _, c := range counts {
+		if c < 0 {
+			return 0, false
+		}
+		hi, lo := bits.Mul64(n, uint64(c))
+		if hi != 0 || lo > MaxDevices {
+			return 0, false
+		}
+		n = lo
+	}
+	return int(n), true
 }
 
 // Devices returns the number of devices in the cluster.
@@ -71,8 +97,12 @@ func (c *Cluster) Validate() error {
 	if c.DeviceMemoryBytes <= 0 {
 		return c.errorf("device memory bytes must be positive, got %d", c.DeviceMemoryBytes)
 	}
-	if c.Devices() > math.MaxInt32 {
-		return c.errorf("%d devices do not fit a DeviceID", c.Devices())
+	if c.DeviceMemoryBytes > MaxDeviceMemoryBytes {
+		return c.errorf("device memory bytes %d is more than 1 EiB (%d), beyond any device", c.DeviceMemoryBytes, int64(MaxDeviceMemoryBytes))
+	}
+	if _, ok := CountDevices(c.Hosts, c.DevicesPerHost); !ok {
+		return c.errorf("%d hosts × %d devices per host is more than the %d devices a cluster may have",
+			c.Hosts, c.DevicesPerHost, MaxDevices)
 	}
 	multiHost := c.Hosts > 1
 	checks := []struct {
@@ -160,12 +190,24 @@ func ParseClusterJSON(data []byte, def string) (*Cluster, error) {
 	return &c, nil
 }
 
+// MaxClusterFileBytes bounds what LoadCluster reads: a spec is a dozen fields, so 1 MiB
+// only ever stops a wrong path (/dev/zero, a model file, a FIFO).
+const MaxClusterFileBytes = 1 << 20
+
 // LoadCluster reads a JSON cluster spec from path. A spec without a name is
-// named after the file, without its extension.
+// named after the file, without its extension. A file over MaxClusterFileBytes is refused.
 func LoadCluster(path string) (*Cluster, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxClusterFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	if len(data) > MaxClusterFileBytes {
+		return nil, fmt.Errorf("mesh: cluster spec %s: larger than 1 MiB, the most a cluster spec may hold", path)
 	}
 	def := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	c, err := ParseClusterJSON(data, def)

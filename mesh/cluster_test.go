@@ -149,3 +149,45 @@ func TestSingleHostMayOmitInterHost(t *testing.T) {
 	c.Hosts = 2
 	assert.ErrorContains(t, c.Validate(), "inter-host bandwidth must be positive")
 }
+
+func TestCountDevicesNeverWraps(t *testing.T) {
+	n, ok := CountDevices(16, 8)
+	assert.True(t, ok)
+	assert.Equal(t, 128, n)
+	n, ok = CountDevices()
+	assert.True(t, ok)
+	assert.Equal(t, 1, n)
+	_, ok = CountDevices(MaxDevices, 1)
+	assert.True(t, ok)
+	for _, counts := range [][]int{
+		{MaxDevices, 2},
+		{1 << 32, 1 << 32},                // wraps to 0 in 64 bits
+		{2305843009213693953, 8},          // wraps to 8 in 64 bits
+		{math.MaxInt64, math.MaxInt64, 3}, // wraps in both halves
+		{-1, 8},
+	} {
+		_, ok := CountDevices(counts...)
+		assert.False(t, ok, "%v", counts)
+	}
+}
+
+func TestValidateRefusesWrappedDeviceCount(t *testing.T) {
+	c, err := Preset("p3.16xlarge")
+	require.NoError(t, err)
+	c.Hosts = 2305843009213693953 // × 8 wraps to 8 in 64 bits
+	assert.ErrorContains(t, c.Validate(), "2305843009213693953 hosts × 8 devices per host is more than the 2147483647 devices a cluster may have")
+	_, err = ParseCluster("p3.16xlarge:200000000")
+	assert.NoError(t, err, "1.6e9 devices fit a DeviceID; the CLI's --max-devices refuses it")
+	_, err = ParseCluster("p3.16xlarge:300000000")
+	assert.ErrorContains(t, err, "more than the 2147483647 devices")
+	c.Hosts = 1
+	c.DeviceMemoryBytes = 1<<60 + 1
+	assert.ErrorContains(t, c.Validate(), "device memory bytes 1152921504606846977 is more than 1 EiB")
+	_, err = ParseClusterJSON([]byte(`{"hosts": 1, "devices_per_host": 8, "device_memory_bytes": 1e30}`), "x")
+	assert.ErrorContains(t, err, "device_memory_bytes")
+}
+
+func TestLoadClusterBoundsWhatItReads(t *testing.T) {
+	_, err := LoadCluster("/dev/zero")
+	assert.EqualError(t, err, "mesh: cluster spec /dev/zero: larger than 1 MiB, the most a cluster spec may hold")
+}

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/autopar/autopar/ir"
@@ -169,11 +170,23 @@ func reshapeBatch(in, out ir.Shape, ba batchAt, _ int) batchAt {
 
 // scaled is the extent a batch-carrying dim of extent n gets when the batch goes from old
 // to batch, or an error when the part of the batch it carries does not scale to a whole.
+//
+// The products are taken in 128 bits: an extent past ir.MaxElements comes back as
+// ir.MaxElements+1, which ir then refuses as too large, instead of a wrapped small one.
 func scaled(n int, ba batchAt, old, batch int) (int, bool) {
-	if ba.Part*batch%old != 0 {
+	hi, lo := bits.Mul64(uint64(ba.Part), uint64(batch))
+	if hi >= uint64(old) { // the quotient would not fit 64 bits
+		return ir.MaxElements + 1, true
+	}
+	q, r := bits.Div64(hi, lo, uint64(old))
+	if r != 0 {
 		return 0, false
 	}
-	return n / ba.Part * (ba.Part * batch / old), true
+	hi, lo = bits.Mul64(uint64(n/ba.Part), q)
+	if hi != 0 || lo > ir.MaxElements {
+		return ir.MaxElements + 1, true
+	}
+	return int(lo), true
 }
 
 // rebatchAttrs rewrites the shape attributes of value id that carry the batch.
@@ -198,6 +211,13 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 		shape := slices.Clone(v.Attrs.Ints("shape"))
 		shape[ba.Dim] = n
 		return v.Attrs.With("shape", shape), nil
+	case v.Op == ir.OpSlice && fullBatchSlice(g, v, at):
+		// A slice that keeps the whole batch (Split of an imported model's fused qkv) takes
+		// the micro-batch whole: its limit on the batch dim is rescaled like a reshape's.
+		d := at[v.Args[0]].Dim
+		limit := slices.Clone(v.Attrs.Ints("limit"))
+		limit[d], _ = scaled(limit[d], at[v.Args[0]], old, batch)
+		return v.Attrs.With("limit", limit), nil
 	case v.Op == ir.OpSlice || v.Op == ir.OpConcat || v.Op == ir.OpScatterAdd ||
 		v.Op == ir.OpConv2DInputGrad || v.Op == ir.OpAvgPoolGrad:
 		for _, a := range v.Args {
@@ -208,6 +228,16 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 		}
 	}
 	return v.Attrs, nil
+}
+
+// fullBatchSlice reports whether slice v takes the batch dim of its operand whole.
+func fullBatchSlice(g *ir.Graph, v *ir.Value, at []batchAt) bool {
+	ba := at[v.Args[0]]
+	if ba.Dim < 0 || at[v.Args[0]].Dim == -2 {
+		return false
+	}
+	d, in := ba.Dim, g.Values[v.Args[0]].Type.Shape
+	return v.Attrs.Ints("start")[d] == 0 && v.Attrs.Ints("limit")[d] == in[d]
 }
 
 // checkRebatched makes sure the batch went where followBatch said it would.

@@ -59,9 +59,12 @@ func formatFLOPs(f float64) string {
 
 func formatBytes(b int64) string { return sharding.FormatBytes(b) }
 
-// specText is a spec in Alpa's notation; a scalar's empty spec reads "scalar" so that a
-// label never ends in nothing.
-func specText(s mesh.Spec) string {
+// specText is a spec in notation nt (mesh.Notation.Format); in Alpa's, a scalar's empty
+// spec reads "scalar" so that a label never ends in nothing.
+func specText(s mesh.Spec, nt mesh.Notation) string {
+	if nt != mesh.Alpa {
+		return nt.Format(s)
+	}
 	if t := s.String(); t != "" {
 		return t
 	}

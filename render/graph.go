@@ -20,6 +20,9 @@ type Options struct {
 	// this, with an error saying so: Graphviz takes minutes over tens of thousands of
 	// nodes, and the picture is unreadable long before. Zero means no limit.
 	MaxNodes int
+	// Notation writes the specs of the op view: Alpa's (the zero value), JAX's
+	// PartitionSpecs or DTensor's placements.
+	Notation mesh.Notation
 }
 
 // Edge colours: grey for an operand read as it is, blue for a resharding inside a stage,
@@ -102,7 +105,7 @@ func drawOps(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge, opts 
 		nodes[s] = make(map[ir.ValueID]dot.Node, len(st.Values))
 		for _, v := range st.Values {
 			id, _ := ix.step.Lookup(v.Name)
-			nodes[s][id] = opNode(clusters[s], s, ix.step.Value(id), v)
+			nodes[s][id] = opNode(clusters[s], s, ix.step.Value(id), v, opts.Notation)
 		}
 	}
 	memo := map[string]reshard{}
@@ -112,16 +115,16 @@ func drawOps(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge, opts 
 			return err
 		}
 		de := g.Edge(nodes[e.FromStage][e.From], nodes[e.ToStage][e.To])
-		styleEdge(de, e.Cross(), r)
+		styleEdge(de, e.Cross(), r, opts.Notation)
 	}
 	return nil
 }
 
 // opNode draws value v of stage s: its name, op and type, and its spec. Graph inputs and
 // constants are ellipses, ops boxes; the tooltip holds the strategy and its costs.
-func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan) dot.Node {
+func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, nt mesh.Notation) dot.Node {
 	n := c.Node(fmt.Sprintf("s%d:%s", s, v.Name))
-	n.Label(fmt.Sprintf("%s\n%s %s\n%s", v.Name, v.Op, val.Type, specText(v.Spec)))
+	n.Label(fmt.Sprintf("%s\n%s %s\n%s", v.Name, v.Op, val.Type, specText(v.Spec, nt)))
 	shape := "box"
 	if len(val.Args) == 0 {
 		shape = "ellipse"
@@ -136,13 +139,13 @@ func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan) dot.Node {
 }
 
 // styleEdge colours and labels an operand edge by what moving the value costs.
-func styleEdge(de dot.Edge, cross bool, r reshard) {
+func styleEdge(de dot.Edge, cross bool, r reshard, nt mesh.Notation) {
 	switch {
 	case cross:
-		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From), specText(r.To), formatBytes(r.Bytes)))
+		de.Label(fmt.Sprintf("send/recv %s→%s %s", specText(r.From, nt), specText(r.To, nt), formatBytes(r.Bytes)))
 		de.Attrs("color", colorCross, "fontcolor", colorCross, "style", "bold")
 	case r.Needed(false):
-		de.Label(reshardText(r))
+		de.Label(reshardText(r, nt))
 		de.Attrs("color", colorReshard, "fontcolor", colorReshard, "penwidth", "1.5")
 	default:
 		de.Attr("color", colorPlain)
@@ -151,14 +154,14 @@ func styleEdge(de dot.Edge, cross bool, r reshard) {
 
 // reshardText is one line per collective, each with the layout it leaves and the bytes it
 // works on (B of the alpha–beta model), then the total time when anything costs.
-func reshardText(r reshard) string {
+func reshardText(r reshard, nt mesh.Notation) string {
 	var b strings.Builder
 	before := r.From
 	for i, st := range r.Steps {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		fmt.Fprintf(&b, "%s %s→%s", collectiveName(st.Kind), specText(before), specText(st.After))
+		fmt.Fprintf(&b, "%s %s→%s", collectiveName(st.Kind), specText(before, nt), specText(st.After, nt))
 		if st.Bytes > 0 && st.Kind != mesh.Slice {
 			fmt.Fprintf(&b, " %s", formatBytes(int64(st.Bytes)))
 		}

@@ -158,7 +158,7 @@ type task struct {
 	mb   int
 }
 
-// stageOrder is the order stage i of s runs its tasks in, as codegen.Lower unrolls them:
+// stageOrder is the order stage i of s runs its tasks in, as codegen.Lower's loops run them:
 // GPipe runs every forward then every backward; 1F1B (PipeDream-flush) runs
 // min(s−1−i, b) warm-up forwards, then alternates one forward and one backward. Both end
 // with the update.

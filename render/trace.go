@@ -7,16 +7,15 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
-	"github.com/autopar/autopar/ir"
 )
 
 // traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes:
 // a complete slice ("ph":"X") per executed instruction, on thread Tid = the device, with
-// Args["instr"] its index in the device's program. Times are in microseconds.
+// Args["instr"] its index in the device's program and Args["mb"] the micro-batch it ran
+// for (−1 in a block of the step). Times are in microseconds.
 type traceEvent struct {
 	Name string         `json:"name"`
 	Cat  string         `json:"cat"`
@@ -32,8 +31,7 @@ type traceEvent struct {
 // Schedule: per device, one block per task (the forward or backward of a micro-batch, the
 // update) spanning its instructions, with the communication instructions (collectives,
 // send, recv) inside it as Comm blocks. Which task an instruction belongs to comes from
-// p's programs: the value its output (or transfer tag) holds, and the micro-batch in its
-// buffer name.
+// p's programs, the block that holds it, and the micro-batch the event ran for.
 //
 // A trace that is not JSON, has no instruction events, or whose instructions are not the
 // ones p's programs have at those places (a trace of another plan) is an error.
@@ -81,11 +79,8 @@ func decodeTrace(r io.Reader) ([]traceEvent, error) {
 // traceSchedule folds decoded events into the Schedule of plan p, whose programs are progs.
 func traceSchedule(evs []traceEvent, p *autopar.Plan, progs []*codegen.Program) (*Schedule, error) {
 	byDev := map[int]*codegen.Program{}
-	tasks := map[int][]task{}
-	ph := phases(p.Step())
 	for _, prog := range progs {
 		byDev[int(prog.Device)] = prog
-		tasks[int(prog.Device)] = programTasks(prog, p.Step(), ph, p.Microbatches)
 	}
 	events, err := checkEvents(evs, byDev)
 	if err != nil {
@@ -93,7 +88,7 @@ func traceSchedule(evs []traceEvent, p *autopar.Plan, progs []*codegen.Program) 
 	}
 	out := &Schedule{Microbatches: p.Microbatches, Rows: rowsOf(p)}
 	for r, row := range out.Rows {
-		out.Blocks = append(out.Blocks, traceBlocks(r, events[row.Device], byDev[row.Device], tasks[row.Device])...)
+		out.Blocks = append(out.Blocks, traceBlocks(r, events[row.Device], byDev[row.Device])...)
 	}
 	sortBlocks(out.Blocks)
 	out.Title = fmt.Sprintf("%s on %s: measured %s schedule (runtime trace), %d micro-batches, step %s",
@@ -128,6 +123,16 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d is %s in the plan's program, the trace says %s: the trace is of another plan",
 				i, e.Tid, k, want, e.Name)
 		}
+		mb, ok := e.Args["mb"]
+		if j := prog.BlockOf(k); len(prog.Blocks) > 0 && prog.Blocks[j].PerMicrobatch {
+			if !ok || mb < 0 || mb >= prog.Microbatches {
+				return nil, fmt.Errorf("render: trace event %d: device %d instruction %d runs per micro-batch, the trace says micro-batch %s, expected 0 to %d: the trace is of another plan",
+					i, e.Tid, k, argText(mb, ok), prog.Microbatches-1)
+			}
+		} else if ok && mb != -1 {
+			return nil, fmt.Errorf("render: trace event %d: device %d instruction %d runs once per step, the trace says micro-batch %d, expected -1: the trace is of another plan",
+				i, e.Tid, k, mb)
+		}
 		if !(e.Ts >= 0 && e.Ts <= maxTraceMicros && e.Dur >= 0 && e.Dur <= maxTraceMicros) {
 			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected both in [0, %g] µs", i, e.Ts, e.Dur, float64(maxTraceMicros))
 		}
@@ -149,6 +154,13 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 	return out, nil
 }
 
+func argText(v int, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	return strconv.Itoa(v)
+}
+
 // instrName is the name WriteTrace gives an instruction: its op for compute, else its kind.
 func instrName(in *codegen.Instr) string {
 	if in.Kind == codegen.Compute {
@@ -161,115 +173,23 @@ func isComm(k codegen.Kind) bool {
 	return k.IsCollective() || k == codegen.Send || k == codegen.Recv
 }
 
-// programTasks assigns every instruction of prog to a task. An instruction that defines a
-// per-micro-batch value (buffer "NAME.mbK…") or moves one (tag NAME@mbK) starts or
-// continues that value's task; an update value's, the update. The rest (loads, frees,
-// accumulates, constants of no phase) belong to the task around them; the ones before the
-// first known task, to it.
-//
-// A task runs once, in one stretch, so an instruction naming a task that has already
-// ended belongs to the current one: codegen reshards a forward value where the backward
-// reads it, under the forward value's buffer name. Once the last backward has begun, an
-// op on a per-micro-batch value with no micro-batch of its own (the 1/B scaling and
-// data-parallel all-reduce of an accumulated loss or gradient, a constant recomputed for
-// the optimizer) is the update's.
-func programTasks(prog *codegen.Program, step *ir.Graph, ph []phase, mbs int) []task {
-	out := make([]task, len(prog.Instrs))
-	cur, pending := task{mb: -2}, 0
-	ended := map[task]bool{}
-	for i := range prog.Instrs {
-		t, ok := instrTask(prog, &prog.Instrs[i], step, ph)
-		if ok && t.mb == -2 {
-			t, ok = task{Update, -1}, cur == task{Backward, mbs - 1} || cur.kind == Update
-		}
-		if ok && t != cur && ended[t] {
-			ok = false
-		}
-		if ok && t != cur && cur.mb != -2 {
-			ended[cur] = true
-		}
-		if !ok {
-			if cur.mb == -2 {
-				pending++
-				continue
-			}
-			t = cur
-		}
-		if cur.mb == -2 {
-			for j := i - pending; j < i; j++ {
-				out[j] = t
-			}
-		}
-		cur, out[i] = t, t
+// eventTask is the task an executed instruction belongs to: its block's (the prologue
+// counts as the forward of micro-batch 0, which it opens), with the micro-batch the event
+// says the block ran for.
+func eventTask(prog *codegen.Program, e traceEvent) task {
+	j := prog.BlockOf(e.Args["instr"])
+	if j < 0 || len(prog.Blocks) == 0 {
+		return task{Update, -1}
 	}
-	for j := len(prog.Instrs) - pending; j < len(prog.Instrs) && cur.mb == -2; j++ {
-		out[j] = task{Update, -1} // a program with no known task at all
+	switch prog.Blocks[j].Name {
+	case "prologue":
+		return task{Forward, 0}
+	case "forward":
+		return task{Forward, e.Args["mb"]}
+	case "backward":
+		return task{Backward, e.Args["mb"]}
 	}
-	return out
-}
-
-// instrTask is the task an instruction's value puts it in, if it says.
-func instrTask(prog *codegen.Program, in *codegen.Instr, step *ir.Graph, ph []phase) (task, bool) {
-	var id ir.ValueID
-	var mb int
-	var ok bool
-	switch {
-	case in.Kind == codegen.Send || in.Kind == codegen.Recv:
-		id, ok = step.Lookup(in.Tag.Value)
-		mb = in.Tag.MicroBatch
-	case in.Kind == codegen.Compute || in.Kind.IsCollective():
-		if b, defined := in.Defines(); defined && int(b) < len(prog.Buffers) {
-			id, mb, ok = bufferValue(prog.Buffers[b].Name, step)
-		}
-	}
-	if !ok {
-		return task{}, false
-	}
-	switch ph[id] {
-	case phaseU:
-		return task{Update, -1}, true
-	case phaseF, phaseB:
-		if mb < 0 {
-			return task{mb: -2}, true // no micro-batch of its own: programTasks decides
-		}
-		kind := Forward
-		if ph[id] == phaseB {
-			kind = Backward
-		}
-		return task{kind, mb}, true
-	}
-	return task{}, false
-}
-
-// bufferValue reads codegen's buffer names: the value's name, then ".mbK" for a
-// per-micro-batch copy, then any suffix of its own (.piece, .recv, a spec). It returns
-// the value and the micro-batch (−1 if none).
-func bufferValue(name string, step *ir.Graph) (ir.ValueID, int, bool) {
-	for i := strings.LastIndex(name, ".mb"); i >= 0; i = strings.LastIndex(name[:i], ".mb") {
-		rest := name[i+3:]
-		j := 0
-		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-			j++
-		}
-		if j == 0 || (j < len(rest) && rest[j] != '.') {
-			continue
-		}
-		mb, err := strconv.Atoi(rest[:j])
-		if id, ok := step.Lookup(name[:i]); ok && err == nil {
-			return id, mb, true
-		}
-	}
-	for n := name; n != ""; {
-		if id, ok := step.Lookup(n); ok {
-			return id, -1, true
-		}
-		k := strings.LastIndexByte(n, '.')
-		if k < 0 {
-			break
-		}
-		n = n[:k]
-	}
-	return 0, -1, false
+	return task{Update, -1}
 }
 
 // traceBlocks folds one device's events into blocks: a task block from the start of its
@@ -279,7 +199,7 @@ func bufferValue(name string, step *ir.Graph) (ir.ValueID, int, bool) {
 // with are waits for the previous stage more than transfers (in-process, a transfer is a
 // copy), so the bar starts after them and their time shows as a gap: the bubble; the
 // tooltip says how long the task waited.
-func traceBlocks(row int, evs []traceEvent, prog *codegen.Program, tasks []task) []Block {
+func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 	var out []Block
 	var bar, comm *Block
 	var cur task
@@ -308,7 +228,7 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program, tasks []task)
 	}
 	for _, e := range evs {
 		k := e.Args["instr"]
-		t, in := tasks[k], &prog.Instrs[k]
+		t, in := eventTask(prog, e), &prog.Instrs[k]
 		if bar == nil || t != cur {
 			closeBar()
 			cur, bar = t, &Block{Row: row, Kind: t.kind, Microbatch: t.mb, Start: e.Ts, End: e.Ts}

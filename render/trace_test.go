@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -74,8 +75,9 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 	}
 }
 
-// syntheticTrace is a trace of p's programs where instruction i of every device starts at
-// i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic, for goldens.
+// syntheticTrace is a trace of p's programs where the i-th executed instruction of every
+// device starts at i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic,
+// for goldens.
 func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
@@ -84,14 +86,14 @@ func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 	var evs []ev
 	for _, prog := range progs {
 		ts := 0.0
-		for i := range prog.Instrs {
+		for i, mb := range prog.Execution {
 			in := &prog.Instrs[i]
 			dur := 1.0
 			if in.Kind == codegen.Recv {
 				dur = 3
 			}
 			evs = append(evs, ev{Name: instrName(in), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
-				Tid: int(prog.Device), Args: map[string]int{"instr": i}})
+				Tid: int(prog.Device), Args: map[string]int{"instr": i, "mb": mb}})
 			ts += dur
 		}
 	}
@@ -115,6 +117,18 @@ func TestReadTraceErrors(t *testing.T) {
 	p := compilePlan(t, planCases[1])
 	good := string(syntheticTrace(t, p))
 	other := compilePlan(t, planCases[0])
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	var dev0 *codegen.Program
+	for _, prog := range progs {
+		if prog.Device == 0 {
+			dev0 = prog
+		}
+	}
+	require.NotNil(t, dev0)
+	fwd, upd := dev0.Blocks[1].Start, dev0.Blocks[3].Start
+	fwdName, fwdInstr := instrName(&dev0.Instrs[fwd]), strconv.Itoa(fwd)
+	updName, updInstr := instrName(&dev0.Instrs[upd]), strconv.Itoa(upd)
 	tests := []struct {
 		name, trace string
 		plan        *autopar.Plan
@@ -131,6 +145,9 @@ func TestReadTraceErrors(t *testing.T) {
 		{"wrong instruction", `{"traceEvents":[{"name":"softmax","cat":"compute","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":0}}]}`, p, "the trace says softmax"},
 		{"negative duration", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":-1,"tid":2,"args":{"instr":0}}]}`, p, "duration"},
 		{"another plan", good, other, "the trace is of another plan"},
+		{"no micro-batch", `{"traceEvents":[{"name":"` + fwdName + `","cat":"x","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":` + fwdInstr + `}}]}`, p, "runs per micro-batch, the trace says micro-batch none"},
+		{"micro-batch out of range", `{"traceEvents":[{"name":"` + fwdName + `","cat":"x","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":` + fwdInstr + `,"mb":4}}]}`, p, "the trace says micro-batch 4, expected 0 to 3"},
+		{"micro-batch of the step", `{"traceEvents":[{"name":"` + updName + `","cat":"x","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":` + updInstr + `,"mb":0}}]}`, p, "runs once per step, the trace says micro-batch 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +156,6 @@ func TestReadTraceErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := ReadTrace(strings.NewReader(good), &autopar.Plan{})
+	_, err = ReadTrace(strings.NewReader(good), &autopar.Plan{})
 	assert.ErrorIs(t, err, errNoStep)
 }

@@ -1,5 +1,7 @@
 // Package runtime executes per-device programs (codegen.Program): one goroutine per device,
-// each with its own buffers, exchanging data only through a Transport, so that the
+// each running its program's blocks in the schedule's order (expanded lazily: a device holds
+// the buffers of the step and one set per micro-batch in flight, never the unrolled step),
+// with its own buffers, exchanging data only through a Transport, so that the
 // in-process transport (InProc, the default) can be replaced by a multi-process one without
 // changing programs or the executor.
 //

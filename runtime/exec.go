@@ -18,7 +18,13 @@ type device struct {
 	opts  *Options
 	start time.Time // the run's start, the origin of trace times
 
-	bufs   []*kernels.Tensor
+	bufs []*kernels.Tensor // the buffers of the step (nil for a micro-batch's)
+	// slot is, per buffer of a micro-batch, its index in a micro-batch's buffers; mbBufs
+	// holds those of each micro-batch in flight, dropped when the last is freed.
+	slot   []int
+	nSlots int
+	mbBufs map[int]*mbState
+	mb     int               // the micro-batch the running block is for (−1: of the step)
 	attrs  []ir.Attrs        // per instruction: compute attributes with defaults filled in
 	args   []*kernels.Tensor // scratch for a compute's operands
 	live   int64
@@ -27,14 +33,28 @@ type device struct {
 	trace  []TraceEvent
 }
 
+// mbState holds one micro-batch's buffers and how many are live.
+type mbState struct {
+	bufs []*kernels.Tensor
+	live int
+}
+
 // errStopped ends a device whose run was cancelled because another device failed or the
 // caller cancelled; Run reports the cause, never this.
 var errStopped = errors.New("runtime: stopped")
 
 func newDevice(p *codegen.Program, data Data, opts *Options, start time.Time) *device {
-	d := &device{prog: p, data: data, opts: opts, start: start,
-		bufs: make([]*kernels.Tensor, len(p.Buffers)), attrs: make([]ir.Attrs, len(p.Instrs))}
+	d := &device{prog: p, data: data, opts: opts, start: start, mb: -1,
+		bufs: make([]*kernels.Tensor, len(p.Buffers)), attrs: make([]ir.Attrs, len(p.Instrs)),
+		slot: make([]int, len(p.Buffers)), mbBufs: map[int]*mbState{}}
 	d.stats.Device = p.Device
+	for b, decl := range p.Buffers {
+		d.slot[b] = -1
+		if decl.PerMicrobatch {
+			d.slot[b] = d.nSlots
+			d.nSlots++
+		}
+	}
 	for i := range p.Instrs {
 		in := &p.Instrs[i]
 		if in.Kind != codegen.Compute {
@@ -53,7 +73,9 @@ func newDevice(p *codegen.Program, data Data, opts *Options, start time.Time) *d
 	return d
 }
 
-// run executes the program. A kernel panic is recovered into the error of its instruction.
+// run executes the program, block by block in its schedule's order, each micro-batch block
+// with the buffers of its micro-batch. A kernel panic is recovered into the error of its
+// instruction.
 func (d *device) run(ctx context.Context) (err error) {
 	pc := 0
 	defer func() {
@@ -61,7 +83,8 @@ func (d *device) run(ctx context.Context) (err error) {
 			err = d.fail(pc, fmt.Errorf("panic: %v", r), nil)
 		}
 	}()
-	for ; pc < len(d.prog.Instrs); pc++ {
+	for p, mb := range d.prog.Execution {
+		pc, d.mb = p, mb
 		if ctx.Err() != nil {
 			return errStopped
 		}
@@ -75,7 +98,7 @@ func (d *device) run(ctx context.Context) (err error) {
 		d.stats.Count[in.Kind]++
 		d.stats.Time[in.Kind] += dt
 		if d.opts.Trace {
-			d.trace = append(d.trace, TraceEvent{Device: d.prog.Device, Index: pc, Kind: in.Kind, Op: in.Op,
+			d.trace = append(d.trace, TraceEvent{Device: d.prog.Device, Index: pc, Microbatch: mb, Kind: in.Kind, Op: in.Op,
 				Start: t0.Sub(d.start), Dur: dt})
 		}
 		if out, ok := in.Defines(); ok {
@@ -86,9 +109,44 @@ func (d *device) run(ctx context.Context) (err error) {
 	return nil
 }
 
+// buf returns buffer b of the running block: the step's, or its micro-batch's.
+func (d *device) buf(b codegen.BufferID) *kernels.Tensor {
+	if s := d.slot[b]; s >= 0 {
+		if st := d.mbBufs[d.mb]; st != nil {
+			return st.bufs[s]
+		}
+		return nil
+	}
+	return d.bufs[b]
+}
+
+// setBuf sets buffer b of the running block (x nil: frees it).
+func (d *device) setBuf(b codegen.BufferID, x *kernels.Tensor) {
+	s := d.slot[b]
+	if s < 0 {
+		d.bufs[b] = x
+		return
+	}
+	st := d.mbBufs[d.mb]
+	if st == nil {
+		st = &mbState{bufs: make([]*kernels.Tensor, d.nSlots)}
+		d.mbBufs[d.mb] = st
+	}
+	switch {
+	case st.bufs[s] == nil && x != nil:
+		st.live++
+	case st.bufs[s] != nil && x == nil:
+		st.live--
+	}
+	st.bufs[s] = x
+	if st.live == 0 {
+		delete(d.mbBufs, d.mb)
+	}
+}
+
 // fail wraps err as the failure of instruction pc.
 func (d *device) fail(pc int, err error, peers []DeviceID) error {
-	return &DeviceError{Device: d.prog.Device, Index: pc, Instr: d.prog.FormatInstr(pc),
+	return &DeviceError{Device: d.prog.Device, Index: pc, Microbatch: d.mb, Instr: d.prog.FormatInstr(pc),
 		Pos: d.prog.Pos(pc), Peers: peers, Err: err}
 }
 
@@ -101,7 +159,7 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 	case codegen.Compute:
 		d.args = d.args[:0]
 		for _, b := range in.Args {
-			d.args = append(d.args, d.bufs[b])
+			d.args = append(d.args, d.buf(b))
 		}
 		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, d.args)
 	case codegen.Constant:
@@ -114,15 +172,18 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 	case codegen.Load:
 		out, err = d.load(in)
 	case codegen.Store:
-		x := d.bufs[in.Args[0]]
+		x := d.buf(in.Args[0])
 		d.stores = append(d.stores, storeRec{device: d.prog.Device, pos: d.prog.Pos(pc), name: in.Name,
 			full: in.Full, off: in.Offsets, block: x.Clone()})
 	case codegen.Accumulate:
-		acc := in.Args[0]
-		d.bufs[acc], err = kernels.Eval(ir.OpAdd, nil, d.bufs[acc].Type, []*kernels.Tensor{d.bufs[acc], d.bufs[in.Args[1]]})
+		acc := d.buf(in.Args[0])
+		var sum *kernels.Tensor
+		if sum, err = kernels.Eval(ir.OpAdd, nil, acc.Type, []*kernels.Tensor{acc, d.buf(in.Args[1])}); err == nil {
+			d.setBuf(in.Args[0], sum)
+		}
 	case codegen.Free:
 		for _, b := range in.Args {
-			d.bufs[b] = nil
+			d.setBuf(b, nil)
 			d.live -= d.prog.Buffers[b].Type.Bytes()
 		}
 	default:
@@ -132,7 +193,7 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 		return d.fail(pc, err, nil)
 	}
 	if out != nil {
-		d.bufs[in.Out] = out
+		d.setBuf(in.Out, out)
 	}
 	return nil
 }
@@ -149,7 +210,7 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 	if err := feed.Check(); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
-	x, err := sliceBlock(feed, in.Offsets, want.Shape)
+	x, err := sliceBlock(feed, codegen.LoadOffsets(in, d.mb), want.Shape)
 	if err != nil {
 		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
@@ -168,7 +229,7 @@ func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) err
 		err     error
 	)
 	if len(in.Args) > 0 {
-		x = d.bufs[in.Args[0]]
+		x = d.buf(in.Args[0])
 	}
 	switch in.Kind {
 	case codegen.AllReduce:
@@ -180,9 +241,9 @@ func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) err
 	case codegen.AllToAll:
 		x, traffic, err = tr.AllToAll(wctx, self, in.Group, in.Axis, in.ConcatAxis, x)
 	case codegen.Send:
-		traffic, err = tr.Send(wctx, self, in.Peer, in.Tag, x)
+		traffic, err = tr.Send(wctx, self, in.Peer, codegen.TransferTag(in, d.mb), x)
 	case codegen.Recv:
-		x, traffic, err = tr.Recv(wctx, self, in.Peer, in.Tag)
+		x, traffic, err = tr.Recv(wctx, self, in.Peer, codegen.TransferTag(in, d.mb))
 	default:
 		panic(fmt.Sprintf("runtime: instruction kind %s passed validation but has no executor", in.Kind))
 	}
@@ -193,13 +254,13 @@ func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) err
 	}
 	switch in.Kind {
 	case codegen.AllReduce:
-		d.bufs[in.Args[0]] = x
+		d.setBuf(in.Args[0], x)
 	case codegen.Send:
 	default:
 		if want := d.prog.Buffers[in.Out].Type; !x.Type.Equal(want) {
 			return d.fail(pc, fmt.Errorf("received %s, expected %s", x.Type, want), nil)
 		}
-		d.bufs[in.Out] = x
+		d.setBuf(in.Out, x)
 	}
 	return nil
 }

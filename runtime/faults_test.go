@@ -278,3 +278,35 @@ func TestWaitErrorMessage(t *testing.T) {
 	assert.Equal(t, "context deadline exceeded waiting for devices 1, 2", e.Error())
 	assert.True(t, errors.Is(e, context.DeadlineExceeded))
 }
+
+// deafTransport ignores its context: every Recv blocks until release is closed, as a
+// transport stuck in a network call would.
+type deafTransport struct {
+	*InProc
+	release chan struct{}
+}
+
+func (d deafTransport) Recv(context.Context, DeviceID, DeviceID, codegen.Tag) (*kernels.Tensor, Traffic, error) {
+	<-d.release
+	return nil, Traffic{}, errors.New("released")
+}
+
+func TestTransportIgnoringContextDoesNotBlockRun(t *testing.T) {
+	tr := deafTransport{NewInProc(devices(2)), make(chan struct{})}
+	t.Cleanup(func() { close(tr.release) }) // let the abandoned calls end before goleak looks
+	b0, b1 := newBuilder(0), newBuilder(1)
+	b0.recv("h", typ(ir.F32, 2), 1, "h", 0)
+	b1.def("c", typ(ir.F32, 2), codegen.Instr{Kind: codegen.Constant, Value: 1})
+	err, took := runErr(t, context.Background(), []*builder{b0, b1}, nil, Options{Transport: tr, Timeout: 50 * time.Millisecond})
+	var de *DeviceError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, []DeviceID{1}, de.Peers)
+	assert.Contains(t, err.Error(), "timed out after 50ms waiting for device 1")
+	assert.Less(t, took, 2*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	err, took = runErr(t, ctx, []*builder{b0, b1}, nil, Options{Transport: tr, Timeout: time.Hour})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, took, 2*time.Second)
+}

@@ -8,14 +8,13 @@ import (
 	"sync"
 
 	"github.com/autopar/autopar/codegen"
-	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // InProc is the in-process Transport: one mailbox per device, into which peers put copies of
 // what they send, keyed by sender and transfer. Sends never block; a receive waits for its
-// key. Collectives are built from one primitive, exchange (every member gives block j to
-// rank j), which is also how an MPI implementation would build them from MPI_Alltoallv:
+// key. Collectives are built from one primitive, Exchange (every member gives block j to
+// rank j; see collectives.go, which runtime/mpi shares):
 //
 //	all_gather      exchange x with everyone, concatenate in rank order
 //	reduce_scatter  exchange the blocks of x along axis, sum what arrives in rank order
@@ -241,118 +240,30 @@ func groupKey(group []DeviceID) string {
 	return b.String()
 }
 
-// AllGather implements Transport.
-func (t *InProc) AllGather(ctx context.Context, self DeviceID, group []DeviceID, axis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
-	if axis < 0 || axis >= x.Type.Shape.Rank() {
-		return nil, Traffic{}, fmt.Errorf("all_gather axis %d out of range for %s", axis, x.Type)
+// exchanger is the Exchange of self's next collective on group.
+func (t *InProc) exchanger(self DeviceID, group []DeviceID) Exchange {
+	seq := t.next(self, group)
+	return func(ctx context.Context, phase uint8, out []*kernels.Tensor) ([]*kernels.Tensor, Traffic, error) {
+		return t.exchange(ctx, self, group, seq, phase, out)
 	}
-	out := make([]*kernels.Tensor, len(group))
-	private := x.Clone() // one copy, read by every receiver
-	for j := range out {
-		out[j] = private
-	}
-	in, tr, err := t.exchange(ctx, self, group, t.next(self, group), 0, out)
-	if err != nil {
-		return nil, tr, err
-	}
-	for j, p := range in {
-		if !p.Type.Equal(x.Type) {
-			return nil, tr, fmt.Errorf("all_gather: device %d gave %s, device %d gave %s, expected equal types", group[j], p.Type, self, x.Type)
-		}
-	}
-	return concat(in, axis), tr, nil
 }
 
-// splittable checks that x can be cut into n blocks along axis.
-func splittable(what string, x *kernels.Tensor, axis, n int) error {
-	if axis < 0 || axis >= x.Type.Shape.Rank() || x.Type.Shape[axis]%n != 0 {
-		return fmt.Errorf("%s cannot split %s into %d blocks along axis %d", what, x.Type, n, axis)
-	}
-	return nil
+// AllGather implements Transport.
+func (t *InProc) AllGather(ctx context.Context, self DeviceID, group []DeviceID, axis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
+	return ExchangeAllGather(ctx, t.exchanger(self, group), self, group, axis, x)
 }
 
 // ReduceScatter implements Transport.
 func (t *InProc) ReduceScatter(ctx context.Context, self DeviceID, group []DeviceID, axis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
-	if err := splittable("reduce_scatter", x, axis, len(group)); err != nil {
-		return nil, Traffic{}, err
-	}
-	in, tr, err := t.exchange(ctx, self, group, t.next(self, group), 0, split(x, axis, len(group)))
-	if err != nil {
-		return nil, tr, err
-	}
-	sum, err := sumInOrder(in, group)
-	return sum, tr, err
+	return ExchangeReduceScatter(ctx, t.exchanger(self, group), group, axis, x)
 }
 
 // AllToAll implements Transport.
 func (t *InProc) AllToAll(ctx context.Context, self DeviceID, group []DeviceID, splitAxis, concatAxis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
-	if err := splittable("all_to_all", x, splitAxis, len(group)); err != nil {
-		return nil, Traffic{}, err
-	}
-	if concatAxis < 0 || concatAxis >= x.Type.Shape.Rank() {
-		return nil, Traffic{}, fmt.Errorf("all_to_all concat axis %d out of range for %s", concatAxis, x.Type)
-	}
-	in, tr, err := t.exchange(ctx, self, group, t.next(self, group), 0, split(x, splitAxis, len(group)))
-	if err != nil {
-		return nil, tr, err
-	}
-	for j, p := range in {
-		if !p.Type.Equal(in[0].Type) {
-			return nil, tr, fmt.Errorf("all_to_all: device %d gave blocks of %s, device %d of %s, expected equal types", group[j], p.Type, group[0], in[0].Type)
-		}
-	}
-	return concat(in, concatAxis), tr, nil
+	return ExchangeAllToAll(ctx, t.exchanger(self, group), group, splitAxis, concatAxis, x)
 }
 
 // AllReduce implements Transport.
 func (t *InProc) AllReduce(ctx context.Context, self DeviceID, group []DeviceID, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
-	n := len(group)
-	seq := t.next(self, group)
-	in, tr, err := t.exchange(ctx, self, group, seq, 0, chunks(x.Clone(), n))
-	if err != nil {
-		return nil, tr, err
-	}
-	sum, err := sumInOrder(in, group)
-	if err != nil {
-		return nil, tr, err
-	}
-	out := make([]*kernels.Tensor, n)
-	for j := range out {
-		out[j] = sum
-	}
-	all, tr2, err := t.exchange(ctx, self, group, seq, 1, out)
-	tr.Sent, tr.Received = tr.Sent+tr2.Sent, tr.Received+tr2.Received
-	if err != nil {
-		return nil, tr, err
-	}
-	res := concat(all, 0)
-	res.Type = ir.Type{DType: x.Type.DType, Shape: x.Type.Shape.Clone()}
-	return res, tr, nil
-}
-
-// sumInOrder adds blocks in rank order with the kernels' add, so rounding is the serial
-// interpreter's: ((b₀ + b₁) + b₂) + …. It never modifies its operands; the partial sums
-// alternate between two buffers.
-func sumInOrder(blocks []*kernels.Tensor, group []DeviceID) (*kernels.Tensor, error) {
-	for j := 1; j < len(blocks); j++ {
-		if !blocks[j].Type.Equal(blocks[0].Type) {
-			return nil, fmt.Errorf("device %d gave %s, device %d gave %s, expected equal types to sum",
-				group[j], blocks[j].Type, group[0], blocks[0].Type)
-		}
-	}
-	if len(blocks) == 1 {
-		return blocks[0].Clone(), nil
-	}
-	sum, err := kernels.Eval(ir.OpAdd, nil, blocks[0].Type, blocks[:2])
-	if err != nil || len(blocks) == 2 {
-		return sum, err
-	}
-	spare := kernels.New(sum.Type)
-	for j := 2; j < len(blocks); j++ {
-		if err := kernels.EvalInto(ir.OpAdd, nil, spare, []*kernels.Tensor{sum, blocks[j]}); err != nil {
-			return nil, err
-		}
-		sum, spare = spare, sum
-	}
-	return sum, nil
+	return ExchangeAllReduce(ctx, t.exchanger(self, group), group, x)
 }

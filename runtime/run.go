@@ -25,7 +25,9 @@ const DefaultTimeout = time.Minute
 type Options struct {
 	// Transport carries collectives and transfers; nil means a fresh InProc over the
 	// programs' devices. With an InProc, Run also checks after the run that every send was
-	// received. A transport serves one run: its collective counters assume every device
+	// received. Any other transport is not trusted to honour cancellation: each of its calls
+	// runs on a goroutine of its own, and a call still blocked when its wait times out or the
+	// run is cancelled is abandoned there, so Run returns all the same. A transport serves one run: its collective counters assume every device
 	// finished the same collectives.
 	Transport Transport
 	// Timeout bounds each wait of one instruction (a collective, a recv, a send); 0 means
@@ -80,7 +82,7 @@ type DeviceStats struct {
 // past the timeout), every device stops (their waits are cancelled) and Run returns that
 // first failure as a *DeviceError naming the device and instruction. A cancelled ctx stops
 // every device and Run returns an error wrapping ctx's. Run never hangs while ctx and the
-// timeout are finite.
+// timeout are finite, even over a Transport that ignores its context.
 func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Options) (*Result, error) {
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
@@ -96,6 +98,9 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 		}
 		inproc = NewInProc(devices)
 		opts.Transport = inproc
+	}
+	if inproc == nil {
+		opts.Transport = guarded{opts.Transport}
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -194,16 +199,21 @@ func collect(devs []*device) (*Result, error) {
 type DeviceError struct {
 	Device DeviceID
 	// Index is the instruction's position in the program, Instr its text and Pos its place
-	// in the program's text form.
-	Index int
-	Instr string
-	Pos   ir.Pos
+	// in the program's text form; Microbatch the micro-batch its block ran for (−1 in a
+	// block of the step).
+	Index      int
+	Microbatch int
+	Instr      string
+	Pos        ir.Pos
 	// Peers are the devices it was waiting for when it timed out (nil otherwise).
 	Peers []DeviceID
 	Err   error
 }
 
 func (e *DeviceError) Error() string {
+	if e.Microbatch >= 0 {
+		return fmt.Sprintf("%s: device %d: instr %d (%s) of micro-batch %d: %v", e.Pos, e.Device, e.Index, e.Instr, e.Microbatch, e.Err)
+	}
 	return fmt.Sprintf("%s: device %d: instr %d (%s): %v", e.Pos, e.Device, e.Index, e.Instr, e.Err)
 }
 

@@ -14,10 +14,12 @@ import (
 type TraceEvent struct {
 	Device DeviceID
 	Index  int
-	Kind   codegen.Kind
-	Op     ir.Op // for compute
-	Start  time.Duration
-	Dur    time.Duration
+	// Microbatch is the micro-batch the instruction ran for (−1 in a block of the step).
+	Microbatch int
+	Kind       codegen.Kind
+	Op         ir.Op // for compute
+	Start      time.Duration
+	Dur        time.Duration
 }
 
 // chromeEvent is one complete event ("ph":"X") of the Chrome trace-event format, which
@@ -34,7 +36,9 @@ type chromeEvent struct {
 }
 
 // WriteTrace writes r.Trace as Chrome trace-event JSON: one row (thread) per device, one
-// slice per instruction, named by its kind (by its op for compute).
+// slice per executed instruction, named by its kind (by its op for compute), with its index
+// in the program ("instr") and the micro-batch it ran for ("mb", −1 in a block of the step)
+// as args.
 func (r *Result) WriteTrace(w io.Writer) error {
 	events := make([]chromeEvent, len(r.Trace))
 	for i, e := range r.Trace {
@@ -44,7 +48,7 @@ func (r *Result) WriteTrace(w io.Writer) error {
 		}
 		events[i] = chromeEvent{Name: name, Cat: e.Kind.String(), Ph: "X",
 			Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3,
-			Tid: int(e.Device), Args: map[string]int{"instr": e.Index}}
+			Tid: int(e.Device), Args: map[string]int{"instr": e.Index, "mb": e.Microbatch}}
 	}
 	return json.NewEncoder(w).Encode(struct {
 		TraceEvents []chromeEvent `json:"traceEvents"`

@@ -79,3 +79,89 @@ func devicesString(ds []DeviceID) string {
 	}
 	return "devices " + strings.Join(parts, ", ")
 }
+
+// guarded runs each call of a Transport it does not trust to honour cancellation (any but
+// InProc) on a goroutine of its own and stops waiting when the call's context ends: a
+// transport that ignores ctx then costs a goroutine, abandoned where it blocks, instead of
+// a run that never returns. The abandoned call's result, should it ever come, is dropped.
+// A panic in the call is re-raised on the caller's goroutine, where the executor recovers
+// it as the instruction's failure.
+type guarded struct{ inner Transport }
+
+// callResult is what one transport call returned, or the panic it raised.
+type callResult struct {
+	x        *kernels.Tensor
+	traffic  Traffic
+	err      error
+	panicked any
+}
+
+// call runs f on its own goroutine and waits for it or for ctx, whichever ends first; on
+// ctx's end it reports a *WaitError naming peers.
+func (g guarded) call(ctx context.Context, peers []DeviceID, f func() (*kernels.Tensor, Traffic, error)) (*kernels.Tensor, Traffic, error) {
+	done := make(chan callResult, 1) // buffered: an abandoned call still exits once f returns
+	go func() {
+		var r callResult
+		defer func() {
+			if p := recover(); p != nil {
+				r.panicked = p
+			}
+			done <- r
+		}()
+		r.x, r.traffic, r.err = f()
+	}()
+	select {
+	case r := <-done:
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+		return r.x, r.traffic, r.err
+	case <-ctx.Done():
+		return nil, Traffic{}, &WaitError{Peers: peers, Err: ctx.Err()}
+	}
+}
+
+// others is group without self: the peers a collective waits for.
+func others(self DeviceID, group []DeviceID) []DeviceID {
+	out := make([]DeviceID, 0, len(group))
+	for _, d := range group {
+		if d != self {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (g guarded) AllReduce(ctx context.Context, self DeviceID, group []DeviceID, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
+	return g.call(ctx, others(self, group), func() (*kernels.Tensor, Traffic, error) { return g.inner.AllReduce(ctx, self, group, x) })
+}
+
+func (g guarded) AllGather(ctx context.Context, self DeviceID, group []DeviceID, axis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
+	return g.call(ctx, others(self, group), func() (*kernels.Tensor, Traffic, error) {
+		return g.inner.AllGather(ctx, self, group, axis, x)
+	})
+}
+
+func (g guarded) ReduceScatter(ctx context.Context, self DeviceID, group []DeviceID, axis int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
+	return g.call(ctx, others(self, group), func() (*kernels.Tensor, Traffic, error) {
+		return g.inner.ReduceScatter(ctx, self, group, axis, x)
+	})
+}
+
+func (g guarded) AllToAll(ctx context.Context, self DeviceID, group []DeviceID, split, concat int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error) {
+	return g.call(ctx, others(self, group), func() (*kernels.Tensor, Traffic, error) {
+		return g.inner.AllToAll(ctx, self, group, split, concat, x)
+	})
+}
+
+func (g guarded) Send(ctx context.Context, self, peer DeviceID, tag codegen.Tag, x *kernels.Tensor) (Traffic, error) {
+	_, tr, err := g.call(ctx, []DeviceID{peer}, func() (*kernels.Tensor, Traffic, error) {
+		tr, err := g.inner.Send(ctx, self, peer, tag, x)
+		return nil, tr, err
+	})
+	return tr, err
+}
+
+func (g guarded) Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag) (*kernels.Tensor, Traffic, error) {
+	return g.call(ctx, []DeviceID{peer}, func() (*kernels.Tensor, Traffic, error) { return g.inner.Recv(ctx, self, peer, tag) })
+}

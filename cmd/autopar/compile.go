@@ -5,21 +5,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
-	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
 )
@@ -41,7 +35,11 @@ func newCompileCmd() *cobra.Command {
 pipeline stages, submeshes, logical meshes and the sharding of every op (Alpa's DP over the
 sharding ILP). Prints the plan's summary and writes DIR/plan.json; --emit programs also
 writes one program per device under DIR/programs, as text (deviceN.txt) and in the stable
-serialized form (deviceN.json).`,
+serialized form (deviceN.json).
+
+DIR belongs to autopar: it is replaced as a whole (written beside it, then renamed into
+place), so an interrupted compile leaves the old DIR and no stale files remain. DIR must be
+absent, empty, or hold only plan.json and programs/; anything else there is refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -70,15 +68,27 @@ func addPlanFlags(str func(*string, string, string, string), num func(*int, stri
 	str(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 }
 
-// compileModel reads a model and compiles it as the flags say.
+// compileModel reads a model and compiles it as the flags say, showing progress on stderr
+// (see progress).
 func compileModel(ctx context.Context, stderr io.Writer, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
-	c, err := mesh.ParseCluster(f.cluster)
+	prog := startProgress(stderr, global.quiet)
+	defer prog.close()
+	return compileWith(ctx, prog, path, f)
+}
+
+// compileWith is compileModel reporting to prog, which the caller closes.
+func compileWith(ctx context.Context, prog *progress, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
+	c, err := parseCluster(f.cluster)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := frontend.ParseFile(path)
+	prog.setPhase("reading the model")
+	g, err := parseModel(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if f.batch < 0 || f.batch > ir.MaxElements {
+		return nil, nil, fmt.Errorf("--batch %d: expected a batch size from 1 to 2^50, or 0 for the model's", f.batch)
 	}
 	if f.batch != 0 {
 		if g, err = passes.Rebatch(g, f.batch); err != nil {
@@ -89,16 +99,11 @@ func compileModel(ctx context.Context, stderr io.Writer, path string, f compileF
 	if err != nil {
 		return nil, nil, err
 	}
-	bar := newProgress(stderr)
-	if bar != nil {
-		opts.Progress = func(b int, phase string, done, total int) {
-			bar.ChangeMax(total)
-			bar.Describe(fmt.Sprintf("%s, %d micro-batches", phase, b))
-			_ = bar.Set(done)
-		}
-		defer bar.Clear()
-	}
-	plan, err := autopar.Compile(ctx, g, c, opts)
+	prog.setPhase("building the training step and its layers")
+	opts.Progress = prog.set
+	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
+	// takes minutes): interruptible makes Ctrl-C stop the command at once all the same.
+	plan, err := interruptible(ctx, func() (*autopar.Plan, error) { return autopar.Compile(ctx, g, c, opts) })
 	return g, plan, err
 }
 
@@ -133,7 +138,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	}
 	switch {
 	case strings.HasSuffix(f.plan, ".json"):
-		p, err := autopar.ReadPlanFile(f.plan)
+		p, err := readPlanFile(f.plan)
 		if err != nil {
 			return o, err
 		}
@@ -149,29 +154,26 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	return o, nil
 }
 
-// newProgress returns a progress bar on stderr, or nil when stderr is not a terminal.
-func newProgress(stderr io.Writer) *progressbar.ProgressBar {
-	f, ok := stderr.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return progressbar.NewOptions(1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetWidth(30),
-		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true))
-}
-
 func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f compileFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
-	}
-	if err := checkEmit(f); err != nil {
-		return err
 	}
 	if f.dump != "" || f.timePasses {
 		if err := runPasses(stdout, stderr, path, f); err != nil || f.dump != "" {
 			return err
 		}
 	}
-	_, plan, err := compileModel(ctx, stderr, path, f)
+	if err := checkEmit(f.emit, f.out); err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := checkOutputDir(f.out); err != nil {
+			return err
+		}
+	}
+	prog := startProgress(stderr, global.quiet)
+	defer prog.close()
+	_, plan, err := compileWith(ctx, prog, path, f)
 	if err != nil {
 		return err
 	}
@@ -179,16 +181,14 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if f.out == "" {
 		return nil
 	}
-	if f.emit != "" && f.emit != "programs" {
-		return fmt.Errorf("--emit %q: expected programs", f.emit)
-	}
-	return writePlanDir(f.out, plan, f.emit == "programs")
+	prog.setPhase("writing " + f.out)
+	return writePlanDir(ctx, f.out, plan, f.emit == "programs")
 }
 
 // runPasses runs the pass table on the model (verifying between passes), printing the
 // graph after --dump's pass and each pass's time with --time.
 func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
-	g, err := frontend.ParseFile(path)
+	g, err := parseModel(path)
 	if err != nil {
 		return err
 	}
@@ -210,36 +210,6 @@ func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
 		return err
 	}
 	return ir.Print(stdout, out)
-}
-
-// writePlanDir writes plan.json, and the programs when asked, each file whole or not at all.
-func writePlanDir(dir string, plan *autopar.Plan, programs bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if programs {
-		progs, err := plan.Programs()
-		if err != nil {
-			return err
-		}
-		pdir := filepath.Join(dir, "programs")
-		if err := os.MkdirAll(pdir, 0o755); err != nil {
-			return err
-		}
-		for _, p := range progs {
-			data, err := p.MarshalJSON()
-			if err != nil {
-				return err
-			}
-			base := filepath.Join(pdir, fmt.Sprintf("device%d", p.Device))
-			for _, f := range [][2]string{{".txt", p.String()}, {".json", string(data)}} {
-				if err := writeFileAtomic(base+f[0], func(w io.Writer) error { _, err := io.WriteString(w, f[1]); return err }); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return writeFileAtomic(filepath.Join(dir, "plan.json"), plan.WriteJSON)
 }
 
 func printSummary(w io.Writer, p *autopar.Plan) {

@@ -17,10 +17,11 @@ import (
 )
 
 type explainFlags struct {
-	op     string
-	stage  int
-	memory bool
-	json   bool
+	op       string
+	stage    int
+	memory   bool
+	json     bool
+	notation string
 }
 
 // newExplainCmd is `autopar explain`: the questions users ask of a plan (why this sharding,
@@ -53,6 +54,7 @@ activations.`,
 	fl.IntVar(&f.stage, "stage", 0, "explain the mesh of stage `N` (0-based)")
 	fl.BoolVar(&f.memory, "memory", false, "break down each device's predicted memory")
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of tables")
+	fl.StringVar(&f.notation, "notation", "alpa", notationUsage+" in --op's table")
 	return cmd
 }
 
@@ -69,7 +71,11 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 	if asked != 1 {
 		return errors.New("explain: give exactly one of --op NAME, --stage N or --memory")
 	}
-	p, err := autopar.ReadPlanFile(path)
+	nt, err := parseNotation(f.notation, f.json)
+	if err != nil {
+		return err
+	}
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}
@@ -81,7 +87,7 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 		if err != nil {
 			return err
 		}
-		out, text = e, func(w io.Writer, _ *autopar.Plan) { printOpExplanation(w, e) }
+		out, text = e, func(w io.Writer, _ *autopar.Plan) { printOpExplanation(w, e, nt) }
 	case stageSet:
 		e, err := p.ExplainStage(ctx, f.stage)
 		if err != nil {
@@ -101,7 +107,7 @@ func runExplain(ctx context.Context, w io.Writer, path string, f explainFlags, s
 	return nil
 }
 
-func printOpExplanation(w io.Writer, e *autopar.OpExplanation) {
+func printOpExplanation(w io.Writer, e *autopar.OpExplanation, nt mesh.Notation) {
 	fmt.Fprintf(w, "%s = %s : %s, stage %d, layer %d, on mesh %s\n\n", e.Name, e.Op, e.Type, e.Stage, e.Layer, e.Mesh)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\t#\tstrategy\tin\tout\tcompute\tcomm\treshard in\treshard out\ttotal\tmemory\tcollectives")
@@ -113,7 +119,7 @@ func printOpExplanation(w io.Writer, e *autopar.OpExplanation) {
 		if c.Index == e.Cheapest && !c.Chosen {
 			mark = "<"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, c.Index, c.Name, specList(c.In), specText(c.Out),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, c.Index, c.Name, specList(nt, c.In), specIn(nt, c.Out),
 			secs(c.Compute), secs(c.Comm), secs(c.ReshardIn), secs(c.ReshardOut), secs(c.Total),
 			sharding.FormatBytes(c.Memory), orDash(strings.Join(c.Collectives, "; ")))
 	}
@@ -125,15 +131,21 @@ func printOpExplanation(w io.Writer, e *autopar.OpExplanation) {
 	}
 }
 
-func specList(specs []mesh.Spec) string {
+// specList writes operand specs: comma-separated in Alpa's notation, and separated by
+// semicolons in the others, whose specs hold commas.
+func specList(nt mesh.Notation, specs []mesh.Spec) string {
 	if len(specs) == 0 {
 		return "-"
 	}
 	parts := make([]string, len(specs))
 	for i, s := range specs {
-		parts[i] = specText(s)
+		parts[i] = specIn(nt, s)
 	}
-	return strings.Join(parts, ",")
+	sep := ","
+	if nt != mesh.Alpa {
+		sep = "; "
+	}
+	return strings.Join(parts, sep)
 }
 
 func orDash(s string) string {

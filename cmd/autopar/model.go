@@ -84,43 +84,40 @@ func writeGraph(stdout io.Writer, path string, g *ir.Graph) error {
 	return writeFileAtomic(path, func(w io.Writer) error { return ir.Print(w, g) })
 }
 
+// writeFileAtomic writes path whole or not at all: into a temporary file beside it, then
+// renamed over it. Errors name path, never the temporary file.
 func writeFileAtomic(path string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(dirOf(path), ".autopar-*")
 	if err != nil {
-		// The error names the temporary file's pattern; the user knows only path.
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("write %s: %w", path, err)
+		return &os.PathError{Op: "write", Path: path, Err: errors.Unwrap(err)}
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriter(tmp)
-	if err := write(w); err != nil {
-		tmp.Close()
-		return err
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
 	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644) // CreateTemp makes it 0600
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes it 0600
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		var le *os.LinkError
-		if errors.As(err, &le) {
-			err = le.Err
-		}
+	var pe *os.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return &os.PathError{Op: "write", Path: path, Err: pe.Err}
+	case errors.As(err, &le):
 		if st, serr := os.Stat(path); serr == nil && st.IsDir() {
-			err = errors.New("is a directory, expected a file name")
+			return &os.PathError{Op: "write", Path: path, Err: errors.New("is a directory, expected a file name")}
 		}
-		return fmt.Errorf("write %s: %w", path, err)
+		return &os.PathError{Op: "write", Path: path, Err: le.Err}
 	}
-	return nil
+	return err
 }
 
 func dirOf(path string) string {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/render"
 )
 
@@ -21,6 +21,7 @@ type renderFlags struct {
 	timeline bool
 	trace    string
 	model    string
+	notation string
 }
 
 // newRenderCmd is `autopar render`: a plan as a Graphviz graph or as a pipeline timeline.
@@ -55,6 +56,7 @@ whole or not at all.`,
 	fl.BoolVar(&f.timeline, "timeline", false, "draw the pipeline timeline instead of the graph")
 	fl.StringVar(&f.trace, "trace", "", "with --timeline, draw the runtime trace in `FILE` instead of the prediction")
 	fl.StringVar(&f.model, "model", "", "check that the plan belongs to the model in `FILE.ir`")
+	fl.StringVar(&f.notation, "notation", "alpa", notationUsage+" in --ops's labels")
 	_ = cmd.MarkFlagRequired("output")
 	return cmd
 }
@@ -72,6 +74,13 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline && f.ops {
 		return fmt.Errorf("--ops draws the graph, expected it without --timeline")
 	}
+	nt, err := parseNotation(f.notation, false)
+	if err != nil {
+		return err
+	}
+	if nt != mesh.Alpa && !f.ops {
+		return fmt.Errorf("--notation %s writes the specs of the op view, expected --ops with it", nt)
+	}
 	format, err := render.FormatOf(f.out)
 	if err != nil {
 		return err
@@ -79,12 +88,12 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline && format != render.SVG {
 		return fmt.Errorf("-o %s: the timeline is SVG, expected a .svg file", f.out)
 	}
-	p, err := autopar.ReadPlanFile(path)
+	p, err := readPlanFile(path)
 	if err != nil {
 		return err
 	}
 	if f.model != "" {
-		g, err := frontend.ParseFile(f.model)
+		g, err := parseModel(f.model)
 		if err != nil {
 			return err
 		}
@@ -96,7 +105,7 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if f.timeline {
 		write, err = timelineWriter(p, f.trace)
 	} else {
-		write, err = graphWriter(ctx, p, f, format)
+		write, err = graphWriter(ctx, p, f, format, nt)
 	}
 	if err != nil {
 		return err
@@ -110,8 +119,8 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 
 // graphWriter builds the graph and lays it out before the output file is created, so a
 // missing dot program or a plan that cannot be drawn leaves no file behind.
-func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format render.Format) (func(io.Writer) error, error) {
-	g, err := render.Graph(p, render.Options{Ops: f.ops, MaxNodes: f.maxNodes})
+func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format render.Format, nt mesh.Notation) (func(io.Writer) error, error) {
+	g, err := render.Graph(p, render.Options{Ops: f.ops, MaxNodes: f.maxNodes, Notation: nt})
 	if err != nil {
 		return nil, err
 	}

@@ -24,8 +24,11 @@ type runFlags struct {
 	seed    int64
 	check   bool
 	trace   string
+	weights string
 	timeout time.Duration
 	tol     float64
+	// transport is inproc, mpi or auto (run_mpi.go).
+	transport string
 }
 
 func newRunCmd() *cobra.Command {
@@ -51,7 +54,9 @@ the gradients and the updated parameters (relative: to the largest magnitude of 
 	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
 	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
+	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
+	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
 }
@@ -69,12 +74,15 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if !(f.tol >= 0) || math.IsInf(f.tol, 0) {
 		return fmt.Errorf("--tolerance %v: expected a finite relative difference ≥ 0, e.g. 1e-4", f.tol)
 	}
+	if viaMPI, err := runViaMPI(ctx, stdout, stderr, path, f); viaMPI {
+		return err
+	}
 	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
 		return err
 	}
 	printSummary(stdout, plan)
-	progs, err := plan.Programs()
+	progs, err := interruptible(ctx, plan.Programs)
 	if err != nil {
 		return err
 	}
@@ -83,6 +91,11 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		return err
 	}
 	state := interp.InitParams(full, f.seed)
+	if f.weights != "" {
+		if err := loadWeights(f.weights, full, state); err != nil {
+			return err
+		}
+	}
 	data, err := interp.GenerateInputs(full, f.seed+1)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -39,6 +38,7 @@ func newShardCmd() *cobra.Command {
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
 	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per solve")
 	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
+	f.StringVar(&o.notation, "notation", "alpa", notationUsage)
 	_ = cmd.MarkFlagRequired("mesh")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
@@ -46,6 +46,7 @@ func newShardCmd() *cobra.Command {
 
 type shardFlags struct {
 	mesh, cluster, budget string
+	notation              string
 	json, layersOnce      bool
 	timeLimit             time.Duration
 }
@@ -54,7 +55,11 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c, err := mesh.ParseCluster(o.cluster)
+	nt, err := parseNotation(o.notation, o.json)
+	if err != nil {
+		return err
+	}
+	c, err := parseCluster(o.cluster)
 	if err != nil {
 		return err
 	}
@@ -78,7 +83,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if err != nil {
 		return err
 	}
-	g, err := frontend.ParseFile(path)
+	g, err := parseModel(path)
 	if err != nil {
 		return err
 	}
@@ -95,7 +100,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if o.json {
 		return writeShardJSON(w, g, res)
 	}
-	return writeShardText(w, g, res)
+	return writeShardText(w, g, res, nt)
 }
 
 // meshOver lays an (n0, n1) logical mesh over the cluster's first n0*n1 devices: whole
@@ -112,12 +117,12 @@ func meshOver(c *mesh.Cluster, n0, n1 int) (*mesh.LogicalMesh, error) {
 	return mesh.NewLogicalMesh(c, sub, n0, n1)
 }
 
-func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result) error {
+func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notation) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "mesh %s\n\nvalue\top\tspec\tstrategy\n", r.Mesh)
 	for id := range g.Values {
 		v := &g.Values[id]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specText(r.Specs[id]), r.Strategies[id].Name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Op, specIn(nt, r.Specs[id]), r.Strategies[id].Name)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ncollectives (%d)\n", len(r.Collectives))
@@ -148,6 +153,30 @@ func specText(s mesh.Spec) string {
 		return t
 	}
 	return "-"
+}
+
+// notationUsage documents --notation, which shard, explain and render share.
+const notationUsage = "write specs as `alpa` (S0R), jax (P('x', None)) or dtensor ([Shard(0), Replicate()])"
+
+// parseNotation reads --notation. JSON output keeps Alpa's notation, which plan.json
+// uses, so another notation with --json is an error rather than a flag ignored.
+func parseNotation(name string, json bool) (mesh.Notation, error) {
+	nt, err := mesh.ParseNotation(name)
+	if err != nil {
+		return 0, fmt.Errorf("--notation: %w", err)
+	}
+	if json && nt != mesh.Alpa {
+		return 0, fmt.Errorf("--notation %s: --json writes specs in Alpa's notation, as plan.json does; expected --notation alpa with --json", nt)
+	}
+	return nt, nil
+}
+
+// specIn writes a spec in notation nt: in Alpa's, a scalar's empty spec is "-".
+func specIn(nt mesh.Notation, s mesh.Spec) string {
+	if nt == mesh.Alpa {
+		return specText(s)
+	}
+	return nt.Format(s)
 }
 
 type jsonOp struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime/interp"
@@ -79,7 +78,7 @@ func optimizerFrom(f trainFlags) (passes.Optimizer, error) {
 // loadStep reads a model and returns its training step: the graph itself when it already
 // updates its params, otherwise the graph with backward and optimizer added.
 func loadStep(path string, f trainFlags) (*ir.Graph, error) {
-	g, err := frontend.ParseFile(path)
+	g, err := parseModel(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -13,6 +14,9 @@ import (
 
 // planner holds one run of the pass: the candidates, the groups and the ILP built on them.
 type planner struct {
+	// ctx, when set, stops buildILP early once it ends (newPlannerContext then reports
+	// ctx's error): pricing the edges of a large stage takes seconds.
+	ctx  context.Context
 	g    *ir.Graph
 	lm   *mesh.LogicalMesh
 	opts Options
@@ -144,7 +148,10 @@ func (p *planner) buildILP() {
 		}
 	}
 	var todo []pairCost
-	for _, es := range p.pairs() {
+	for i, es := range p.pairs() {
+		if i%8 == 0 && p.ctx != nil && p.ctx.Err() != nil {
+			return
+		}
 		if pc, ok := p.pairCost(es); ok {
 			todo = append(todo, pc)
 		}

@@ -81,6 +81,12 @@ func Candidates(g *ir.Graph, lm *mesh.LogicalMesh) ([][]Strategy, error) {
 // CandidatesWith lists every value's strategies, indexed by ValueID, priced under opts.
 // The order and the set depend only on the graph, the mesh and opts.AlpaCompute.
 func CandidatesWith(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, error) {
+	return candidates(context.Background(), g, lm, opts)
+}
+
+// candidates is CandidatesWith, stopping with ctx's error once ctx ends: on a large graph
+// the enumeration takes seconds.
+func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, error) {
 	if err := ir.Verify(g); err != nil {
 		return nil, err
 	}
@@ -90,6 +96,9 @@ func CandidatesWith(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strate
 	}
 	out := make([][]Strategy, len(g.Values))
 	for id := range g.Values {
+		if id%16 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		out[id] = strategiesOf(g, lm, cm, ir.ValueID(id))
 		if opts.Filter != nil {
 			out[id] = filtered(g, ir.ValueID(id), out[id], opts.Filter)
@@ -196,8 +205,11 @@ type Collective struct {
 // memory budget. g must verify. Errors: an invalid option, a memory budget no plan meets
 // (*MemoryError, naming the minimum), the solver's failure or time limit without a plan.
 func Solve(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*Result, error) {
-	p, err := newPlanner(g, lm, opts)
+	p, err := newPlannerContext(ctx, g, lm, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return p.solve(ctx)
@@ -206,7 +218,12 @@ func Solve(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options)
 // newPlanner generates the candidates, merges followers, applies Force, ties identical
 // layers and builds the ILP, ready to solve.
 func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
-	cands, err := CandidatesWith(g, lm, opts)
+	return newPlannerContext(context.Background(), g, lm, opts)
+}
+
+// newPlannerContext is newPlanner, stopping with ctx's error while it enumerates candidates.
+func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
+	cands, err := candidates(ctx, g, lm, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +232,7 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()
-	p := &planner{g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{},
+	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{},
 		typeKey: make([]string, len(g.Values))}
 	if err := p.checkForce(); err != nil {
 		return nil, err
@@ -225,6 +242,9 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 	p.tie()
 	p.buildILP()
 	if err := p.checkCostRange(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	p.first, p.last = p.liveness()

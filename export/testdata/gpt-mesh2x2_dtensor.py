@@ -1,0 +1,149 @@
+"""DTensor placements for PyTorch for model gpt, exported by autopar from gpt-mesh2x2.plan.json.
+Plan: batch 8 in 2 micro-batches (1f1b), 1 pipeline stage(s):
+  stage 0: layers 0-3 on devices 0-3 as logical mesh (2, 2)
+
+Each stage runs on its own submesh: a DeviceMesh with the dims 'x' (logical axis 0, the
+slow one across hosts) and 'y' (axis 1) over the global ranks listed in STAGES. Every
+table maps a value's name in the model to (stage, placements), one placement per mesh
+dim: Shard(d) splits tensor dim d along that mesh dim (Shard(d) on both dims: mesh dim
+'x' major), Replicate() copies, Partial() holds a partial sum. The comment gives the
+value's type (one micro-batch) and autopar's spec, one entry per tensor dim.
+
+    meshes = make_meshes('cuda')                   # on every rank: it is collective
+    model_params = shard_params(dict(model.named_parameters()), meshes)
+"""
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+try:
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+except ImportError:  # torch < 2.4
+    from torch.distributed._tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed._tensor.placement_types import _Partial as Partial
+
+MESH_DIM_NAMES = ('x', 'y')
+
+STAGES = [
+    {'layers': (0, 3), 'mesh_shape': (2, 2), 'ranks': (0, 1, 2, 3)},
+]
+
+# the trained parameters: name -> (stage, placements)
+PARAMS = {
+    'wte': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
+    'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
+    'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
+    'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.mlp.w1.w': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
+    'l0.mlp.w1.b': (0, [Shard(0), Shard(0)]),  # f32[128] S01
+    'l0.mlp.w2.w': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
+    'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
+    'l1.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.mlp.w1.w': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
+    'l1.mlp.w1.b': (0, [Shard(0), Shard(0)]),  # f32[128] S01
+    'l1.mlp.w2.w': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
+    'l1.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+}
+
+# the data inputs of one micro-batch: name -> (stage, placements)
+INPUTS = {
+    'tokens': (0, [Replicate(), Replicate()]),  # i32[4,16] RR
+    'labels': (0, [Shard(0), Shard(0)]),  # i32[4,16] S01R
+}
+
+# the optimizer's state, named after its parameter: name -> (stage, placements)
+OPTIMIZER_STATE = {
+    'wte.m': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
+    'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
+    'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l0.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
+    'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.mlp.w1.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
+    'l0.mlp.w1.b.m': (0, [Shard(0), Shard(0)]),  # f32[128] S01
+    'l0.mlp.w2.w.m': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
+    'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
+    'l1.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
+    'l1.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.mlp.w1.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
+    'l1.mlp.w1.b.m': (0, [Shard(0), Shard(0)]),  # f32[128] S01
+    'l1.mlp.w2.w.m': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
+    'l1.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+}
+
+
+def make_mesh(stage, device_type='cuda'):
+    """The DeviceMesh of a stage. Every rank must call it, in the same order."""
+    s = STAGES[stage]
+    ranks = torch.tensor(s['ranks'], dtype=torch.int).reshape(s['mesh_shape'])
+    return DeviceMesh(device_type, ranks, mesh_dim_names=MESH_DIM_NAMES)
+
+
+def make_meshes(device_type='cuda'):
+    """One DeviceMesh per stage, made on every rank."""
+    return [make_mesh(i, device_type) for i in range(len(STAGES))]
+
+
+def stage_of_rank(rank=None):
+    """The stage whose mesh holds the rank (default this process's)."""
+    rank = dist.get_rank() if rank is None else rank
+    for i, s in enumerate(STAGES):
+        if rank in s['ranks']:
+            return i
+    raise ValueError('rank %d is in no stage of the plan' % rank)
+
+
+def shard_params(params, meshes, table=PARAMS):
+    """The tensors of the dict params (names as in the table) that this rank's stage
+    holds, each distributed with its placements. distribute_tensor is collective over
+    the stage's mesh: every rank of the stage calls this with the same tensors."""
+    stage = stage_of_rank()
+    out = {}
+    for name, (s, placements) in table.items():
+        if s == stage and name in params:
+            out[name] = distribute_tensor(params[name], meshes[s], placements)
+    return out

@@ -1,0 +1,211 @@
+"""Shardings for JAX for model gpt, exported by autopar from gpt-mesh2x2.plan.json.
+Plan: batch 8 in 2 micro-batches (1f1b), 1 pipeline stage(s):
+  stage 0: layers 0-3 on devices 0-3 as logical mesh (2, 2)
+
+Each stage runs on its own submesh: a jax.sharding.Mesh with the named axes 'x' (logical
+axis 0, the slow one across hosts) and 'y' (axis 1) over the devices listed in STAGES,
+indices into jax.devices(). Every table maps a value's name in the model to (stage,
+PartitionSpec); the comment gives its type (one micro-batch) and autopar's spec.
+
+    meshes = make_meshes()
+    params = shard_params(params, meshes)          # jax.device_put with each NamedSharding
+    x = constrain('l0.mlp.gelu', x, meshes)       # inside jit: with_sharding_constraint
+"""
+
+import numpy as np
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+AXES = ('x', 'y')
+
+STAGES = [
+    {'layers': (0, 3), 'mesh_shape': (2, 2), 'devices': (0, 1, 2, 3)},
+]
+
+# the trained parameters: name -> (stage, PartitionSpec)
+PARAMS = {
+    'wte': (0, P(None, None)),  # f32[64,32] RR
+    'wpe': (0, P(None, None)),  # f32[16,32] RR
+    'l0.ln1.gamma': (0, P(None)),  # f32[32] R
+    'l0.ln1.beta': (0, P(None)),  # f32[32] R
+    'l0.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l0.attn.o.b': (0, P(None)),  # f32[32] R
+    'l0.ln2.gamma': (0, P(None)),  # f32[32] R
+    'l0.ln2.beta': (0, P(None)),  # f32[32] R
+    'l0.mlp.w1.w': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
+    'l0.mlp.w1.b': (0, P(('x', 'y'))),  # f32[128] S01
+    'l0.mlp.w2.w': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
+    'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l1.ln1.gamma': (0, P(None)),  # f32[32] R
+    'l1.ln1.beta': (0, P(None)),  # f32[32] R
+    'l1.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l1.attn.o.b': (0, P(None)),  # f32[32] R
+    'l1.ln2.gamma': (0, P(None)),  # f32[32] R
+    'l1.ln2.beta': (0, P(None)),  # f32[32] R
+    'l1.mlp.w1.w': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
+    'l1.mlp.w1.b': (0, P(('x', 'y'))),  # f32[128] S01
+    'l1.mlp.w2.w': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
+    'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'lnf.gamma': (0, P(None)),  # f32[32] R
+    'lnf.beta': (0, P(None)),  # f32[32] R
+}
+
+# the data inputs of one micro-batch: name -> (stage, PartitionSpec)
+INPUTS = {
+    'tokens': (0, P(None, None)),  # i32[4,16] RR
+    'labels': (0, P(('x', 'y'), None)),  # i32[4,16] S01R
+}
+
+# the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
+OPTIMIZER_STATE = {
+    'wte.m': (0, P(None, None)),  # f32[64,32] RR
+    'wpe.m': (0, P(None, None)),  # f32[16,32] RR
+    'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
+    'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
+    'l0.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l0.attn.o.b.m': (0, P(None)),  # f32[32] R
+    'l0.ln2.gamma.m': (0, P(None)),  # f32[32] R
+    'l0.ln2.beta.m': (0, P(None)),  # f32[32] R
+    'l0.mlp.w1.w.m': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
+    'l0.mlp.w1.b.m': (0, P(('x', 'y'))),  # f32[128] S01
+    'l0.mlp.w2.w.m': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
+    'l0.mlp.w2.b.m': (0, P(None)),  # f32[32] R
+    'l1.ln1.gamma.m': (0, P(None)),  # f32[32] R
+    'l1.ln1.beta.m': (0, P(None)),  # f32[32] R
+    'l1.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l1.attn.o.b.m': (0, P(None)),  # f32[32] R
+    'l1.ln2.gamma.m': (0, P(None)),  # f32[32] R
+    'l1.ln2.beta.m': (0, P(None)),  # f32[32] R
+    'l1.mlp.w1.w.m': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
+    'l1.mlp.w1.b.m': (0, P(('x', 'y'))),  # f32[128] S01
+    'l1.mlp.w2.w.m': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
+    'l1.mlp.w2.b.m': (0, P(None)),  # f32[32] R
+    'lnf.gamma.m': (0, P(None)),  # f32[32] R
+    'lnf.beta.m': (0, P(None)),  # f32[32] R
+}
+
+# the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
+ACTIVATIONS = {
+    'tok_emb': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'pos_emb': (0, P(None, None)),  # f32[16,32] RR
+    'embed': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'mask': (0, P(None, None)),  # bool[16,16] RR
+    'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l0.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l0.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l0.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l0.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l0.attn.masked': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l0.attn.probs': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l0.attn.ctx': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l0.attn.ctx.merged': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.mlp.w1.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l0.mlp.w1': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l0.mlp.gelu': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l0.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l1.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l1.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l1.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l1.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l1.attn.masked': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l1.attn.probs': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
+    'l1.attn.ctx': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
+    'l1.attn.ctx.merged': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.mlp.w1.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l1.mlp.w1': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l1.mlp.gelu': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
+    'l1.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'lnf.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'logits': (0, P(('x', 'y'), None, None)),  # f32[4,16,64] S01RR
+    'ce': (0, P(('x', 'y'), None)),  # f32[4,16] S01R
+    'loss': (0, P()),  # f32[] -
+}
+
+
+def make_mesh(stage, devices=None):
+    """The Mesh of a stage over devices (default jax.devices())."""
+    devices = jax.devices() if devices is None else list(devices)
+    s = STAGES[stage]
+    if max(s['devices']) >= len(devices):
+        raise ValueError('stage %d needs devices %s, only %d are available'
+                         % (stage, s['devices'], len(devices)))
+    grid = np.array([devices[i] for i in s['devices']], dtype=object)
+    return Mesh(grid.reshape(s['mesh_shape']), AXES)
+
+
+def make_meshes(devices=None):
+    """One Mesh per stage."""
+    return [make_mesh(i, devices) for i in range(len(STAGES))]
+
+
+def shardings(table, meshes):
+    """name -> NamedSharding for one of the tables above."""
+    return {name: NamedSharding(meshes[stage], spec) for name, (stage, spec) in table.items()}
+
+
+def shard_params(params, meshes, table=PARAMS):
+    """Places each array of the dict params (names as in the table) with its sharding.
+
+    Arrays whose names the table does not list are returned unchanged."""
+    out = dict(params)
+    for name, sharding in shardings(table, meshes).items():
+        if name in out:
+            out[name] = jax.device_put(out[name], sharding)
+    return out
+
+
+def constrain(name, x, meshes, table=ACTIVATIONS):
+    """x with the sharding the plan gives the value name, inside jax.jit."""
+    stage, spec = table[name]
+    return jax.lax.with_sharding_constraint(x, NamedSharding(meshes[stage], spec))

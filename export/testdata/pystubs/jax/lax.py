@@ -1,0 +1,2 @@
+def with_sharding_constraint(x, s):
+    return ('constrained', x, s)

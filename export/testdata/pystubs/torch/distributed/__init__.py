@@ -1,0 +1,5 @@
+RANK = 0
+
+
+def get_rank():
+    return RANK
