@@ -5,6 +5,14 @@
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME ?= 5m
+# FUZZFLAGS go to every fuzz run, e.g. FUZZFLAGS=-parallel=1 on a shared machine.
+FUZZFLAGS ?=
+# Every fuzz target of the repository, as package:Target; make fuzz runs each in turn for
+# $(FUZZTIME). A listed target that does not exist fails the run (go test -fuzz would
+# silently pass on it), so a renamed or deleted target is noticed.
+FUZZ_TARGETS := ./frontend:FuzzParse ./mesh:FuzzClusterJSON ./mesh:FuzzFlagValues ./mesh:FuzzParseSpec \
+	.:FuzzParseManual .:FuzzReadPlan .:FuzzPlansLower ./codegen:FuzzProgramJSON ./render:FuzzReadTrace \
+	./frontend/onnx:FuzzImportONNX
 # -tags mpi builds runtime/mpi against Open MPI where it is installed (deps installs it);
 # without it the package is a stub that says so. Expanded when a recipe runs, after deps.
 GOTAGS   = $(shell pkg-config --exists ompi-c 2>/dev/null && echo -tags mpi)
@@ -50,7 +58,14 @@ demo: build
 	./autopar run testdata/models/gpt-tiny.ir --cluster cpu:4 --microbatches 2 --steps 10 --check
 
 fuzz: deps
-	$(GO) test ./frontend -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		if ! $(GO) test -list "^$$name\$$" $$pkg | grep -qx "$$name"; then \
+			echo "make fuzz: no fuzz target $$name in package $$pkg" >&2; exit 1; \
+		fi; \
+		echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS); \
+	done
 
 bench: deps
 	$(GO) test $(GOTAGS) -run '^$$' -bench . -benchmem ./...

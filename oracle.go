@@ -185,7 +185,9 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		opts.MemoryBudget = me.Minimum
 		if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
 			opts.MemoryBudget = 1 << 62
-			res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+			if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+				err = me // the real budget's error: the fallback's own budget means nothing to the user
+			}
 		}
 	}
 	if err != nil {

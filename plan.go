@@ -224,6 +224,9 @@ func ReadPlan(r io.Reader) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var p Plan

@@ -6,6 +6,12 @@ package frontend
 // large model allocates almost nothing; the parser converts to strings only what it keeps
 // (value names).
 
+import (
+	"bytes"
+	"fmt"
+	"unicode/utf8"
+)
+
 // tokKind is the kind of one token.
 type tokKind uint8
 
@@ -45,6 +51,9 @@ func (t token) describe() string {
 		if t.text[0] == '"' {
 			return "unterminated string"
 		}
+		if r, n := utf8.DecodeRune(t.text); n > 1 {
+			return fmt.Sprintf("character %q (U+%04X)", r, r)
+		}
 		return quoteByte(t.text[0])
 	}
 	return t.kind.String() + " " + clip(string(t.text))
@@ -57,6 +66,25 @@ func clip(s string) string {
 		return s[:maxLen] + "..."
 	}
 	return s
+}
+
+// badText finds the first byte of line that cannot be in .ir text: a NUL, or a byte that
+// is not part of valid UTF-8. It returns its 1-based column and what is wrong, or 0.
+func badText(line []byte) (int, string) {
+	if utf8.Valid(line) && bytes.IndexByte(line, 0) < 0 {
+		return 0, ""
+	}
+	for i := 0; i < len(line); {
+		r, n := utf8.DecodeRune(line[i:])
+		switch {
+		case r == 0:
+			return i + 1, "NUL byte (0x00): the file looks binary, expected .ir text"
+		case r == utf8.RuneError && n == 1:
+			return i + 1, "invalid UTF-8 (byte " + quoteByte(line[i])[5:] + "): expected .ir text in UTF-8"
+		}
+		i += n
+	}
+	return 0, ""
 }
 
 func quoteByte(c byte) string {
@@ -107,7 +135,8 @@ func lexLine(line []byte, toks []token) []token {
 		default:
 			k := punct(c)
 			if k == tokBad {
-				return append(toks, token{tokBad, start + 1, line[start : i+1]}, token{tokEOL, i + 2, nil})
+				_, n := utf8.DecodeRune(line[i:]) // a whole character, so describe can name it
+				return append(toks, token{tokBad, start + 1, line[start : i+n]}, token{tokEOL, i + n + 1, nil})
 			}
 			i++
 			toks = append(toks, token{k, start + 1, line[start:i]})

@@ -35,6 +35,9 @@ const maxErrors = 10
 // tensor has at most 2^50 elements and 64 dims (declared or inferred), an int list at most
 // 64 entries.
 //
+// A NUL byte or a byte that is not valid UTF-8, anywhere (comments included), is an error
+// at its line and column: such a file is binary or in another encoding.
+//
 // filename is used only in positions. On any mistake Parse returns a nil graph and an
 // ir.ErrorList of up to ten positioned diagnostics (file:line:col: message), continuing after
 // a bad line so that independent mistakes are reported together. Parse never panics on any
@@ -96,7 +99,24 @@ func ParseFile(path string) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, src)
+	return ParseModel(path, src, 0)
+}
+
+// ParseModel parses src, the text of the model file at path, as ParseFile does once it has
+// read it, under ParseLimited's limit of maxValues (0: none). Unlike Parse, it refuses a file
+// with nothing in it (Parse reads that as the empty graph): a model file that is empty, or
+// holds only comments, is a mistake, named as such.
+func ParseModel(path string, src []byte, maxValues int) (*ir.Graph, error) {
+	if len(bytes.TrimSpace(bytes.TrimPrefix(src, []byte("\uFEFF")))) == 0 {
+		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
+			"the file is empty, expected a model in .ir text (autopar model NAME writes one)")}.Err()
+	}
+	g, err := ParseLimited(path, src, maxValues)
+	if err == nil && len(g.Values) == 0 {
+		return nil, ir.ErrorList{ir.Errorf(ir.Pos{File: path, Line: 1, Col: 1},
+			"the file defines no values, expected a model in .ir text (autopar model NAME writes one)")}.Err()
+	}
+	return g, err
 }
 
 // DefaultMaxFileBytes is the most ParseFile reads: 64 MiB, some 1.2 million lines, past any
@@ -209,6 +229,11 @@ func (p *parser) run() {
 			src = nil
 		}
 		p.line++
+		if col, msg := badText(line); col > 0 {
+			p.errorf(ir.Pos{File: p.file, Line: p.line, Col: col}, "%s", msg)
+			p.badLine(line[:col-1])
+			continue
+		}
 		p.toks = lexLine(line, p.toks)
 		p.i = 0
 		p.statement()
@@ -254,6 +279,18 @@ func (p *parser) statement() {
 func (p *parser) malformed(t token) {
 	p.errorf(p.pos(t), "unexpected %s at the start of a line: want param, input or state NAME: TYPE, "+
 		"NAME = OP operands attrs, output NAME, update NAME <- NAME, or graph NAME", t.describe())
+}
+
+// badLine records the name a line with a bad byte would have defined, read from the text
+// before that byte, as a failed definition: its uses are then silent rather than
+// "undefined" echoes of the one error.
+func (p *parser) badLine(prefix []byte) {
+	p.toks = lexLine(prefix, p.toks)
+	if t, ok := definedName(p.toks); ok {
+		if _, dup := p.defs[string(t.text)]; !dup {
+			p.defs[string(t.text)] = definition{p.pos(t), ir.NoValue}
+		}
+	}
 }
 
 // opLine parses NAME = OP a, b, c key=value ...

@@ -206,7 +206,11 @@ func TestParseErrorText(t *testing.T) {
 			"t.ir:1:8: undefined value zz\nt.ir:3:5: unknown op nope"},
 		{"no cascade", "param w: f33[2]\nr = relu w\ns = relu r\noutput s\nupdate w <- s\n",
 			"t.ir:1:10: unknown dtype f33, did you mean f32?"},
-		{"bad byte", "param w: f32[2]\xff\n", "t.ir:1:16: unexpected byte 0xff, want an attribute name=value or end of line"},
+		{"bad byte", "param w: f32[2]\x01\n", "t.ir:1:16: unexpected byte 0x01, want an attribute name=value or end of line"},
+		{"invalid utf-8", "param w: f32[2]\xff\n", "t.ir:1:16: invalid UTF-8 (byte 0xff): expected .ir text in UTF-8"},
+		{"invalid utf-8 in a comment", "param w: f32[2]\n# caf\xe9\n", "t.ir:2:6: invalid UTF-8 (byte 0xe9): expected .ir text in UTF-8"},
+		{"nul byte", "param w: f32[2]\n\x00\x00\n", "t.ir:2:1: NUL byte (0x00): the file looks binary, expected .ir text"},
+		{"non-ascii character", "param w: f32[2]\nx = relu w\u2032\n", "t.ir:2:11: unexpected character '′' (U+2032), want an attribute name=value or end of line"},
 		{"long token clipped", "x = " + strings.Repeat("a", 100) + "\n",
 			"t.ir:1:5: unknown op " + strings.Repeat("a", 40) + "..."},
 		{"no quadratic suggestion for long names", // 10^10 steps of edit distance without the guard
@@ -373,6 +377,19 @@ func syntheticGPT(tb testing.TB, layers int) *ir.Graph {
 	g.AddOutput(add(ir.OpReduceMean, "loss", ir.Attrs{}.With("axes", []int{0, 1, 2}), x), ir.Pos{})
 	require.NoError(tb, ir.Verify(g))
 	return g
+}
+
+// ParseFile names an empty model file, or one of only comments, as such rather than
+// returning the empty graph that a later pass would reject with a puzzling message.
+func TestParseFileEmpty(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{"empty.ir": "", "blank.ir": "\n  \n", "comments.ir": "# nothing\n"} {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(src), 0o644))
+		_, err := ParseFile(path)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), path+":1:1: the file")
+	}
 }
 
 func TestReadFileLimit(t *testing.T) {

@@ -172,6 +172,9 @@ func ParseClusterJSON(data []byte, def string) (*Cluster, error) {
 	dec.DisallowUnknownFields()
 	var f clusterFields
 	if err := dec.Decode(&f); err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("mesh: cluster spec %q is empty, expected a JSON object", def)
+		}
 		return nil, fmt.Errorf("mesh: cluster spec %q: %w", def, err)
 	}
 	if dec.More() {
@@ -207,5 +210,9 @@ func LoadCluster(path string) (*Cluster, error) {
 		return nil, fmt.Errorf("mesh: cluster spec %s: larger than 1 MiB, the most a cluster spec may hold", path)
 	}
 	def := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	return ParseClusterJSON(data, def)
+	c, err := ParseClusterJSON(data, def)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }

@@ -112,7 +112,7 @@ func ParseCluster(s string) (*Cluster, error) {
 		return c, err
 	}
 	n, err := strconv.Atoi(count)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || count[0] == '+' {
 		return nil, fmt.Errorf("mesh: cluster %q: count after ':' must be a positive integer, got %q", s, count)
 	}
 	if name == "cpu" {

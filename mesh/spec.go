@@ -85,8 +85,8 @@ func ParseSpec(text string) (Spec, error) {
 		s.Dims = append(s.Dims, d)
 		rest = rest[n:]
 	}
-	if err := s.Validate(); err != nil {
-		return Spec{}, err
+	if msg := s.problem(); msg != "" {
+		return Spec{}, fmt.Errorf("mesh: spec %q: %s", text, msg)
 	}
 	return s, nil
 }
@@ -127,17 +127,25 @@ func MustParseSpec(text string) Spec {
 
 // Validate checks that no mesh axis is used twice across dims and partial.
 func (s Spec) Validate() error {
+	if msg := s.problem(); msg != "" {
+		return fmt.Errorf("mesh: spec %s: %s", s, msg)
+	}
+	return nil
+}
+
+// problem says what makes s invalid, or "" when it is valid.
+func (s Spec) problem() string {
 	used := s.Partial
 	for d, a := range s.Dims {
 		if a > AxesBoth || used&a != 0 {
-			return fmt.Errorf("mesh: spec %s: dim %d reuses a mesh axis", s, d)
+			return fmt.Sprintf("dim %d reuses a mesh axis", d)
 		}
 		used |= a
 	}
 	if s.Partial > AxesBoth {
-		return fmt.Errorf("mesh: spec %s: partial axes out of range", s)
+		return "partial axes out of range"
 	}
-	return nil
+	return ""
 }
 
 // Used returns every axis the spec splits or is partial on.

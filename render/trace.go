@@ -46,21 +46,50 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
-	var doc struct {
-		TraceEvents []traceEvent `json:"traceEvents"`
-	}
-	if err := json.NewDecoder(r).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("render: trace: not Chrome trace-event JSON: %w", err)
+	evs, err := decodeTrace(r)
+	if err != nil {
+		return nil, err
 	}
 	progs, err := p.Programs()
 	if err != nil {
 		return nil, fmt.Errorf("render: trace: lowering the plan: %w", err)
 	}
+	return traceSchedule(evs, p, progs)
+}
+
+// maxTraceBytes bounds what ReadTrace reads: a trace of one step of a large plan is tens of
+// MB; a file past this is not one (or /dev/zero), and is refused before it fills memory.
+const maxTraceBytes = 1 << 30
+
+// decodeTrace reads the trace-event JSON document: one object with a traceEvents list.
+func decodeTrace(r io.Reader) ([]traceEvent, error) {
+	var doc struct {
+		TraceEvents []traceEvent `json:"traceEvents"`
+	}
+	lr := &io.LimitedReader{R: r, N: maxTraceBytes + 1}
+	dec := json.NewDecoder(lr)
+	if err := dec.Decode(&doc); err != nil {
+		if lr.N <= 0 {
+			return nil, fmt.Errorf("render: trace: larger than %d bytes, expected the trace of one step", maxTraceBytes)
+		}
+		if err == io.EOF {
+			return nil, fmt.Errorf("render: trace: the file is empty, expected the Chrome trace-event JSON of autopar run --trace")
+		}
+		return nil, fmt.Errorf("render: trace: not Chrome trace-event JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("render: trace: data after the JSON object, expected one Chrome trace-event document")
+	}
+	return doc.TraceEvents, nil
+}
+
+// traceSchedule folds decoded events into the Schedule of plan p, whose programs are progs.
+func traceSchedule(evs []traceEvent, p *autopar.Plan, progs []*codegen.Program) (*Schedule, error) {
 	byDev := map[int]*codegen.Program{}
 	for _, prog := range progs {
 		byDev[int(prog.Device)] = prog
 	}
-	events, err := checkEvents(doc.TraceEvents, byDev)
+	events, err := checkEvents(evs, byDev)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +102,10 @@ func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
 		p.Model, p.Cluster.Name, p.Schedule, p.Microbatches, units.Seconds(out.End()), units.Seconds(p.Predicted.StepTime))
 	return out, nil
 }
+
+// maxTraceMicros bounds an event's start and duration: a year in µs. Past it, a trace is
+// not of one training step, and differences of times would lose every digit.
+const maxTraceMicros = 365 * 24 * 3600 * 1e6
 
 // checkEvents keeps the instruction events, checks each against the plan's programs, and
 // returns them per device in time order with times in seconds from the first event.
@@ -98,6 +131,9 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 		if !ok || k < 0 || k >= len(prog.Instrs) {
 			return nil, fmt.Errorf("render: trace event %d: instruction %d of device %d is not in its program of %d instructions: the trace is of another plan",
 				i, k, e.Tid, len(prog.Instrs))
+		}
+		if !(e.Ts >= 0 && e.Ts <= maxTraceMicros && e.Dur >= 0 && e.Dur <= maxTraceMicros) {
+			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected both in [0, %g] µs", i, e.Ts, e.Dur, float64(maxTraceMicros))
 		}
 		mb, ok := e.Args["mb"]
 		if j := prog.BlockOf(k); len(prog.Blocks) > 0 && prog.Blocks[j].PerMicrobatch {

@@ -78,7 +78,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 // syntheticTrace is a trace of p's programs where the i-th executed instruction of every
 // device starts at i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic,
 // for goldens.
-func syntheticTrace(t *testing.T, p *autopar.Plan) []byte {
+func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -146,6 +146,10 @@ func TestReadTraceErrors(t *testing.T) {
 		want        string
 	}{
 		{"not json", "{", p, "not Chrome trace-event JSON"},
+		{"empty", "", p, "the file is empty"},
+		{"trailing data", `{"traceEvents":[]} {}`, p, "data after the JSON object"},
+		{"far future", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":1e300,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "expected both in [0,"},
+		{"negative start", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":-1,"dur":1,"tid":2,"args":{"instr":0}}]}`, p, "start -1 µs"},
 		{"no events", `{"traceEvents":[]}`, p, "no instruction events"},
 		{"unknown device", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":9,"args":{"instr":0}}]}`, p, "device 9 has no program"},
 		{"instr out of range", `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":0,"args":{"instr":99999}}]}`, p, "is not in its program"},

@@ -14,8 +14,9 @@ import (
 )
 
 // checkStep runs the full-batch step serially on the same feeds and prints the largest
-// differences from the parallel run, by kind.
-func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result) error {
+// differences from the parallel run, by kind. It fails when a tensor is missing, not a
+// number, or differs by more than tol relative to the largest magnitude of its kind.
+func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Feeds, got *runtime.Result, tol float64) error {
 	want, err := interp.RunKeep(ctx, full, feeds)
 	if err != nil {
 		return fmt.Errorf("--check: serial run: %w", err)
@@ -37,6 +38,14 @@ func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Fe
 		params.add(name, got.Stores, want.Updates[name])
 	}
 	fmt.Fprintf(w, "      check: loss %s; gradients %s; params %s\n", loss, grads, params)
+	for _, k := range []struct {
+		kind string
+		d    diff
+	}{{"loss", loss}, {"gradients", grads}, {"params", params}} {
+		if err := k.d.check(tol); err != nil {
+			return fmt.Errorf("--check: %s: %w", k.kind, err)
+		}
+	}
 	return nil
 }
 
@@ -48,6 +57,7 @@ type diff struct {
 	abs, scale float64
 	worst      string
 	missing    []string
+	nan        string // the first tensor holding a NaN or an infinity, in either run
 }
 
 func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels.Tensor) {
@@ -58,19 +68,47 @@ func (d *diff) add(name string, stores map[string]*kernels.Tensor, want *kernels
 	}
 	for i := range got.Len() {
 		x, y := got.At(i), want.At(i)
-		if e := math.Abs(x - y); e > d.abs || math.IsNaN(e) {
+		if !finite(x) || !finite(y) {
+			if d.nan == "" {
+				d.nan = fmt.Sprintf("%s[%d] is %v here and %v serially", name, i, x, y)
+			}
+			continue
+		}
+		if e := math.Abs(x - y); e > d.abs {
 			d.abs, d.worst = e, name
 		}
 		d.scale = max(d.scale, math.Abs(x), math.Abs(y))
 	}
 }
 
-func (d diff) String() string {
-	rel := 0.0
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// rel is the largest absolute difference over the largest magnitude.
+func (d diff) rel() float64 {
 	if d.scale > 0 {
-		rel = d.abs / d.scale
+		return d.abs / d.scale
 	}
-	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, rel)
+	return 0
+}
+
+// check fails on a missing tensor, a NaN or infinity, or a relative difference over tol.
+func (d diff) check(tol float64) error {
+	switch {
+	case len(d.missing) > 0:
+		return fmt.Errorf("%d tensors missing from the parallel run: %v", len(d.missing), d.missing)
+	case d.nan != "":
+		return fmt.Errorf("not a number: %s", d.nan)
+	case d.rel() > tol:
+		return fmt.Errorf("relative difference %.3g from the serial run (%s) is over --tolerance %.3g", d.rel(), d.worst, tol)
+	}
+	return nil
+}
+
+func (d diff) String() string {
+	s := fmt.Sprintf("max abs %.3g, rel %.3g", d.abs, d.rel())
+	if d.nan != "" {
+		s = "NaN: " + d.nan
+	}
 	if d.worst != "" && d.abs > 0 {
 		s += " (" + d.worst + ")"
 	}

@@ -116,7 +116,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	o.Optimizer = opt
 	if f.microbatches != "auto" {
 		b, err := strconv.Atoi(f.microbatches)
-		if err != nil || b < 1 {
+		if err != nil || b < 1 || f.microbatches[0] == '+' {
 			return o, fmt.Errorf("--microbatches %q: expected a count ≥ 1 or auto", f.microbatches)
 		}
 		o.Microbatches = b
@@ -130,9 +130,9 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
 	}
 	if f.memory != "" {
-		m, err := parseBytes(f.memory)
-		if err != nil || m <= 0 {
-			return o, fmt.Errorf("--memory %q: expected a positive size such as 16GiB", f.memory)
+		m, err := parseSize("--memory", f.memory)
+		if err != nil {
+			return o, err
 		}
 		o.MemoryPerDevice = m
 	}

@@ -57,7 +57,7 @@ func TestCompileFlagErrors(t *testing.T) {
 func TestRunCheckMatchesSerial(t *testing.T) {
 	var out, errOut bytes.Buffer
 	f := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd"},
-		steps: 3, seed: 1, check: true, timeout: 10e9}
+		steps: 3, seed: 1, check: true, timeout: 10e9, tol: 1e-4}
 	require.NoError(t, runRun(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
 	ls := losses(t, out.String())
 	require.Len(t, ls, 3, out.String())

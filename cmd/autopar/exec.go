@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,7 @@ type stepFlags struct {
 	steps     int
 	seed      int64
 	check     bool
+	tol       float64
 	trace     string
 	timeout   time.Duration
 	transport string
@@ -39,7 +41,8 @@ func addStepFlags(cmd *cobra.Command, f *stepFlags) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
-	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
+	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
+	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
@@ -227,11 +230,15 @@ func stepLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, progs []*c
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		fmt.Fprintf(out, "step %4d  loss %.6f  (%v)\n", step, got.Stores[loss].At(0), time.Since(start).Round(time.Millisecond))
+		l := got.Stores[loss].At(0)
+		fmt.Fprintf(out, "step %4d  loss %.6f  (%v)\n", step, l, time.Since(start).Round(time.Millisecond))
 		if f.check && lead {
-			if err := checkStep(ctx, out, full, feeds, got); err != nil {
-				return err
+			if err := checkStep(ctx, out, full, feeds, got, f.tol); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
 			}
+		}
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, l)
 		}
 		for _, u := range full.Updates {
 			name := full.Value(u.Target).Name

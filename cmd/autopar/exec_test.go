@@ -45,7 +45,7 @@ var lossLine = regexp.MustCompile(`(?m)^step +\d+ +loss \S+`)
 func TestExecRunsSavedPrograms(t *testing.T) {
 	dir := compileTo(t)
 	var out, errOut bytes.Buffer
-	f := stepFlags{steps: 2, seed: 1, check: true, timeout: time.Minute, transport: "inproc"}
+	f := stepFlags{steps: 2, seed: 1, check: true, tol: 1e-4, timeout: time.Minute, transport: "inproc"}
 	require.NoError(t, runExec(context.Background(), &out, &errOut, dir, f))
 	require.Len(t, lossLine.FindAllString(out.String(), -1), 2, out.String())
 	require.Contains(t, out.String(), "check: loss max abs")
@@ -72,7 +72,7 @@ func TestMPIRunAndExec(t *testing.T) {
 	}
 	model := "../../testdata/models/mlp-tiny.ir"
 	var want bytes.Buffer
-	rf := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", plan: "pp=2"},
+	rf := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", plan: "pp=2"}, tol: 1e-4,
 		steps: 2, seed: 1, timeout: time.Minute, transport: "inproc"}
 	require.NoError(t, runRun(context.Background(), &want, &bytes.Buffer{}, model, rf))
 	wantLoss := lossLine.FindAllString(want.String(), -1)

@@ -43,7 +43,7 @@ func TestImportThenRunChecked(t *testing.T) {
 	require.NoError(t, err)
 
 	out.Reset()
-	f := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", layers: 2},
+	f := runFlags{compileFlags: compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", layers: 2}, tol: 1e-4,
 		steps: 2, seed: 1, check: true, timeout: 10e9, weights: filepath.Join(dir, "g.safetensors")}
 	require.NoError(t, runRun(context.Background(), &out, &bytes.Buffer{}, ir, f))
 	rels := regexp.MustCompile(`rel ([0-9.e+-]+)`).FindAllStringSubmatch(out.String(), -1)
@@ -73,7 +73,7 @@ func TestImportErrorsCLI(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.safetensors")
 	require.NoError(t, os.WriteFile(bad, []byte("nope"), 0o644))
-	rf := runFlags{compileFlags: compileFlags{cluster: "cpu:1", microbatches: "1", schedule: "1f1b", optimizer: "sgd"},
+	rf := runFlags{compileFlags: compileFlags{cluster: "cpu:1", microbatches: "1", schedule: "1f1b", optimizer: "sgd"}, tol: 1e-4,
 		steps: 1, seed: 1, timeout: 10e9, weights: bad}
 	err = runRun(context.Background(), &out, &bytes.Buffer{}, filepath.Join(dir, "d.ir"), rf)
 	require.ErrorContains(t, err, "bad.safetensors: safetensors: file is 4 bytes")

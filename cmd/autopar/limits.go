@@ -47,7 +47,7 @@ func addGlobalFlags(fl *pflag.FlagSet) {
 func limits() (maxFile int64, maxOps, maxDevices int, err error) {
 	maxFile, maxOps, maxDevices = defaultMaxFileSize, defaultMaxOps, defaultMaxDevices
 	if global.maxFileSize != "" {
-		if maxFile, err = parseBytes(global.maxFileSize); err != nil {
+		if maxFile, err = mesh.ParseBytes(global.maxFileSize); err != nil {
 			return 0, 0, 0, fmt.Errorf("--max-file-size: %w", err)
 		}
 	}
@@ -73,7 +73,7 @@ func parseModel(path string) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := frontend.ParseLimited(path, src, maxOps)
+	g, err := frontend.ParseModel(path, src, maxOps)
 	var ve *frontend.ValuesError
 	if errors.As(err, &ve) {
 		return nil, fmt.Errorf("%w; raise it with --max-ops", err)

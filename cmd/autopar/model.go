@@ -112,6 +112,9 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 	case errors.As(err, &pe):
 		return &os.PathError{Op: "write", Path: path, Err: pe.Err}
 	case errors.As(err, &le):
+		if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+			return &os.PathError{Op: "write", Path: path, Err: errors.New("is a directory, expected a file name")}
+		}
 		return &os.PathError{Op: "write", Path: path, Err: le.Err}
 	}
 	return err

@@ -76,6 +76,9 @@ func runRender(ctx context.Context, stdout io.Writer, path string, f renderFlags
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f.maxNodes < 0 {
+		return fmt.Errorf("--max-nodes %d: expected a count ≥ 0 (0: no limit)", f.maxNodes)
+	}
 	if f.trace != "" && !f.timeline {
 		return fmt.Errorf("--trace draws a timeline, expected --timeline with it")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +25,7 @@ type runFlags struct {
 	// traceFrees keeps free instructions in --trace's file.
 	traceFrees bool
 	timeout    time.Duration
+	tol        float64
 	// transport is inproc, mpi or auto (run_mpi.go).
 	transport string
 	// save, saveEvery, resume: the checkpoint written, how often, and the one resumed.
@@ -54,7 +56,8 @@ writes them whole to a checkpoint, which --resume continues under any plan of th
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
-	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it and print the differences")
+	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
+	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
@@ -74,6 +77,12 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if f.steps < 1 {
 		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
 	}
+	if f.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", f.timeout)
+	}
+	if !(f.tol > 0) || math.IsInf(f.tol, 0) {
+		return fmt.Errorf("--tolerance %v: expected a finite relative difference > 0, e.g. 1e-4", f.tol)
+	}
 	if f.saveEvery < 0 || (f.saveEvery > 0 && f.save == "") {
 		return fmt.Errorf("--save-every %d needs --save FILE and a count of at least 1", f.saveEvery)
 	}
@@ -92,7 +101,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		return err
 	}
 	printSummary(stdout, plan)
-	opts := autopar.TrainerOptions{Seed: f.seed, CheckSerial: f.check, Timeout: f.timeout, Checkpoint: ck}
+	opts := autopar.TrainerOptions{Seed: f.seed, CheckSerial: f.check, Tolerance: f.tol, Timeout: f.timeout, Checkpoint: ck}
 	if f.weights != "" {
 		if ck != nil {
 			return fmt.Errorf("--weights and --resume both set the params: give one")
@@ -134,6 +143,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 		}
 		step := tr.Steps()
 		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, loss)
+		}
 		if f.check {
 			c := tr.LastCheck()
 			fmt.Fprintf(stdout, "      check: loss %s; gradients %s; params %s\n", diffString(c.Loss), diffString(c.Grads), diffString(c.Updates))

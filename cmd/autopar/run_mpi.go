@@ -63,6 +63,6 @@ func runViaMPI(ctx context.Context, stdout, stderr io.Writer, path string, f run
 			return err
 		}
 		return runOnRanks(ctx, out, w, plan, progs, stepFlags{steps: f.steps, seed: f.seed, check: f.check,
-			trace: f.trace, timeout: f.timeout})
+			tol: f.tol, trace: f.trace, timeout: f.timeout})
 	})
 }

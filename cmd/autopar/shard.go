@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,7 +36,7 @@ func newShardCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.mesh, "mesh", "", "logical mesh shape `N0xN1`, e.g. 2x4")
 	f.StringVar(&o.cluster, "cluster", "", "cluster preset[:hosts] or JSON spec `SPEC`")
-	f.StringVar(&o.budget, "memory-budget", "", "per-device memory budget `B` in bytes (suffixes K, M, G, Ki, Mi, Gi); default the device memory")
+	f.StringVar(&o.budget, "memory-budget", "", "per-device memory budget `B` in bytes (suffixes K, M, G, T, Ki, Mi, Gi, Ti, optional B); default the device memory")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
 	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per solve")
 	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
@@ -67,16 +65,21 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	if err != nil {
 		return err
 	}
-	n0, n1, err := parseMesh(o.mesh)
+	n0, n1, err := mesh.ParseShape(o.mesh)
 	if err != nil {
-		return err
+		return fmt.Errorf("--mesh: %w", err)
 	}
 	if c.Devices()%(n0*n1) != 0 || n0*n1 > c.Devices() {
 		return fmt.Errorf("--mesh %s: %d devices do not divide the cluster's %d", o.mesh, n0*n1, c.Devices())
 	}
-	budget, err := parseBytes(o.budget)
-	if err != nil {
-		return fmt.Errorf("--memory-budget: %v", err)
+	var budget int64
+	if o.budget != "" {
+		if budget, err = parseSize("--memory-budget", o.budget); err != nil {
+			return err
+		}
+	}
+	if o.timeLimit <= 0 {
+		return fmt.Errorf("--time-limit %v: expected a positive duration, e.g. 30s", o.timeLimit)
 	}
 	lm, err := meshOver(c, n0, n1)
 	if err != nil {
@@ -114,43 +117,6 @@ func meshOver(c *mesh.Cluster, n0, n1 int) (*mesh.LogicalMesh, error) {
 		sub = mesh.Submesh{Hosts: n / c.DevicesPerHost, Devices: c.DevicesPerHost}
 	}
 	return mesh.NewLogicalMesh(c, sub, n0, n1)
-}
-
-func parseMesh(s string) (int, int, error) {
-	a, b, ok := strings.Cut(strings.ToLower(s), "x")
-	n0, err0 := strconv.Atoi(a)
-	n1, err1 := strconv.Atoi(b)
-	if !ok || err0 != nil || err1 != nil || n0 < 1 || n1 < 1 {
-		return 0, 0, fmt.Errorf("--mesh %q: want N0xN1 with positive N0 and N1, e.g. 2x4", s)
-	}
-	if _, ok := mesh.CountDevices(n0, n1); !ok {
-		return 0, 0, fmt.Errorf("--mesh %q: %d×%d is more devices than any cluster has (at most %d)", s, n0, n1, mesh.MaxDevices)
-	}
-	return n0, n1, nil
-}
-
-// parseBytes reads a byte count: 0 or empty for none, else a positive number with an
-// optional K/M/G (powers of 1000) or Ki/Mi/Gi (powers of 1024) suffix and optional B.
-func parseBytes(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	t := strings.TrimSuffix(strings.TrimSpace(s), "B")
-	mult := 1.0
-	for _, u := range []struct {
-		suffix string
-		m      float64
-	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(f > 0) || f*mult > 1<<62 {
-		return 0, fmt.Errorf("%q is not a positive byte count (e.g. 16Gi, 2e9)", s)
-	}
-	return int64(f * mult), nil
 }
 
 func writeShardText(w io.Writer, g *ir.Graph, r *sharding.Result, nt mesh.Notation) error {

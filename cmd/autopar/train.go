@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,6 +52,12 @@ A graph that already holds its updates (a training step) runs as it is.`,
 
 // optimizerFrom turns the flags into the optimizer of the training step.
 func optimizerFrom(f trainFlags) (passes.Optimizer, error) {
+	if math.IsNaN(f.lr) || math.IsInf(f.lr, 0) || f.lr < 0 {
+		return passes.Optimizer{}, fmt.Errorf("--lr %v: expected a finite learning rate > 0 (or 0 for the default)", f.lr)
+	}
+	if math.IsNaN(f.momentum) || f.momentum < 0 || f.momentum >= 1 {
+		return passes.Optimizer{}, fmt.Errorf("--momentum %v: expected a momentum in [0, 1)", f.momentum)
+	}
 	switch f.optimizer {
 	case "sgd":
 		lr := f.lr
@@ -121,6 +128,9 @@ func runTrain(ctx context.Context, w io.Writer, path string, f trainFlags) error
 				path, step.Value(step.Outputs[0].Value).Name, loss.Type)
 		}
 		fmt.Fprintf(w, "step %4d  loss %.6f  (%v)\n", i, loss.At(0), time.Since(start).Round(time.Millisecond))
+		if l := loss.At(0); math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", i, l)
+		}
 		state.Apply(res)
 	}
 	return nil

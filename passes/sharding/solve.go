@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -240,11 +241,37 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	p.applyForce()
 	p.tie()
 	p.buildILP()
+	if err := p.checkCostRange(); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	p.first, p.last = p.liveness()
 	return p, nil
+}
+
+// maxCost is the largest time, in seconds, the ILP's objective may hold: about 30,000
+// years. lp_solve reads 1e30 as infinite, and long before that the smallest costs vanish
+// in rounding; only a cluster with absurd rates (a FLOP/s or a bandwidth near zero) gets here.
+const maxCost = 1e12
+
+// checkCostRange refuses an objective the solver cannot weigh, naming the cost and the
+// cluster's rates, instead of letting lp_solve report a meaningless infeasibility.
+func (p *planner) checkCostRange() error {
+	for _, t := range p.prob.Objective {
+		if c := t.Coef; math.IsNaN(c) || math.Abs(c) > maxCost {
+			cl := p.opts.Cluster
+			why := ""
+			if cl != nil {
+				why = fmt.Sprintf(": is cluster %q's device FLOP/s (%g) or a bandwidth (%g, %g bytes/s) far too small?",
+					cl.Name, cl.DeviceFLOPS, cl.IntraHostBandwidth, cl.InterHostBandwidth)
+			}
+			return fmt.Errorf("sharding: %s costs %.3g s on mesh %s, more than the %.0e s the solver can weigh%s",
+				p.prob.VarName(t.Var), c, p.lm, maxCost, why)
+		}
+	}
+	return nil
 }
 
 func (p *planner) forced(v ir.ValueID) bool {
