@@ -107,8 +107,8 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory NaN`, 1, `size "NaN"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory 0x10`, 1, `size "0x10"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --memory 1`, 1, `no pipeline plan fits in memory`},
-	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory-budget 1`, 1, `memory budget 1 B per device is too small`},
-	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory-budget 8Gx`, 1, `--memory-budget: size "8Gx": unknown unit "Gx"`},
+	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory 1`, 1, `memory budget 1 B per device is too small`},
+	{`shard $M/mlp-tiny.ir --cluster cpu:2 --mesh 1x2 --memory 8Gx`, 1, `--memory: size "8Gx": unknown unit "Gx"`},
 
 	// --batch, --microbatches, --schedule, --layers, --dump.
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --batch abc`, 1, `invalid argument "abc" for "--batch"`},

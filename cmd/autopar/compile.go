@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
@@ -21,9 +22,10 @@ import (
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
 	optimizer, dump                                          string
-	batch, layers                                            int
+	batch, layers, microbatchSize                            int
 	lr                                                       float64
 	timePasses                                               bool
+	timeLimit                                                time.Duration
 }
 
 func newCompileCmd() *cobra.Command {
@@ -46,7 +48,7 @@ absent, empty, or hold only plan.json and programs/; anything else there is refu
 		},
 	}
 	fl := cmd.Flags()
-	addPlanFlags(fl.StringVar, fl.IntVar, &f)
+	addPlanFlags(fl, &f)
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.StringVarP(&f.out, "output", "o", "", "write plan.json (and programs) into `DIR`")
 	fl.StringVar(&f.emit, "emit", "", "also write `programs`: one text program per device")
@@ -57,15 +59,17 @@ absent, empty, or hold only plan.json and programs/; anything else there is refu
 }
 
 // addPlanFlags declares the flags compile and run share.
-func addPlanFlags(str func(*string, string, string, string), num func(*int, string, int, string), f *compileFlags) {
-	str(&f.cluster, "cluster", "", "cluster: preset[:hosts] (dgx-a100:16, cpu:8) or a JSON file")
-	num(&f.batch, "batch", 0, "global batch size (default: the model's)")
-	str(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
-	str(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
-	str(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
-	num(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
-	str(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
-	str(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
+	fl.StringVar(&f.cluster, "cluster", "", "cluster: preset[:hosts] or a JSON file; cpu:8 is 8 devices, a GPU preset counts hosts (dgx-a100:2 is 16 GPUs)")
+	fl.IntVar(&f.batch, "batch", 0, "global batch size (default: the model's)")
+	fl.StringVar(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
+	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch, as Megatron-LM and DeepSpeed count (instead of --microbatches)")
+	fl.StringVar(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	fl.StringVar(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
+	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
+	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve time limit per sharding ILP (0: the default)")
 }
 
 // compileModel reads a model and compiles it as the flags say, showing progress on stderr
@@ -99,12 +103,32 @@ func compileWith(ctx context.Context, prog *progress, path string, f compileFlag
 	if err != nil {
 		return nil, nil, err
 	}
+	if f.microbatchSize != 0 {
+		if opts.Microbatches, err = microbatchesOfSize(g, f); err != nil {
+			return nil, nil, err
+		}
+	}
 	prog.setPhase("building the training step and its layers")
 	opts.Progress = prog.set
 	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
 	// takes minutes): interruptible makes Ctrl-C stop the command at once all the same.
 	plan, err := interruptible(ctx, func() (*autopar.Plan, error) { return autopar.Compile(ctx, g, c, opts) })
 	return g, plan, err
+}
+
+// microbatchesOfSize turns --microbatch-size into a micro-batch count of g's batch.
+func microbatchesOfSize(g *ir.Graph, f compileFlags) (int, error) {
+	if f.microbatches != "auto" {
+		return 0, fmt.Errorf("--microbatch-size %d and --microbatches %s: give one", f.microbatchSize, f.microbatches)
+	}
+	batch, err := passes.BatchSize(g)
+	if err != nil {
+		return 0, fmt.Errorf("--microbatch-size: %w", err)
+	}
+	if f.microbatchSize < 1 || batch%f.microbatchSize != 0 {
+		return 0, fmt.Errorf("--microbatch-size %d: expected a divisor of the batch %d", f.microbatchSize, batch)
+	}
+	return batch / f.microbatchSize, nil
 }
 
 func compileOptions(f compileFlags) (autopar.Options, error) {
@@ -121,6 +145,10 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		}
 		o.Microbatches = b
 	}
+	if f.timeLimit < 0 {
+		return o, fmt.Errorf("--time-limit %v: expected a positive duration, e.g. 30s", f.timeLimit)
+	}
+	o.ILPTimeLimit = f.timeLimit
 	if f.schedule != "1f1b" && f.schedule != "gpipe" {
 		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
 	}

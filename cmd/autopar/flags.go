@@ -6,7 +6,7 @@ import (
 	"github.com/autopar/autopar/mesh"
 )
 
-// parseSize reads the byte size of flag name (--memory, --memory-budget) strictly.
+// parseSize reads the byte size of flag name (--memory) strictly.
 func parseSize(name, s string) (int64, error) {
 	n, err := mesh.ParseBytes(s)
 	if err != nil {

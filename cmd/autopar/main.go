@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -76,6 +78,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "autopar:", err)
+		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
+			strings.HasPrefix(err.Error(), "unknown shorthand flag") {
+			fmt.Fprintln(stderr, "Run 'autopar --help' for the commands, or 'autopar COMMAND --help' for a command's flags.")
+		}
 		return exitError
 	}
 	return 0
@@ -111,12 +117,32 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "autopar",
 		Short:         "an auto-parallelizing compiler for neural-network training",
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	addGlobalFlags(root.PersistentFlags())
 	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newExecCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd())
 	return root
+}
+
+// version is the module version autopar was built from ("devel" from a checkout), with
+// the VCS revision when the build recorded one.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := strings.TrimPrefix(bi.Main.Version, "v")
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return v + ", " + bi.GoVersion
 }
 
 // lockedWriter serializes writes: the signal watcher writes to stderr beside the command.

@@ -53,13 +53,19 @@ func runModel(stdout io.Writer, name string, args []string) error {
 			fs.Float64Var(p.Float, p.Name, *p.Float, p.Usage)
 		case p.String != nil:
 			fs.StringVar(p.String, p.Name, *p.String, p.Usage)
+		case p.Bool != nil:
+			fs.BoolVar(p.Bool, p.Name, *p.Bool, p.Usage)
 		}
 	}
+	// Help goes to stdout in cobra's layout, as every other command's does; errors go to
+	// the caller, which prints them once on stderr.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
+			fmt.Fprintf(stdout, "Writes the %s model as .ir text.\n\nUsage:\n  autopar model %s [flags]\n\nFlags:\n%s", name, name, fs.FlagUsages())
 			return nil
 		}
-		return err
+		return fmt.Errorf("model %s: %w (autopar model %s --help lists its flags)", name, err, name)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("model %s: unexpected argument %q", name, fs.Arg(0))

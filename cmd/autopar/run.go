@@ -52,7 +52,7 @@ writes them whole to a checkpoint, which --resume continues under any plan of th
 		},
 	}
 	fl := cmd.Flags()
-	addPlanFlags(fl.StringVar, fl.IntVar, &f.compileFlags)
+	addPlanFlags(fl, &f.compileFlags)
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")

@@ -23,7 +23,7 @@ import (
 func newShardCmd() *cobra.Command {
 	var o shardFlags
 	cmd := &cobra.Command{
-		Use:   "shard model.ir --mesh N0xN1 --cluster SPEC [--memory-budget B] [--json]",
+		Use:   "shard model.ir --mesh N0xN1 --cluster SPEC [--memory B] [--json]",
 		Short: "choose the intra-operator sharding of a training step on one logical mesh",
 		Long: "Reads a model, makes its SGD training step (unless it already has updates), and " +
 			"solves the sharding ILP on the logical mesh N0xN1 of the cluster's first N0*N1 devices. " +
@@ -36,9 +36,11 @@ func newShardCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.mesh, "mesh", "", "logical mesh shape `N0xN1`, e.g. 2x4")
 	f.StringVar(&o.cluster, "cluster", "", "cluster preset[:hosts] or JSON spec `SPEC`")
-	f.StringVar(&o.budget, "memory-budget", "", "per-device memory budget `B` in bytes (suffixes K, M, G, T, Ki, Mi, Gi, Ti, optional B); default the device memory")
+	f.StringVar(&o.budget, "memory", "", "per-device memory budget `B` in bytes (suffixes K, M, G, T, Ki, Mi, Gi, Ti, optional B); default the device memory")
+	f.StringVar(&o.budget, "memory-budget", "", "the old name of --memory")
+	_ = f.MarkDeprecated("memory-budget", "use --memory, as compile and run do")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
-	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per solve")
+	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per sharding ILP")
 	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
 	f.StringVar(&o.notation, "notation", "alpa", notationUsage)
 	_ = cmd.MarkFlagRequired("mesh")
@@ -74,7 +76,7 @@ func runShard(ctx context.Context, w io.Writer, path string, o shardFlags) error
 	}
 	var budget int64
 	if o.budget != "" {
-		if budget, err = parseSize("--memory-budget", o.budget); err != nil {
+		if budget, err = parseSize("--memory", o.budget); err != nil {
 			return err
 		}
 	}

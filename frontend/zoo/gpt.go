@@ -15,9 +15,9 @@ type GPT struct {
 	Layers, Hidden, Heads, Seq, Vocab, Batch int
 	// FFN is the MLP's expansion factor (4 in GPT and Alpa).
 	FFN int
-	// Tied is 1 when the logits use the token embedding (GPT-2, Alpa), 0 for a separate
-	// head matrix.
-	Tied int
+	// Tied is set when the logits use the token embedding (GPT-2, Alpa), unset for a
+	// separate head matrix.
+	Tied bool
 	// Dropout is the rate after the embedding, attention and MLP; 0 emits no dropout ops.
 	Dropout float64
 	// DType is the dtype of params and activations ("f32", "f16", "bf16").
@@ -27,7 +27,7 @@ type GPT struct {
 // NewGPT returns the tiny default config: 2 layers, hidden 32, 4 heads, seq 16, vocab 64,
 // batch 8.
 func NewGPT() *GPT {
-	return &GPT{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4, Tied: 1, DType: "f32"}
+	return &GPT{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4, Tied: true, DType: "f32"}
 }
 
 // Name returns "gpt".
@@ -43,7 +43,7 @@ func (m *GPT) Params() []Param {
 		intParam("vocab", "vocabulary size", &m.Vocab),
 		intParam("batch", "global batch size (sequences)", &m.Batch),
 		intParam("ffn", "MLP expansion factor", &m.FFN),
-		intParam("tied", "1: logits use the token embedding; 0: a separate head", &m.Tied),
+		boolParam("tied", "the logits use the token embedding (--tied=false: a separate head)", &m.Tied),
 		floatParam("dropout", "dropout rate (0: none)", &m.Dropout),
 		stringParam("dtype", "dtype of params and activations (f32, f16, bf16)", &m.DType),
 	}
@@ -51,11 +51,8 @@ func (m *GPT) Params() []Param {
 
 func (m *GPT) config(k *knobs) *transformer {
 	t := &transformer{dt: k.dtype(m.DType), batch: m.Batch, seq: m.Seq, hidden: m.Hidden,
-		heads: m.Heads, ffn: m.FFN, vocab: m.Vocab, tied: m.Tied == 1, dropout: m.Dropout}
+		heads: m.Heads, ffn: m.FFN, vocab: m.Vocab, tied: m.Tied, dropout: m.Dropout}
 	t.check(k, m.Layers)
-	if m.Tied != 0 && m.Tied != 1 {
-		k.fail("tied must be 0 or 1, got %d", m.Tied)
-	}
 	return t
 }
 

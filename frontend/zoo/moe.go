@@ -25,7 +25,7 @@ type MoE struct {
 	// Capacity is the capacity factor: 1 gives each expert 2·Group/Experts slots, an even
 	// share of the top-2 assignments (Alpa's setting).
 	Capacity float64
-	Tied     int
+	Tied     bool
 	Dropout  float64
 	DType    string
 }
@@ -34,7 +34,7 @@ type MoE struct {
 // vocab 64, batch 8, 4 experts, groups of 64 tokens.
 func NewMoE() *MoE {
 	return &MoE{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4,
-		Experts: 4, Group: 64, Capacity: 1, Tied: 1, DType: "f32"}
+		Experts: 4, Group: 64, Capacity: 1, Tied: true, DType: "f32"}
 }
 
 // Name returns "moe".
@@ -53,7 +53,7 @@ func (m *MoE) Params() []Param {
 		intParam("experts", "experts per MoE layer", &m.Experts),
 		intParam("group", "tokens per gating group (must divide batch·seq)", &m.Group),
 		floatParam("capacity", "capacity factor (1: 2·group/experts slots per expert)", &m.Capacity),
-		intParam("tied", "1: logits use the token embedding; 0: a separate head", &m.Tied),
+		boolParam("tied", "the logits use the token embedding (--tied=false: a separate head)", &m.Tied),
 		floatParam("dropout", "dropout rate (0: none)", &m.Dropout),
 		stringParam("dtype", "dtype of params and activations (f32, f16, bf16)", &m.DType),
 	}

@@ -16,6 +16,7 @@ type Param struct {
 	Int         *int
 	Float       *float64
 	String      *string
+	Bool        *bool
 }
 
 // Model is one configurable model of the zoo. Build returns the forward graph; its first
@@ -106,6 +107,8 @@ func (k *knobs) dtype(s string) ir.DType {
 }
 
 func intParam(name, usage string, p *int) Param { return Param{Name: name, Usage: usage, Int: p} }
+
+func boolParam(name, usage string, p *bool) Param { return Param{Name: name, Usage: usage, Bool: p} }
 
 func floatParam(name, usage string, p *float64) Param {
 	return Param{Name: name, Usage: usage, Float: p}

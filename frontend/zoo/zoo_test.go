@@ -89,7 +89,7 @@ func TestKnobsAlias(t *testing.T) {
 		var batch *int
 		for _, p := range m.Params() {
 			n := 0
-			for _, ptr := range []bool{p.Int != nil, p.Float != nil, p.String != nil} {
+			for _, ptr := range []bool{p.Int != nil, p.Float != nil, p.String != nil, p.Bool != nil} {
 				if ptr {
 					n++
 				}
@@ -118,7 +118,6 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"gpt", func(m Model) { m.(*GPT).Hidden = 30 }, "gpt: hidden 30 is not divisible by heads 4"},
 		{"gpt", func(m Model) { m.(*GPT).Layers = 0 }, "gpt: layers must be at least 1, got 0"},
-		{"gpt", func(m Model) { m.(*GPT).Tied = 2 }, "gpt: tied must be 0 or 1, got 2"},
 		{"gpt", func(m Model) { m.(*GPT).DType = "i32" }, `gpt: dtype must be one of f32, f16, bf16, f64, got "i32"`},
 		{"gpt", func(m Model) { m.(*GPT).Dropout = 1 }, "gpt: dropout must be in [0, 1), got 1"},
 		{"moe", func(m Model) { m.(*MoE).Group = 48 }, "moe: batch·seq 128 is not divisible by group 48"},
@@ -201,7 +200,7 @@ func TestGPTOptions(t *testing.T) {
 	tied, err := NewGPT().Build()
 	require.NoError(t, err)
 	m = NewGPT()
-	m.Tied = 0
+	m.Tied = false
 	untied, err := m.Build()
 	require.NoError(t, err)
 	_, ok := untied.Lookup("head.w")
