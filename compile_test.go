@@ -109,7 +109,10 @@ func relErr(a, b *kernels.Tensor) float64 {
 
 // checkAgainstSerial runs three steps of the plan on the runtime and of the full-batch
 // step on the serial interpreter and compares loss, gradients and updated params and state.
-func checkAgainstSerial(t *testing.T, p *Plan, tol float64) {
+func checkAgainstSerial(t *testing.T, p *Plan, tol float64) { checkAgainstSerialSteps(t, p, tol, 3) }
+
+// checkAgainstSerialSteps is checkAgainstSerial over the given number of steps.
+func checkAgainstSerialSteps(t *testing.T, p *Plan, tol float64, steps int) {
 	t.Helper()
 	ctx := context.Background()
 	progs, err := p.Programs()
@@ -127,7 +130,7 @@ func checkAgainstSerial(t *testing.T, p *Plan, tol float64) {
 		par[k] = v
 	}
 	loss := full.Value(full.Outputs[0].Value).Name
-	for step := range 3 {
+	for step := range steps {
 		want, err := interp.RunKeep(ctx, full, ref)
 		require.NoError(t, err)
 		got, err := runtime.Run(ctx, progs, par, runtime.Options{})
