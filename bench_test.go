@@ -99,11 +99,15 @@ func watchHeap() func() uint64 {
 // batchOf is the micro-batch count of the benchmark: micro-batches of one sample (the only
 // size whose activations fit V100 memory without rematerialization, which autopar does not
 // model; Alpa's suite remats every layer), or of the fewest samples the model allows (MoE
-// micro-batches must fill whole token groups).
+// micro-batches must fill whole token groups), or 1 for a model with batch_norm, whose
+// statistics micro-batches would change.
 func batchOf(b *testing.B, g *ir.Graph) int {
 	n, err := passes.BatchSize(g)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if _, coupled := passes.BatchCoupled(g); coupled {
+		return 1 // batch_norm: micro-batches would change what the step computes
 	}
 	for m := n; m > 1; m-- {
 		if n%m != 0 {

@@ -21,6 +21,7 @@ type Options struct {
 	// momentum 0.9.
 	Optimizer passes.Optimizer
 	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
+	// A model with an op that couples the samples of its batch (batch_norm) takes only 1.
 	Microbatches int
 	// Schedule is "1f1b" (default) or "gpipe".
 	Schedule string
@@ -111,6 +112,15 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	counts, err := microbatchCounts(batch, opts.Microbatches)
 	if err != nil {
 		return nil, err
+	}
+	if id, ok := passes.BatchCoupled(g); ok {
+		// Micro-batches would change what the model computes: a plan must equal the step.
+		if opts.Microbatches > 1 {
+			v := g.Value(id)
+			return nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
+				opts.Microbatches, v.Name, v.Op)
+		}
+		counts = []int{1}
 	}
 	var best *Plan
 	var why error // when no count gives a plan: the memory error that needs least, or the first

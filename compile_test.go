@@ -220,6 +220,10 @@ func TestCompileErrors(t *testing.T) {
 
 	_, err = ParseManual("tp=2,xx=3")
 	require.ErrorContains(t, err, "unknown degree")
+
+	// batch_norm takes statistics over the batch: micro-batches would change them.
+	_, err = Compile(ctx, model(t, "wresnet-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 2})
+	require.ErrorContains(t, err, "2 micro-batches would change what stem.bn.batch_norm (batch_norm) computes")
 }
 
 // A saved plan, pinned as constraints, is re-costed to the same stages and prediction.
