@@ -31,6 +31,11 @@ type Options struct {
 	MemoryPerDevice int64
 	// Manual, if set, fixes the plan to Megatron-style degrees, costed with the same model.
 	Manual *Manual
+	// From, if set, re-costs a saved plan: Compile refuses it unless it was compiled for the
+	// same model and cluster (Plan.CheckFor), and pins its stages (ConstraintsOf), layer
+	// count, micro-batch count and schedule, which replace Layers, Microbatches, Schedule,
+	// Manual and Constraints.
+	From *Plan
 	// Constraints pin parts of the plan (stage boundaries, submeshes, logical meshes); the
 	// rest is searched. Manual, when set, replaces them.
 	Constraints dp.Constraints
@@ -99,6 +104,13 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	}
 	if len(g.Updates) > 0 {
 		return nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
+	}
+	if p := opts.From; p != nil {
+		if err := p.CheckFor(g, c); err != nil {
+			return nil, err
+		}
+		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
+		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
 	sched, err := codegen.ParseSchedule(opts.Schedule)

@@ -3,6 +3,8 @@ package autopar
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,8 +81,10 @@ func TestReadPlanRefusesNonsense(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadPlan(bytes.NewReader(editPlan(t, good, tc.edit)))
+			bad := editPlan(t, good, tc.edit)
+			_, err := ReadPlan(bytes.NewReader(bad))
 			require.ErrorContains(t, err, tc.want)
+			checkBadPlanFile(t, tc.name, bad, tc.want)
 		})
 	}
 	_, err = ReadPlan(bytes.NewReader(append(append([]byte{}, good...), "{}"...)))
@@ -100,4 +104,49 @@ func TestPlanCheckFor(t *testing.T) {
 	slow.IntraHostBandwidth /= 2
 	require.ErrorContains(t, p.CheckFor(g, &slow), "intra_host_bandwidth 1e+10, not 5e+09")
 	require.ErrorContains(t, p.CheckFor(g, cluster(t, "cpu:8")), "devices_per_host 4, not 8")
+}
+
+// badPlanFiles are the cases of TestReadPlanRefusesNonsense kept as files in testdata/plans,
+// for the CLI's bad-input table (compile/run --plan, explain, render): a name and the file.
+var badPlanFiles = map[string]string{
+	"stages share a device":      "bad-shared-device.json",
+	"overlapping stages":         "bad-overlap.json",
+	"reversed stages":            "bad-reversed.json",
+	"negative in_flight":         "bad-in-flight.json",
+	"unknown schedule":           "bad-schedule.json",
+	"negative prediction":        "bad-prediction.json",
+	"layer out of range":         "bad-layer.json",
+	"device outside the cluster": "bad-device.json",
+}
+
+// checkBadPlanFile writes the bad plan of case name to its testdata file under
+// UPDATE_GOLDEN=1 and checks that the file, as committed, is still refused with want.
+func checkBadPlanFile(t *testing.T, name string, bad []byte, want string) {
+	file, ok := badPlanFiles[name]
+	if !ok {
+		return
+	}
+	path := filepath.Join("testdata", "plans", file)
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		var out bytes.Buffer
+		require.NoError(t, json.Indent(&out, bad, "", "  "))
+		require.NoError(t, os.WriteFile(path, append(out.Bytes(), '\n'), 0o644))
+	}
+	_, err := ReadPlanFile(path)
+	require.ErrorContains(t, err, path+": plan: ", "stale %s: run UPDATE_GOLDEN=1 go test -run TestReadPlanRefusesNonsense .", path)
+	require.ErrorContains(t, err, want)
+}
+
+// testdata/plans/mlp-tiny-cpu4.json is the plan the bad ones are edited from, for the CLI
+// table's good case; it must be what Compile makes today.
+func TestGoodPlanFile(t *testing.T) {
+	path := filepath.Join("testdata", "plans", "mlp-tiny-cpu4.json")
+	good := twoStagePlan(t)
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		require.NoError(t, os.WriteFile(path, good, 0o644))
+	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(good), string(got), "stale %s: run UPDATE_GOLDEN=1 go test -run TestGoodPlanFile .", path)
 }

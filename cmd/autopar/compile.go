@@ -89,6 +89,11 @@ func compileModel(ctx context.Context, stderr io.Writer, path string, f compileF
 	if err != nil {
 		return nil, nil, err
 	}
+	if opts.From != nil {
+		if err := opts.From.CheckFor(g, c); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f.plan, err)
+		}
+	}
 	bar := newProgress(stderr)
 	if bar != nil {
 		opts.Progress = func(b int, phase string, done, total int) {
@@ -137,8 +142,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		if err != nil {
 			return o, err
 		}
-		o.Constraints = autopar.ConstraintsOf(p)
-		o.Layers, o.Microbatches, o.Schedule = len(p.Layers), p.Microbatches, p.Schedule
+		o.From = p // Compile checks it was made for this model and cluster
 	case f.plan != "":
 		m, err := autopar.ParseManual(f.plan)
 		if err != nil {
