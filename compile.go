@@ -238,6 +238,10 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 			return nil, err
 		}
 	}
+	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
+	if err := dp.Check(lay.L, dc, do); err != nil {
+		return nil, err // before the sharding ILPs, which a refused search would waste
+	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
@@ -247,7 +251,6 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 		o.prefetch(lay.L, dc, progress)
 	}
-	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
