@@ -170,3 +170,26 @@ func BenchmarkRuntimeStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompileHugeCluster compiles the tiny MLP for clusters of 16, 17 and 10,000
+// p3.16xlarge hosts with one micro-batch: past dp.ExhaustiveHosts the search enumerates
+// shapes, so its ILP count and heap stay bounded (issue 10: 10,000 hosts was OOM-killed at
+// 24 GiB). Select one with -bench 'CompileHugeCluster/10000'.
+func BenchmarkCompileHugeCluster(b *testing.B) {
+	g := model(b, "mlp-tiny")
+	for _, hosts := range []int{16, 17, 10000} {
+		b.Run(fmt.Sprint(hosts), func(b *testing.B) {
+			c := cluster(b, fmt.Sprintf("p3.16xlarge:%d", hosts))
+			for b.Loop() {
+				peak := watchHeap()
+				p, err := Compile(context.Background(), g, c, Options{Microbatches: 1})
+				heap := peak()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(p.Predicted.Solves), "ilps")
+			}
+		})
+	}
+}
