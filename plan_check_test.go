@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/mesh"
 )
 
 // twoStagePlan is mlp-tiny on cpu:4 as tp=1,pp=2,dp=2 with 2 micro-batches under 1F1B:
@@ -149,4 +152,14 @@ func TestGoodPlanFile(t *testing.T) {
 	got, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Equal(t, string(good), string(got), "stale %s: run UPDATE_GOLDEN=1 go test -run TestGoodPlanFile .", path)
+}
+
+// testdata/clusters/16m-hosts.json (2^24 hosts of one device) is past the stage search's
+// limit: Compile refuses it before any sharding ILP, naming the limit.
+func TestCompileRefusesAHugeSearch(t *testing.T) {
+	c, err := mesh.LoadCluster(filepath.Join("testdata", "clusters", "16m-hosts.json"))
+	require.NoError(t, err)
+	p, err := Compile(context.Background(), model(t, "mlp-tiny"), c, Options{Microbatches: 1})
+	require.Nil(t, p)
+	require.ErrorContains(t, err, "more than its limit of 33554432 (dp.MaxSearchStates")
 }
