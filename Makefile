@@ -64,7 +64,7 @@ fuzz: deps
 			echo "make fuzz: no fuzz target $$name in package $$pkg" >&2; exit 1; \
 		fi; \
 		echo "== $$name ($$pkg), $(FUZZTIME)"; \
-		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS); \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -timeout 0 $(FUZZFLAGS); \
 	done
 
 bench: deps

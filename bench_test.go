@@ -102,11 +102,15 @@ func watchHeap() func() uint64 {
 // batchOf is the micro-batch count of the benchmark: micro-batches of one sample (the only
 // size whose activations fit V100 memory without rematerialization, which autopar does not
 // model; Alpa's suite remats every layer), or of the fewest samples the model allows (MoE
-// micro-batches must fill whole token groups).
+// micro-batches must fill whole token groups), or 1 for a model with batch_norm, whose
+// statistics micro-batches would change.
 func batchOf(b *testing.B, g *ir.Graph) int {
 	n, err := passes.BatchSize(g)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if _, coupled := passes.BatchCoupled(g); coupled {
+		return 1 // batch_norm: micro-batches would change what the step computes
 	}
 	for m := n; m > 1; m-- {
 		if n%m != 0 {
@@ -266,4 +270,27 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCompileHugeCluster compiles the tiny MLP for clusters of 16, 17 and 10,000
+// p3.16xlarge hosts with one micro-batch: past dp.ExhaustiveHosts the search enumerates
+// shapes, so its ILP count and heap stay bounded (issue 10: 10,000 hosts was OOM-killed at
+// 24 GiB). Select one with -bench 'CompileHugeCluster/10000'.
+func BenchmarkCompileHugeCluster(b *testing.B) {
+	g := model(b, "mlp-tiny")
+	for _, hosts := range []int{16, 17, 10000} {
+		b.Run(fmt.Sprint(hosts), func(b *testing.B) {
+			c := cluster(b, fmt.Sprintf("p3.16xlarge:%d", hosts))
+			for b.Loop() {
+				peak := watchHeap()
+				p, err := Compile(context.Background(), g, c, Options{Microbatches: 1})
+				heap := peak()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(p.Predicted.Solves), "ilps")
+			}
+		})
+	}
 }

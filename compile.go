@@ -23,6 +23,7 @@ type Options struct {
 	// momentum 0.9.
 	Optimizer passes.Optimizer
 	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
+	// A model with an op that couples the samples of its batch (batch_norm) takes only 1.
 	Microbatches int
 	// Schedule is "1f1b" (default) or "gpipe".
 	Schedule string
@@ -32,6 +33,11 @@ type Options struct {
 	MemoryPerDevice int64
 	// Manual, if set, fixes the plan to Megatron-style degrees, costed with the same model.
 	Manual *Manual
+	// From, if set, re-costs a saved plan: Compile refuses it unless it was compiled for the
+	// same model and cluster (Plan.CheckFor), and pins its stages (ConstraintsOf), layer
+	// count, micro-batch count and schedule, which replace Layers, Microbatches, Schedule,
+	// Manual and Constraints.
+	From *Plan
 	// Constraints pin parts of the plan (stage boundaries, submeshes, logical meshes); the
 	// rest is searched. Manual, when set, replaces them.
 	Constraints dp.Constraints
@@ -126,6 +132,13 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	if len(g.Updates) > 0 {
 		return nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
 	}
+	if p := opts.From; p != nil {
+		if err := p.CheckFor(g, c); err != nil {
+			return nil, err
+		}
+		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
+		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
+	}
 	opts = opts.withDefaults()
 	sched, err := codegen.ParseSchedule(opts.Schedule)
 	if err != nil {
@@ -138,6 +151,15 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	counts, err := microbatchCounts(batch, opts.Microbatches)
 	if err != nil {
 		return nil, err
+	}
+	if id, ok := passes.BatchCoupled(g); ok {
+		// Micro-batches would change what the model computes: a plan must equal the step.
+		if opts.Microbatches > 1 {
+			v := g.Value(id)
+			return nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
+				opts.Microbatches, v.Name, v.Op)
+		}
+		counts = []int{1}
 	}
 	var best *Plan
 	var why error // when no count gives a plan: the memory error that needs least, or the first
@@ -252,6 +274,10 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 			return nil, err
 		}
 	}
+	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
+	if err := dp.Check(lay.L, dc, do); err != nil {
+		return nil, err // before the sharding ILPs, which a refused search would waste
+	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
@@ -261,7 +287,6 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 		o.prefetch(lay.L, dc, progress)
 	}
-	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}

@@ -109,14 +109,23 @@ func relErr(a, b *kernels.Tensor) float64 {
 
 // checkAgainstSerial runs three steps of the plan on the runtime and of the full-batch
 // step on the serial interpreter and compares loss, gradients and updated params and state.
-func checkAgainstSerial(t *testing.T, p *Plan, tol float64) {
+func checkAgainstSerial(t *testing.T, p *Plan, tol float64) { checkAgainstSerialSteps(t, p, tol, 3) }
+
+// checkAgainstSerialSteps is checkAgainstSerial over the given number of steps.
+func checkAgainstSerialSteps(t *testing.T, p *Plan, tol float64, steps int) {
 	t.Helper()
-	checkAgainstSerialFrom(t, p, tol, nil)
+	checkAgainstSerialRun(t, p, tol, nil, steps)
 }
 
 // checkAgainstSerialFrom is checkAgainstSerial starting from the given params (an imported
 // model's weights) instead of random ones.
 func checkAgainstSerialFrom(t *testing.T, p *Plan, tol float64, weights map[string]*kernels.Tensor) {
+	t.Helper()
+	checkAgainstSerialRun(t, p, tol, weights, 3)
+}
+
+// checkAgainstSerialRun runs steps steps from weights (random params when nil).
+func checkAgainstSerialRun(t *testing.T, p *Plan, tol float64, weights map[string]*kernels.Tensor, steps int) {
 	t.Helper()
 	ctx := context.Background()
 	progs, err := p.Programs()
@@ -137,7 +146,7 @@ func checkAgainstSerialFrom(t *testing.T, p *Plan, tol float64, weights map[stri
 		par[k] = v
 	}
 	loss := full.Value(full.Outputs[0].Value).Name
-	for step := range 3 {
+	for step := range steps {
 		want, err := interp.RunKeep(ctx, full, ref)
 		require.NoError(t, err)
 		got, err := runtime.Run(ctx, progs, par, runtime.Options{})
@@ -227,6 +236,10 @@ func TestCompileErrors(t *testing.T) {
 
 	_, err = ParseManual("tp=2,xx=3")
 	require.ErrorContains(t, err, "unknown degree")
+
+	// batch_norm takes statistics over the batch: micro-batches would change them.
+	_, err = Compile(ctx, model(t, "wresnet-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 2})
+	require.ErrorContains(t, err, "2 micro-batches would change what stem.bn.batch_norm (batch_norm) computes")
 }
 
 // A saved plan, pinned as constraints, is re-costed to the same stages and prediction.

@@ -265,7 +265,7 @@ func TestReadPlanChecksLayouts(t *testing.T) {
       },`, 1)
 	require.NotEqual(t, buf.String(), bad)
 	_, err := ReadPlan(strings.NewReader(bad))
-	require.ErrorContains(t, err, "plan: stage 0 lists 2 devices for submesh 1x3")
+	require.ErrorContains(t, err, "plan: stage 0: submesh 1x3 does not fit cluster cpu: 1 hosts × 2 devices")
 	noDevices := strings.Replace(buf.String(), `"devices": [
         0,
         1

@@ -90,6 +90,9 @@ func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolutio
 	}
 	key := solveKey{sg.hash, s, l}
 	sol, ok := o.solved[key]
+	if !ok && o.ctx.Err() != nil {
+		return &stageSolution{} // cancelled: the DP stops at its next check, so no ILP runs
+	}
 	if !ok {
 		sol = o.solveStage(sg, s, l)
 		o.solved[key] = sol

@@ -216,16 +216,26 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 	return err
 }
 
-// ReadPlan reads a plan.json. The plan carries its model, so nothing else is needed; a
-// corrupt file, another format version, or a model text that does not match its hash is an
-// error saying so.
+// MaxPlanBytes bounds the plan.json ReadPlan reads; a plan of the largest zoo model is a
+// few MiB. Raise it here for a bigger one.
+const MaxPlanBytes = 256 << 20
+
+// ReadPlan reads a plan.json. The plan carries its model, so nothing else is needed. It
+// checks the plan's meaning as well as its syntax: a corrupt file, another format version,
+// a model text that does not match its hash, stages that overlap, run layers out of order
+// or share a device, an unknown schedule, negative predictions, an in-flight count the
+// schedule does not imply, a layout no device can hold, or a stage assignment codegen
+// refuses are errors saying so. A plan ReadPlan returns lowers (Programs).
 func ReadPlan(r io.Reader) (*Plan, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, MaxPlanBytes+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
+	}
+	if len(data) > MaxPlanBytes {
+		return nil, fmt.Errorf("plan: larger than %d MiB (autopar.MaxPlanBytes), expected a plan.json", MaxPlanBytes>>20)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -233,8 +243,14 @@ func ReadPlan(r io.Reader) (*Plan, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("plan: corrupt plan.json: %w", err)
 	}
+	if dec.More() {
+		return nil, fmt.Errorf("plan: corrupt plan.json: data after the plan's JSON object")
+	}
 	if p.Version != PlanVersion {
 		return nil, fmt.Errorf("plan: version %d, this autopar reads version %d", p.Version, PlanVersion)
+	}
+	if err := p.checkMeaning(); err != nil {
+		return nil, err
 	}
 	if hashText(p.ModelIR) != p.ModelHash {
 		return nil, fmt.Errorf("plan: corrupt plan.json: the model text does not match its hash %.12s", p.ModelHash)
@@ -265,17 +281,22 @@ func ReadPlanFile(path string) (*Plan, error) {
 
 // CheckModel returns an error unless the plan was compiled for forward graph g.
 func (p *Plan) CheckModel(g *ir.Graph) error {
-	if h := ModelHash(g); h != p.ModelHash {
-		return fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
-			p.Model, p.ModelHash, g.Name, h)
+	h := ModelHash(g)
+	if h == p.ModelHash {
+		return nil
 	}
-	return nil
+	if b, err := passes.BatchSize(g); err == nil && b != p.Batch && g.Name == p.Model {
+		return fmt.Errorf("plan: the plan was compiled for model %s with batch %d, not batch %d", p.Model, p.Batch, b)
+	}
+	return fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
+		p.Model, p.ModelHash, g.Name, h)
 }
 
-// CheckCluster returns an error unless the plan was compiled for cluster c.
+// CheckCluster returns an error unless the plan was compiled for cluster c, naming the
+// first field of the spec that differs.
 func (p *Plan) CheckCluster(c *mesh.Cluster) error {
-	if p.Cluster != *c {
-		return fmt.Errorf("plan: the plan was compiled for cluster %s, not for %s", p.Cluster.String(), c.String())
+	if d := clusterDiff(&p.Cluster, c); d != "" {
+		return fmt.Errorf("plan: the plan was compiled for cluster %s, not for %s: %s", p.Cluster.String(), c.String(), d)
 	}
 	return nil
 }
@@ -286,8 +307,12 @@ func (p *Plan) Forward() *ir.Graph { return p.model }
 // rebuild recomputes the micro-batch step the plan was made for and checks the plan's
 // values against it.
 func (p *Plan) rebuild(model *ir.Graph) error {
-	if p.Microbatches < 1 || p.Batch%p.Microbatches != 0 || len(p.Stages) == 0 {
-		return fmt.Errorf("plan: corrupt plan.json: batch %d, %d micro-batches, %d stages", p.Batch, p.Microbatches, len(p.Stages))
+	batch, err := passes.BatchSize(model)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	if batch != p.Batch {
+		return fmt.Errorf("plan: batch %d, but its model %s has batch %d", p.Batch, model.Name, batch)
 	}
 	mb, err := passes.Rebatch(model, p.Batch/p.Microbatches)
 	if err != nil {
@@ -306,7 +331,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 		}
 	}
 	p.model, p.step = model, step
-	return p.checkLayouts()
+	return p.checkStep()
 }
 
 // Step returns the training step of one micro-batch the plan shards.

@@ -34,18 +34,8 @@ import (
 // stage assignment deadlocks the schedule. The same plan gives the same programs, byte
 // for byte.
 func Lower(p *Plan) (progs []*Program, err error) {
-	an, err := checkPlan(p)
+	an, loops, err := check(p)
 	if err != nil {
-		return nil, err
-	}
-	if p.Microbatches > MaxMicrobatches {
-		return nil, fmt.Errorf("codegen: %d micro-batches, expected at most %d", p.Microbatches, MaxMicrobatches)
-	}
-	loops := make([][]Loop, len(p.Stages))
-	for i := range p.Stages {
-		loops[i] = stageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
-	}
-	if err := checkDeadlock(p, an, loops); err != nil {
 		return nil, err
 	}
 	defer func() {

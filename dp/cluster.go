@@ -1,6 +1,9 @@
 package dp
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Cluster is what dp needs to know about the machines: their count and how much memory
 // each device offers. Bandwidths and FLOP/s live in the oracle's costs, not here.
@@ -27,6 +30,39 @@ func (c Cluster) validate() error {
 	return nil
 }
 
+// legal reports whether s is one of Alpa's shapes on c, listed by Submeshes or not:
+// (1, 2^k) with 2^k dividing DevicesPerHost, or (n, DevicesPerHost) with n ≤ Hosts.
+func (c Cluster) legal(s Submesh) bool {
+	if s.Hosts == 1 && s.Devices >= 1 && s.Devices <= c.DevicesPerHost {
+		return s.Devices&(s.Devices-1) == 0 && c.DevicesPerHost%s.Devices == 0
+	}
+	return s.Hosts >= 1 && s.Hosts <= c.Hosts && s.Devices == c.DevicesPerHost
+}
+
+// shapes is Submeshes(c) with the submeshes k pins added, and per submesh LogicalShapes
+// with the logical meshes of its size k pins added: a pinned shape the search would not
+// enumerate (a manual plan's) is still tried. Both keep their listing order.
+func shapes(c Cluster, k Constraints) ([]Submesh, [][]Logical) {
+	subs := Submeshes(c)
+	for _, s := range pinnedSubmeshes(k) {
+		if !slices.Contains(subs, s) {
+			subs = append(subs, s)
+		}
+	}
+	slices.SortStableFunc(subs, func(a, b Submesh) int { return a.Size() - b.Size() })
+	logs := make([][]Logical, len(subs))
+	for i, s := range subs {
+		logs[i] = LogicalShapes(s)
+		for _, l := range pinnedLogicals(k) {
+			if l.Size() == s.Size() && !slices.Contains(logs[i], l) {
+				logs[i] = append(logs[i], l)
+			}
+		}
+		slices.SortStableFunc(logs[i], func(a, b Logical) int { return a.DP - b.DP })
+	}
+	return subs, logs
+}
+
 // Submesh is a physical block of Hosts hosts × Devices devices on each host.
 type Submesh struct {
 	Hosts, Devices int
@@ -48,25 +84,60 @@ func (l Logical) Size() int { return l.DP * l.MP }
 
 func (l Logical) String() string { return fmt.Sprintf("(%d, %d)", l.DP, l.MP) }
 
-// Submeshes lists Alpa's submesh shapes for c, smallest first: (1, 2^k) for every
-// 2^k ≤ DevicesPerHost, then (n, DevicesPerHost) for n = 2..Hosts ((1, DevicesPerHost) is
-// listed once). The order is fixed; it is the tie-break order of [Solve].
+// ExhaustiveHosts is the most hosts on which Submeshes lists every shape of Alpa's: (1, 2^k)
+// inside a host and (n, M) for every n. On more hosts it lists few shapes, not one per host
+// count, so that the search's time and memory do not grow with the cluster (see Submeshes).
+const ExhaustiveHosts = 16
+
+// BalancedStages is the most pipeline stages for which, past ExhaustiveHosts, Submeshes
+// lists the host counts that split the cluster evenly.
+const BalancedStages = 16
+
+// Submeshes lists the submesh shapes the search tries on c, smallest first. On at most
+// ExhaustiveHosts hosts they are Alpa's: (1, 2^k) for every 2^k < DevicesPerHost, then
+// (n, DevicesPerHost) for n = 1..Hosts. On more hosts a stage smaller than a host is
+// never worth it, and only the host counts that split the cluster evenly into s stages are
+// listed: ⌊Hosts/s⌋ and ⌈Hosts/s⌉ for s = 1..BalancedStages, at most 2·BalancedStages
+// shapes whatever the cluster's size. Any s of them that sum to the cluster tile it, as
+// whole hosts. The order is fixed; it is the tie-break order of [Solve].
 func Submeshes(c Cluster) []Submesh {
 	var out []Submesh
-	for m := 1; m < c.DevicesPerHost; m *= 2 {
-		out = append(out, Submesh{1, m})
+	if c.Hosts <= ExhaustiveHosts {
+		for m := 1; m < c.DevicesPerHost; m *= 2 {
+			out = append(out, Submesh{1, m})
+		}
+		for n := 1; n <= c.Hosts; n++ {
+			out = append(out, Submesh{n, c.DevicesPerHost})
+		}
+		return out
 	}
-	for n := 1; n <= c.Hosts; n++ {
+	var hosts []int
+	for s := 1; s <= BalancedStages && s <= c.Hosts; s++ {
+		hosts = append(hosts, c.Hosts/s, (c.Hosts+s-1)/s)
+	}
+	slices.Sort(hosts)
+	for _, n := range slices.Compact(hosts) {
 		out = append(out, Submesh{n, c.DevicesPerHost})
 	}
 	return out
 }
 
-// LogicalShapes lists every (dp, mp) with dp·mp = s.Size(), dp ascending. The order is the
-// tie-break order of [Solve].
+// LogicalShapes lists the logical meshes (dp, mp) the search tries on s, dp ascending:
+// every (dp, mp) with dp·mp = s.Size() on a submesh of at most ExhaustiveHosts hosts; on a
+// larger one only those whose mp is a power of two dividing s.Devices (tensor parallelism
+// inside a host, data parallelism across hosts), so that their number does not grow with
+// the submesh. The order is the tie-break order of [Solve].
 func LogicalShapes(s Submesh) []Logical {
 	n := s.Size()
 	var out []Logical
+	if s.Hosts > ExhaustiveHosts {
+		for mp := s.Devices; mp >= 1; mp-- {
+			if mp&(mp-1) == 0 && s.Devices%mp == 0 {
+				out = append(out, Logical{n / mp, mp})
+			}
+		}
+		return out
+	}
 	for dp := 1; dp <= n; dp++ {
 		if n%dp == 0 {
 			out = append(out, Logical{dp, n / dp})

@@ -24,6 +24,15 @@
 // a multiple of M, so each block starts at a multiple of its own size and a block smaller
 // than a host never straddles two hosts. [Result] carries that placement in Stage.Devices.
 //
+// # Bounded on any cluster
+//
+// Past [ExhaustiveHosts] hosts the search lists shapes, not one submesh per host count:
+// whole-host submeshes of the sizes that split the cluster evenly into up to
+// [BalancedStages] stages, with tensor parallelism inside a host only. The recurrence counts
+// free devices in blocks (the gcd of the submesh sizes, a host or more there), so its size
+// follows the host count, and a search past [MaxSearchStates] is refused by [Check] before
+// any stage is priced.
+//
 // # What dp does not model
 //
 // Point-to-point traffic between stages is not charged (as in Alpa's DP; it is small next to

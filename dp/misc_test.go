@@ -192,3 +192,39 @@ func TestDeterministic(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, a, b)
 }
+
+// Past ExhaustiveHosts the shapes do not grow with the cluster, and Solve plans on a
+// cluster of ten thousand hosts with them, counting devices in hosts.
+func TestSubmeshesBoundedOnHugeClusters(t *testing.T) {
+	c := Cluster{Hosts: 10000, DevicesPerHost: 8, MemoryPerDevice: 1 << 40}
+	subs := Submeshes(c)
+	assert.LessOrEqual(t, len(subs), 2*BalancedStages)
+	assert.Contains(t, subs, Submesh{10000, 8})
+	assert.Contains(t, subs, Submesh{3334, 8})
+	assert.Contains(t, subs, Submesh{3333, 8})
+	for _, s := range subs {
+		assert.LessOrEqual(t, len(LogicalShapes(s)), 4, "%v", s)
+	}
+	assert.Equal(t, []Logical{{10000, 8}, {20000, 4}, {40000, 2}, {80000, 1}}, LogicalShapes(Submesh{10000, 8}))
+	assert.Equal(t, 8, block(c.Devices(), subs))
+	o := oracleFunc(func(s, e int, sub Submesh, l Logical) (StageCost, bool) {
+		return StageCost{Time: float64(e-s) / float64(sub.Size()), WeightBytes: 1}, true
+	})
+	res, err := Solve(context.Background(), 3, c, o, Options{Microbatches: 4})
+	require.NoError(t, err)
+	n := 0
+	for _, s := range res.Stages {
+		n += s.Submesh.Size()
+	}
+	assert.Equal(t, c.Devices(), n, "the stages use the whole cluster")
+}
+
+// A search past MaxSearchStates is refused before the oracle is asked anything.
+func TestSolveRefusesAHugeSearch(t *testing.T) {
+	c := Cluster{Hosts: 1 << 24, DevicesPerHost: 1, MemoryPerDevice: 1 << 40}
+	err := Check(8, c, Options{Microbatches: 1})
+	require.ErrorContains(t, err, "more than its limit of 33554432 (dp.MaxSearchStates")
+	o := oracleFunc(func(int, int, Submesh, Logical) (StageCost, bool) { panic("asked") })
+	_, err = Solve(context.Background(), 8, c, o, Options{Microbatches: 1})
+	require.ErrorContains(t, err, "dp.MaxSearchStates")
+}

@@ -98,6 +98,24 @@ func checkBoundaries(b []int, layers int, c Cluster, maxStages int) error {
 	return nil
 }
 
+// pinnedSubmeshes lists the submeshes k pins, as given.
+func pinnedSubmeshes(k Constraints) []Submesh {
+	subs := slices.Clone(k.StageSubmeshes)
+	if k.Submesh != nil {
+		subs = append(subs, *k.Submesh)
+	}
+	return subs
+}
+
+// pinnedLogicals lists the logical meshes k pins, as given.
+func pinnedLogicals(k Constraints) []Logical {
+	logs := slices.Clone(k.StageLogicals)
+	if k.Logical != nil {
+		logs = append(logs, *k.Logical)
+	}
+	return logs
+}
+
 func checkPins(k Constraints, c Cluster) error {
 	shapes := Submeshes(c)
 	stages := len(k.Boundaries) - 1
@@ -110,13 +128,10 @@ func checkPins(k Constraints, c Cluster) error {
 	if k.StageLogicals != nil && len(k.StageLogicals) != stages {
 		return fmt.Errorf("dp: %d stage logical meshes for %d stages", len(k.StageLogicals), stages)
 	}
-	subs := k.StageSubmeshes
-	if k.Submesh != nil {
-		subs = append(slices.Clip(subs), *k.Submesh)
-	}
-	for _, s := range subs {
-		if !slices.Contains(shapes, s) {
-			return fmt.Errorf("dp: submesh %v is not one of the cluster's shapes %v", s, shapes)
+	for _, s := range pinnedSubmeshes(k) {
+		if !c.legal(s) && !slices.Contains(shapes, s) {
+			return fmt.Errorf("dp: submesh %v is not one of the cluster's shapes: (1, 2^k) dividing a host of %d devices, or (n ≤ %d, %d)",
+				s, c.DevicesPerHost, c.Hosts, c.DevicesPerHost)
 		}
 	}
 	logs := k.StageLogicals

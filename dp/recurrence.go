@@ -1,6 +1,9 @@
 package dp
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // recurrence evaluates Alpa's F(s, k, d; t_max) over dense slices, reused across passes:
 // F(s, k, d) is the least Σ t over ways to run layers [k, L) as s pipeline stages (s or more
@@ -14,10 +17,46 @@ import "math"
 // which the shapes of Submeshes always tile (see the package doc).
 type recurrence struct {
 	t     *table
-	n     int   // devices in the cluster
-	sizes []int // sizes[sm]: devices of submesh sm
+	n     int   // blocks in the cluster
+	sizes []int // sizes[sm]: blocks of submesh sm
 	f     []float64
 	arg   []int32 // packed (i, sm, next level is the open top) of the minimising choice
+}
+
+// block is the unit the recurrence counts devices in: the greatest common divisor of the
+// cluster's device count and every submesh size. With whole-host shapes only (more than
+// ExhaustiveHosts hosts) it is at least a host, so the recurrence's size follows the
+// host count, not the device count.
+func block(devices int, subs []Submesh) int {
+	u := devices
+	for _, s := range subs {
+		a, b := u, s.Size()
+		for b != 0 {
+			a, b = b, a%b
+		}
+		u = a
+	}
+	return max(u, 1)
+}
+
+// MaxSearchStates bounds the states of the recurrence, (stage levels + 1) × (layers + 1) ×
+// (blocks + 1), and of the cost table, (layers + 1)² × submeshes × in-flight classes: 2^25
+// states are about 400 MB. A search past it is refused, naming the sizes; fewer layers
+// (Options.Layers, --layers), micro-batches or hosts shrink it. Raise it here for a bigger
+// search on a bigger machine.
+const MaxSearchStates = 1 << 25
+
+// checkSize refuses a search whose recurrence or table would pass MaxSearchStates.
+func checkSize(layers int, c Cluster, lv levels, subs []Submesh) error {
+	u := block(c.Devices(), subs)
+	n := c.Devices() / u
+	rec := float64(lv.top+1) * float64(layers+1) * float64(n+1)
+	tab := float64(layers+1) * float64(layers+1) * float64(len(subs)) * float64(len(lv.inflight))
+	if rec > MaxSearchStates || tab > MaxSearchStates {
+		return fmt.Errorf("dp: the stage search for %d layers on %d×%d devices needs %.3g recurrence states (%d stage levels, %d free-device counts in blocks of %d) and %.3g table entries, more than its limit of %d (dp.MaxSearchStates, about 400 MB); fewer layers, micro-batches or hosts shrink it",
+			layers, c.Hosts, c.DevicesPerHost, rec, lv.top, n+1, u, tab, MaxSearchStates)
+	}
+	return nil
 }
 
 // choice is one stage of a plan read back from the recurrence.
@@ -26,9 +65,10 @@ type choice struct {
 }
 
 func newRecurrence(t *table, devices int) *recurrence {
-	r := &recurrence{t: t, n: devices}
+	u := block(devices, t.subs)
+	r := &recurrence{t: t, n: devices / u}
 	for _, s := range t.subs {
-		r.sizes = append(r.sizes, s.Size())
+		r.sizes = append(r.sizes, s.Size()/u)
 	}
 	states := (t.lv.top + 1) * (t.layers + 1) * (devices + 1)
 	r.f = make([]float64, states)

@@ -80,20 +80,14 @@ func Solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options) (
 
 // solve is Solve with the plain Alpa loop selectable, for tests and benchmarks.
 func solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options, plain bool) (*Result, error) {
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	if err := opts.validate(layers, c); err != nil {
-		return nil, err
-	}
 	if o == nil {
 		return nil, errors.New("dp: nil cost oracle")
 	}
-	r, err := newRules(opts.Constraints, layers, c, opts.MaxStages)
+	r, lv, err := check(layers, c, opts)
 	if err != nil {
 		return nil, err
 	}
-	t, err := buildTable(ctx, layers, c, o, newLevels(layers, c, opts), r)
+	t, err := buildTable(ctx, layers, c, o, lv, r)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +97,34 @@ func solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options, p
 		return nil, err
 	}
 	return s.result(), nil
+}
+
+// Check returns the error Solve would return for layers, c and opts before it asks the
+// oracle anything: a cluster the shapes cannot tile, bad options or constraints, or a
+// search past MaxSearchStates. A caller that prices stages ahead of Solve (in parallel,
+// say) checks first, so that a refused search costs nothing.
+func Check(layers int, c Cluster, opts Options) error {
+	_, _, err := check(layers, c, opts)
+	return err
+}
+
+func check(layers int, c Cluster, opts Options) (*rules, levels, error) {
+	if err := c.validate(); err != nil {
+		return nil, levels{}, err
+	}
+	if err := opts.validate(layers, c); err != nil {
+		return nil, levels{}, err
+	}
+	r, err := newRules(opts.Constraints, layers, c, opts.MaxStages)
+	if err != nil {
+		return nil, levels{}, err
+	}
+	lv := newLevels(layers, c, opts)
+	subs, _ := shapes(c, opts.Constraints)
+	if err := checkSize(layers, c, lv, subs); err != nil {
+		return nil, levels{}, err
+	}
+	return r, lv, nil
 }
 
 // candidates lists the distinct finite stage times in ascending order.

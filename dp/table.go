@@ -69,10 +69,8 @@ func (t *table) slot(cls, k, i, sm int) int {
 
 // buildTable asks the oracle for every stage the rules allow.
 func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels, r *rules) (*table, error) {
-	t := &table{layers: layers, subs: Submeshes(c), lv: lv}
-	for _, s := range t.subs {
-		t.logs = append(t.logs, LogicalShapes(s))
-	}
+	t := &table{layers: layers, lv: lv}
+	t.subs, t.logs = shapes(c, r.c)
 	cells := (layers + 1) * (layers + 1) * len(t.subs)
 	t.costs = make([][]StageCost, cells)
 	t.bestT = make([]float64, cells*len(lv.inflight))

@@ -39,8 +39,8 @@ type Layering struct {
 //
 // where C(i, r) is the size of the activations that ops i..r read from ops before i. Every
 // other value then follows the forward layer it belongs to: a param, input or constant goes
-// with its first user, and a backward or update op with the earliest layer among its
-// operands (the activation and the weight of the forward op it differentiates). Empty
+// with its first user, and a backward or update op with the forward op it differentiates,
+// but never after a backward or update op it reads (see orderBackward). Empty
 // layers are never produced: a graph with fewer forward ops than L gets fewer layers.
 func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
 	if len(g.Outputs) == 0 {
@@ -69,6 +69,7 @@ func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
 		}
 	}
 	followForward(g, lay.Of)
+	orderBackward(g, lay.Of)
 	lay.account(g, fwd, cut)
 	return lay, nil
 }
@@ -211,8 +212,8 @@ func (c *crossing) add(id ir.ValueID, i int) float64 {
 // consumer (the backward op that reads it differentiates one of its consumers, not its
 // producer). What is still unplaced (state, constants made for the backward) goes with its
 // last user: the backward runs from the last layer to the first, so a value sent from there
-// to earlier users travels the way the backward already does and cannot deadlock a pipeline. The rule is a heuristic for balance only: any assignment is correct, since
-// whatever crosses a stage bound is sent there.
+// to earlier users travels the way the backward already does. The rule is a heuristic for
+// balance; orderBackward then makes the placement one a pipeline can run.
 func followForward(g *ir.Graph, of []int) {
 	users := g.Users()
 	firstUser := func(id ir.ValueID, layers []int) int {
@@ -258,6 +259,39 @@ func followForward(g *ir.Graph, of []int) {
 	for i := len(g.Values) - 1; i >= 0; i-- {
 		if of[i] < 0 {
 			of[i] = max(0, lastUser(users[i], of))
+		}
+	}
+}
+
+// orderBackward moves backward and update ops to earlier layers until none reads a
+// backward or update value of an earlier layer: of[v] ≤ of[a] for every such operand a.
+//
+// A pipeline stage runs the backward of a micro-batch as one task, after the stages behind
+// it have run theirs; a backward value that travels from a stage to a later one makes that
+// stage's task wait for the earlier stage's, which waits for the later one's: 1F1B and
+// GPipe both deadlock. followForward's rules can do that: the parts of a fanned-out adjoint
+// ("d.x.1", "d.x.2") go with x's consumers while their sum goes with x, so the sum sat one
+// layer before the adjoint it makes (gpt-tiny's layer norms on 8 stages). The update runs
+// once per stage, after every backward, and the same rule keeps its cross-stage reads
+// pointing one way, so stages' updates cannot wait on each other either. Forward values
+// are not moved: they are in graph order, each layer after the layers it reads from, and a
+// backward op may read a forward value of any stage, which has run it by then. Leaves and
+// constants are loaded or made where they are used, so they constrain nothing. One pass in
+// graph order suffices: operands come before their users.
+func orderBackward(g *ir.Graph, of []int) {
+	fwd := make([]bool, len(g.Values))
+	for _, id := range forwardOps(g) {
+		fwd[id] = true
+	}
+	for i := range g.Values {
+		v := &g.Values[i]
+		if fwd[i] || v.Op.IsLeaf() || v.Op == ir.OpConstant {
+			continue
+		}
+		for _, a := range v.Args {
+			if av := &g.Values[a]; !fwd[a] && !av.Op.IsLeaf() && av.Op != ir.OpConstant {
+				of[i] = min(of[i], of[a])
+			}
 		}
 	}
 }

@@ -148,3 +148,37 @@ func TestClusterLayersErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(forwardOps(g)), lay.L, "no more layers than forward ops")
 }
+
+// TestClusterLayersOrdersTheBackward checks what a pipeline needs of the layering of a
+// whole training step: no backward or update op reads a backward or update value of an
+// earlier layer. gpt-tiny on 8 layers broke it (the sum of a layer norm's fanned-out
+// adjoint sat a layer before the adjoint), and 1F1B deadlocked.
+func TestClusterLayersOrdersTheBackward(t *testing.T) {
+	for _, name := range []string{"mlp-tiny", "gpt-tiny", "moe-tiny", "wresnet-tiny"} {
+		step, err := TrainingStep(model(t, name), Optimizer{Kind: "adam", LR: 0.01})
+		require.NoError(t, err)
+		fwd := map[ir.ValueID]bool{}
+		for _, id := range forwardOps(step) {
+			fwd[id] = true
+		}
+		inner := func(id ir.ValueID) bool {
+			v := &step.Values[id]
+			return !fwd[id] && !v.Op.IsLeaf() && v.Op != ir.OpConstant
+		}
+		for L := 1; L <= 12; L++ {
+			lay, err := ClusterLayers(step, ClusterOptions{Layers: L})
+			require.NoError(t, err)
+			for i := range step.Values {
+				if !inner(ir.ValueID(i)) {
+					continue
+				}
+				for _, a := range step.Values[i].Args {
+					if inner(a) {
+						require.LessOrEqual(t, lay.Of[i], lay.Of[a], "%s, %d layers: %s reads %s of an earlier layer",
+							name, L, step.Values[i].Name, step.Values[a].Name)
+					}
+				}
+			}
+		}
+	}
+}

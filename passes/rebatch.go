@@ -254,3 +254,26 @@ func checkRebatched(old, now *ir.Value, ba batchAt, oldB, newB int) error {
 	}
 	return nil
 }
+
+// BatchCoupled returns the first op of g that couples the samples of its batch: one whose
+// dims signature fixes (must not split) the dim an operand carries the batch in, as
+// batch_norm does with the statistics it takes over the batch. Splitting such a graph into
+// micro-batches changes what it computes; ok is false when no op does.
+func BatchCoupled(g *ir.Graph) (id ir.ValueID, ok bool) {
+	dims := BatchDims(g)
+	for i := range g.Values {
+		v := &g.Values[i]
+		if v.Op.IsLeaf() || v.Op == ir.OpReshape || len(v.Args) == 0 {
+			continue
+		}
+		d := g.Dims(ir.ValueID(i))
+		for k, a := range v.Args {
+			if bd := dims[a]; bd >= 0 && bd < len(d.Operands[k]) {
+				if l := d.Operands[k][bd]; l >= 0 && d.Fixed[l] {
+					return ir.ValueID(i), true
+				}
+			}
+		}
+	}
+	return 0, false
+}

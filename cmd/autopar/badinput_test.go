@@ -183,6 +183,26 @@ var badInputs = []badInput{
 	{`model gpt --dropout 2`, 1, `gpt: dropout must be in [0, 1), got 2`},
 	{`model moe --experts 0`, 1, `moe: experts must be at least 1, got 0`},
 	{`model gpt --heads 3`, 1, `gpt: hidden 32 is not divisible by heads 3`},
+	// plan.json whose meaning is wrong (testdata/plans), and plans of another model or cluster.
+	{`explain $P/bad-shared-device.json --memory`, 1, `device 0 is in stage 0 and stage 1`},
+	{`explain $P/bad-overlap.json --memory`, 1, `stage 1 runs layers 0…3`},
+	{`explain $P/bad-reversed.json --memory`, 1, `stage 0 runs layers 2…3`},
+	{`explain $P/bad-in-flight.json --memory`, 1, `in_flight -3, expected 2`},
+	{`explain $P/bad-prediction.json --memory`, 1, `predicted -1`},
+	{`explain $P/bad-layer.json --memory`, 1, `stage 1 runs layers 2…99`},
+	{`render $P/bad-schedule.json -o $D/x.svg`, 1, `schedule "zigzag" is not gpipe or 1f1b`},
+	{`render $P/bad-device.json -o $D/x.svg`, 1, `device 9 is not in cluster`},
+	{`compile $M/gpt-tiny.ir --cluster cpu:4 --plan $P/mlp-tiny-cpu4.json`, 1, `the plan belongs to model mlp`},
+	{`run $M/mlp-tiny.ir --cluster cpu:8 --plan $P/mlp-tiny-cpu4.json --steps 1`, 1, `devices_per_host 4, not 8`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:4 --batch 32 --plan $P/mlp-tiny-cpu4.json`, 1, `with batch 16, not batch 32`},
+	{`compile $M/wresnet-tiny.ir --cluster cpu:2 --microbatches 2`, 1, `2 micro-batches would change what stem.bn.batch_norm`},
+	{`compile $M/mlp-tiny.ir --cluster $C/16m-hosts.json --microbatches 1 --max-devices 16777216`, 1, `dp.MaxSearchStates`},
+	// flags shared by compile and run
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --microbatch-size 3`, 1, `--microbatch-size 3: expected a divisor of the batch`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --microbatch-size 4 --microbatches 2`, 1, `--microbatch-size 4 and --microbatches 2: give one`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --time-limit -1s`, 1, `--time-limit -1s: expected a positive duration`},
+	{`model gpt --tied=2`, 1, `invalid argument "2" for "--tied"`},
+	{`model gpt --tied 0`, 1, `model gpt: unexpected argument "0"`},
 }
 
 // badFiles are the inputs the rows name under $D.
@@ -241,7 +261,8 @@ func TestBadInputs(t *testing.T) {
 	models, err := filepath.Abs("../../testdata/models")
 	require.NoError(t, err)
 	expand := func(s string) string {
-		return strings.NewReplacer("$D", dir, "$M", models).Replace(s)
+		return strings.NewReplacer("$D", dir, "$M", models, "$P", filepath.Join(filepath.Dir(models), "plans"),
+			"$C", filepath.Join(filepath.Dir(models), "clusters")).Replace(s)
 	}
 	seen := map[string]bool{}
 	for _, row := range badInputs {

@@ -108,6 +108,11 @@ func compileWith(ctx context.Context, prog *progress, path string, f compileFlag
 			return nil, nil, err
 		}
 	}
+	if opts.From != nil {
+		if err := opts.From.CheckFor(g, c); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f.plan, err)
+		}
+	}
 	prog.setPhase("building the training step and its layers")
 	opts.Progress = prog.set
 	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
@@ -170,8 +175,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		if err != nil {
 			return o, err
 		}
-		o.Constraints = autopar.ConstraintsOf(p)
-		o.Layers, o.Microbatches, o.Schedule = len(p.Layers), p.Microbatches, p.Schedule
+		o.From = p // Compile checks it was made for this model and cluster
 	case f.plan != "":
 		m, err := autopar.ParseManual(f.plan)
 		if err != nil {
