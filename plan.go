@@ -231,11 +231,11 @@ func ReadPlan(r io.Reader) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
-	}
 	if len(data) > MaxPlanBytes {
 		return nil, fmt.Errorf("plan: larger than %d MiB (autopar.MaxPlanBytes), expected a plan.json", MaxPlanBytes>>20)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
