@@ -33,6 +33,20 @@ func TestFlagsAgree(t *testing.T) {
 			kinds[f.Name] = kind + " (" + cmd.Name() + ")"
 		})
 	}
+	// A shorthand stands for the same long flag on every command (-o is --output).
+	long := map[string]string{}
+	for _, cmd := range newRoot().Commands() {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Shorthand == "" {
+				return
+			}
+			if prev, ok := long[f.Shorthand]; ok {
+				assert.Equal(t, prev, f.Name, "-%s is --%s on %s", f.Shorthand, f.Name, cmd.Name())
+				return
+			}
+			long[f.Shorthand] = f.Name
+		})
+	}
 	for _, renamed := range []string{"memory-budget"} {
 		for _, cmd := range newRoot().Commands() {
 			if f := cmd.Flags().Lookup(renamed); f != nil {

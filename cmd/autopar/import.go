@@ -36,13 +36,13 @@ integer input NAME. A symbolic batch dim (dynamic_axes) needs --batch N.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.out, "out", "o", "", "write the graph to `FILE` (.ir)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the graph to `FILE` (.ir)")
 	fl.StringVar(&f.weights, "weights", "", "write the weights to `FILE` (default: the -o file with .safetensors)")
 	fl.IntVar(&f.opts.Batch, "batch", 0, "size of a symbolic batch dim (dim 0 of the inputs)")
 	fl.StringVar(&f.opts.Loss, "loss", "", "add a training loss to an inference graph: cross-entropy")
 	fl.StringVar(&f.opts.Labels, "labels", "", "name of the labels input --loss adds")
 	fl.StringVar(&f.opts.Name, "name", "", "graph name (default: the file's base name)")
-	_ = cmd.MarkFlagRequired("out")
+	_ = cmd.MarkFlagRequired("output")
 	return cmd
 }
 
