@@ -1,8 +1,6 @@
 package codegen_test
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,22 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 )
-
-// checkGolden compares got with testdata/name, rewriting it under UPDATE_GOLDEN=1.
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run UPDATE_GOLDEN=1 go test ./codegen to create it")
-	require.Equal(t, string(want), got)
-}
 
 // microStep is the micro-batch training step of a small f64 MLP.
 func microStep(t testing.TB, layers, b int, opt passes.Optimizer) *ir.Graph {
@@ -65,7 +52,7 @@ func TestLowerGolden(t *testing.T) {
 			again, err := codegen.Lower(c.plan(t, step))
 			require.NoError(t, err)
 			require.Equal(t, programsText(progs), programsText(again), "lowering is not deterministic")
-			checkGolden(t, c.name, programsText(progs))
+			golden.Check(t, c.name, programsText(progs))
 		})
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/ir"
 )
 
@@ -54,22 +53,10 @@ func sampleProgram() *Program {
 	return p
 }
 
-// golden compares got with testdata/name, rewriting the file under UPDATE_GOLDEN=1.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run UPDATE_GOLDEN=1 go test ./codegen to create it")
-	assert.Equal(t, string(want), got)
-}
-
 func TestProgramText(t *testing.T) {
 	p := sampleProgram()
 	require.NoError(t, p.Validate())
-	golden(t, "program_dp.golden", p.String())
+	golden.Check(t, "program_dp.golden", p.String())
 }
 
 func TestProgramJSONRoundTrip(t *testing.T) {
@@ -89,7 +76,7 @@ func TestProgramJSONRoundTrip(t *testing.T) {
 	assert.Equal(t, string(data), string(again), "serialization must be byte-stable")
 	assert.True(t, math.IsInf(back.Instrs[len(back.Instrs)-3].Value, -1))
 	assert.Equal(t, p, back)
-	golden(t, "program_dp.json.golden", string(data))
+	golden.Check(t, "program_dp.json.golden", string(data))
 }
 
 func TestUnmarshalProgramErrors(t *testing.T) {
@@ -242,10 +229,10 @@ func loopProgram() *Program {
 func TestLoopProgramForms(t *testing.T) {
 	p := loopProgram()
 	require.NoError(t, p.Validate())
-	golden(t, "program_loop.golden", p.String())
+	golden.Check(t, "program_loop.golden", p.String())
 	data, err := p.MarshalJSON()
 	require.NoError(t, err)
-	golden(t, "program_loop.json.golden", string(data))
+	golden.Check(t, "program_loop.json.golden", string(data))
 	back, err := UnmarshalProgram(data)
 	require.NoError(t, err)
 	assert.Equal(t, p, back)

@@ -3,7 +3,6 @@ package export_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,21 +15,9 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/export"
 	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/mesh"
 )
-
-// golden compares got with testdata/name, rewriting the file under UPDATE_GOLDEN=1.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file; run UPDATE_GOLDEN=1 go test ./export/")
-	assert.Equal(t, string(want), got, "%s is stale; run UPDATE_GOLDEN=1 go test ./export/ and read the diff", path)
-}
 
 // planCase is a plan compiled from testdata/models in the test, so that the goldens
 // follow the compiler.
@@ -92,11 +79,11 @@ func TestGolden(t *testing.T) {
 				if format == export.Megatron && !c.megatron {
 					require.ErrorIs(t, err, export.ErrNotMegatron)
 					assert.Zero(t, buf.Len(), "nothing written for an inexpressible plan")
-					golden(t, c.name+"_megatron.err", err.Error()+"\n")
+					golden.Check(t, c.name+"_megatron.err", err.Error()+"\n")
 					continue
 				}
 				require.NoError(t, err, format)
-				golden(t, c.name+suffix[format], buf.String())
+				golden.Check(t, c.name+suffix[format], buf.String())
 
 				var again bytes.Buffer
 				require.NoError(t, export.Write(&again, p, format))

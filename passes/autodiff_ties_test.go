@@ -2,13 +2,12 @@ package passes
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -80,13 +79,6 @@ func TestTrainingStepGolden(t *testing.T) {
 	for _, opt := range []Optimizer{{Kind: "sgd", LR: 0.1, Momentum: 0.9}, {Kind: "adam", LR: 1e-3, WeightDecay: 0.01}} {
 		step, err := TrainingStep(model(t, "mlp-tiny"), opt)
 		require.NoError(t, err)
-		path := filepath.Join("testdata", "mlp-tiny."+opt.Kind+".step.ir")
-		if os.Getenv("UPDATE_GOLDEN") != "" {
-			require.NoError(t, os.MkdirAll("testdata", 0o755))
-			require.NoError(t, os.WriteFile(path, []byte(step.String()), 0o644))
-		}
-		want, err := os.ReadFile(path)
-		require.NoError(t, err, "run UPDATE_GOLDEN=1 go test ./passes to create it")
-		assert.Equal(t, string(want), step.String())
+		golden.Check(t, "mlp-tiny."+opt.Kind+".step.ir", step.String())
 	}
 }

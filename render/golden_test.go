@@ -3,31 +3,16 @@ package render
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/mesh"
 )
-
-// golden compares got with testdata/name, rewriting the file under UPDATE_GOLDEN=1.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file; run UPDATE_GOLDEN=1 go test ./render/")
-	assert.Equal(t, string(want), got, "%s is stale; run UPDATE_GOLDEN=1 go test ./render/ and read the diff", path)
-}
 
 // planCase is a small plan compiled in the test, so the goldens follow the compiler.
 type planCase struct {

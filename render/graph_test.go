@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/mesh"
 )
 
@@ -21,7 +22,7 @@ func TestGraphGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				g, err := Graph(p, Options{Ops: ops})
 				require.NoError(t, err)
-				golden(t, name, g.String())
+				golden.Check(t, name, g.String())
 			})
 		}
 	}
@@ -47,7 +48,7 @@ func TestGraphNotation(t *testing.T) {
 		}
 		assert.Equal(t, strings.Count(alpa.String(), "->"), strings.Count(text, "->"), "same edges")
 		if nt == mesh.JAX {
-			golden(t, c.name+"-ops-jax.dot", text)
+			golden.Check(t, c.name+"-ops-jax.dot", text)
 		}
 	}
 }
@@ -73,5 +74,5 @@ func TestGraphFilters(t *testing.T) {
 	require.Positive(t, kept)
 	assert.Equal(t, kept, strings.Count(text, `style="filled"`), "one op node per kept value")
 	assert.Contains(t, text, `\n(stage 0)`, "an operand from stage 0 is drawn as its name")
-	golden(t, planCases[1].name+"-ops-stage1.dot", text)
+	golden.Check(t, planCases[1].name+"-ops-stage1.dot", text)
 }

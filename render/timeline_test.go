@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +19,7 @@ func TestPredictedTimelineGolden(t *testing.T) {
 			var buf bytes.Buffer
 			require.NoError(t, Timeline(&buf, s))
 			requireXML(t, buf.Bytes())
-			golden(t, c.name+"-timeline.svg", buf.String())
+			golden.Check(t, c.name+"-timeline.svg", buf.String())
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
@@ -121,7 +122,7 @@ func TestTraceTimelineGolden(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, Timeline(&buf, s))
 	requireXML(t, buf.Bytes())
-	golden(t, c.name+"-trace.svg", buf.String())
+	golden.Check(t, c.name+"-trace.svg", buf.String())
 }
 
 func TestReadTraceErrors(t *testing.T) {

@@ -3,25 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/autopar/autopar/internal/golden"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// checkGolden compares got with testdata/name, rewriting it under UPDATE_GOLDEN=1.
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file; run UPDATE_GOLDEN=1 go test ./cmd/autopar -run %s", t.Name())
-	assert.Equal(t, string(want), got, "%s is stale; run UPDATE_GOLDEN=1 go test ./cmd/autopar and read the diff", path)
-}
 
 // TestSummaryGolden pins compile's summary: every stage's compute and communication, the
 // step's breakdown naming the stage it is of, and times in SI units even where a GPU
@@ -37,7 +24,7 @@ func TestSummaryGolden(t *testing.T) {
 			f := compileFlags{cluster: tc.cluster, microbatches: tc.microbatches, schedule: "1f1b", optimizer: "sgd", plan: tc.plan}
 			require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
 			assert.NotRegexp(t, `\de[-+]\d`, out.String(), "no exponents in the summary")
-			checkGolden(t, tc.golden, out.String())
+			golden.Check(t, tc.golden, out.String())
 		})
 	}
 }
@@ -55,9 +42,9 @@ func TestTablesGolden(t *testing.T) {
 		require.NoError(t, root.Execute(), out.String())
 		return out.String()
 	}
-	checkGolden(t, "shard-mlp-2x2.txt", run("shard", "../../testdata/models/mlp-tiny.ir", "--mesh", "2x2", "--cluster", "cpu:4"))
+	golden.Check(t, "shard-mlp-2x2.txt", run("shard", "../../testdata/models/mlp-tiny.ir", "--mesh", "2x2", "--cluster", "cpu:4"))
 	path, _ := explainPlan(t)
-	checkGolden(t, "explain-op.txt", run("explain", path, "--op", "l1.fc.matmul"))
-	checkGolden(t, "explain-stage.txt", run("explain", path, "--stage", "0"))
-	checkGolden(t, "explain-memory.txt", run("explain", path, "--memory"))
+	golden.Check(t, "explain-op.txt", run("explain", path, "--op", "l1.fc.matmul"))
+	golden.Check(t, "explain-stage.txt", run("explain", path, "--stage", "0"))
+	golden.Check(t, "explain-memory.txt", run("explain", path, "--memory"))
 }
