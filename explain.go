@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/internal/textdist"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -471,7 +472,7 @@ func changedValues(st *solvedStage, res *sharding.Result, v ir.ValueID) ([]strin
 // distance, and how many exist.
 func (p *Plan) unknownValue(name string) error {
 	names := dedupStrings(p.StageNames())
-	near := closest(name, names, 5)
+	near := textdist.Closest(name, names, 5)
 	msg := fmt.Sprintf("explain: no value %q in the plan of %s (%d values)", name, p.Model, len(names))
 	if len(near) > 0 {
 		msg += "; closest: " + strings.Join(near, ", ")
@@ -487,46 +488,6 @@ func dedupStrings(sorted []string) []string {
 		}
 	}
 	return out
-}
-
-// closest returns up to n of names nearest to name by edit distance, nearest first,
-// alphabetical on ties.
-func closest(name string, names []string, n int) []string {
-	type cand struct {
-		s string
-		d int
-	}
-	cs := make([]cand, len(names))
-	for i, s := range names {
-		cs[i] = cand{s, editDistance(name, s)}
-	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
-	var out []string
-	for i := 0; i < len(cs) && i < n; i++ {
-		out = append(out, cs[i].s)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance between a and b, over bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // StageExplanation is what the stage DP weighed for one stage: its layer range priced on

@@ -145,17 +145,6 @@ func TestExplainErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "closest: l1.fc.matmul,")
 }
 
-func TestClosestNames(t *testing.T) {
-	cases := []struct {
-		a, b string
-		d    int
-	}{{"", "", 0}, {"abc", "", 3}, {"kitten", "sitting", 3}, {"l0.fc", "l1.fc", 1}, {"relu", "relu", 0}}
-	for _, tc := range cases {
-		assert.Equal(t, tc.d, editDistance(tc.a, tc.b), "%q %q", tc.a, tc.b)
-	}
-	assert.Equal(t, []string{"l0.fc", "l1.fc", "l0.relu"}, closest("l0.fc", []string{"l0.relu", "l1.fc", "l0.fc", "zzzzzzzz"}, 3))
-}
-
 func TestExplainStage(t *testing.T) {
 	cases := []struct {
 		model, cluster string

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/autopar/autopar/internal/textdist"
 	"github.com/autopar/autopar/ir"
 )
 
@@ -151,7 +152,7 @@ func suggest(name string, candidates []string) string {
 		if c == name || len(c)-len(name) >= bestD || len(name)-len(c) >= bestD {
 			continue
 		}
-		if d := editDistance(name, c, bestD); d < bestD {
+		if d := textdist.Distance(name, c, bestD); d < bestD {
 			best, bestD = c, d
 		}
 	}
@@ -162,32 +163,6 @@ func suggest(name string, candidates []string) string {
 }
 
 const maxSuggestLen = 64
-
-// editDistance is the Levenshtein distance of a and b, or bound if it is at least bound.
-func editDistance(a, b string, bound int) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		rowMin := i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			rowMin = min(rowMin, cur[j])
-		}
-		if rowMin >= bound {
-			return bound
-		}
-		prev, cur = cur, prev
-	}
-	return min(prev[len(b)], bound)
-}
 
 // finish resolves outputs and updates, runs ir.Verify on an error-free graph and returns
 // either the graph or every error, never both.
