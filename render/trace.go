@@ -15,23 +15,15 @@ import (
 	"github.com/autopar/autopar/units"
 )
 
-// traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes:
-// a complete slice ("ph":"X") per executed instruction, named by runtime.EventName, on
-// thread Tid = the device, with
-// Args["instr"] its index in the device's program and Args["mb"] the micro-batch it ran
-// for (−1 in a block of the step). Times are in microseconds.
+// traceEvent is one event of the Chrome trace-event JSON runtime.Result.WriteTrace writes
+// (runtime.ChromeEvent): a complete slice ("ph":"X") per executed instruction, named by
+// runtime.EventName, on thread Tid = the device, with Args["instr"] its index in the
+// device's program and Args["mb"] the micro-batch it ran for (−1 in a block of the step).
+// Times are in microseconds. Args is read from the raw args of slices; metadata events
+// ("ph":"M", which name the processes and threads) carry strings there.
 type traceEvent struct {
-	Name string  `json:"name"`
-	Cat  string  `json:"cat"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Dur  float64 `json:"dur"`
-	Pid  int     `json:"pid"`
-	Tid  int     `json:"tid"`
-	// RawArgs is read into Args for slices; metadata events ("ph":"M", which name the
-	// processes and threads) carry strings there.
-	RawArgs json.RawMessage `json:"args"`
-	Args    map[string]int  `json:"-"`
+	runtime.ChromeEvent
+	Args map[string]int `json:"-"`
 }
 
 // ReadTrace reads a runtime trace (autopar run --trace) of plan p and turns it into a
@@ -121,8 +113,8 @@ func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]tr
 		if prog == nil {
 			return nil, fmt.Errorf("render: trace event %d: device %d has no program in the plan: the trace is of another plan", i, e.Tid)
 		}
-		if err := json.Unmarshal(e.RawArgs, &e.Args); err != nil {
-			return nil, fmt.Errorf("render: trace event %d: args %s: expected integer instr and mb", i, e.RawArgs)
+		if err := json.Unmarshal(e.ChromeEvent.Args, &e.Args); err != nil {
+			return nil, fmt.Errorf("render: trace event %d: args %s: expected integer instr and mb", i, e.ChromeEvent.Args)
 		}
 		if e.Dur < 0 || math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) {
 			return nil, fmt.Errorf("render: trace event %d: start %g µs, duration %g µs, expected a finite start and a duration ≥ 0", i, e.Ts, e.Dur)

@@ -65,18 +65,29 @@ type TraceOptions struct {
 	Stages [][]int
 }
 
-// chromeEvent is one event of the Chrome trace-event format, which Perfetto and
+// ChromeEvent is one event of the Chrome trace-event format, which Perfetto and
 // chrome://tracing read: a complete slice ("ph":"X", times in microseconds) or a metadata
-// event ("ph":"M") naming a process or a thread.
-type chromeEvent struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat,omitempty"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur,omitempty"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	Args map[string]any `json:"args"`
+// event ("ph":"M") naming a process or a thread. WriteTraceWith writes them and
+// render.ReadTrace reads them back; Args stays raw JSON because metadata events carry
+// strings there and slices integers.
+type ChromeEvent struct {
+	Name string          `json:"name"`
+	Cat  string          `json:"cat,omitempty"`
+	Ph   string          `json:"ph"`
+	Ts   float64         `json:"ts"`
+	Dur  float64         `json:"dur,omitempty"`
+	Pid  int             `json:"pid"`
+	Tid  int             `json:"tid"`
+	Args json.RawMessage `json:"args"`
+}
+
+// args encodes an event's args; maps of strings and ints always encode.
+func args(m map[string]any) json.RawMessage {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic("runtime: trace args: " + err.Error())
+	}
+	return b
 }
 
 // WriteTrace is WriteTraceWith without frees, all devices in one process.
@@ -120,33 +131,33 @@ func (r *Result) WriteTraceWith(w io.Writer, o TraceOptions) error {
 			return err
 		}
 		events = append(events,
-			chromeEvent{Name: "thread_name", Ph: "M", Pid: p, Tid: int(d), Args: map[string]any{"name": "device " + strconv.Itoa(int(d))}},
-			chromeEvent{Name: "thread_sort_index", Ph: "M", Pid: p, Tid: int(d), Args: map[string]any{"sort_index": int(d)}})
+			ChromeEvent{Name: "thread_name", Ph: "M", Pid: p, Tid: int(d), Args: args(map[string]any{"name": "device " + strconv.Itoa(int(d))})},
+			ChromeEvent{Name: "thread_sort_index", Ph: "M", Pid: p, Tid: int(d), Args: args(map[string]any{"sort_index": int(d)})})
 	}
 	for _, e := range r.Trace {
 		if e.Kind == codegen.Free && !o.Frees {
 			continue
 		}
 		p, _ := pid(e.Device)
-		events = append(events, chromeEvent{Name: e.Name, Cat: e.Kind.String(), Ph: "X",
+		events = append(events, ChromeEvent{Name: e.Name, Cat: e.Kind.String(), Ph: "X",
 			Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3,
-			Pid: p, Tid: int(e.Device), Args: map[string]any{"instr": e.Index, "mb": e.Microbatch}})
+			Pid: p, Tid: int(e.Device), Args: args(map[string]any{"instr": e.Index, "mb": e.Microbatch})})
 	}
 	return json.NewEncoder(w).Encode(struct {
-		TraceEvents []chromeEvent `json:"traceEvents"`
+		TraceEvents []ChromeEvent `json:"traceEvents"`
 	}{events})
 }
 
 // metadata names the processes: one per stage, in stage order, or one for the run.
-func metadata(stages [][]int) []chromeEvent {
+func metadata(stages [][]int) []ChromeEvent {
 	if stages == nil {
-		return []chromeEvent{{Name: "process_name", Ph: "M", Args: map[string]any{"name": "autopar run"}}}
+		return []ChromeEvent{{Name: "process_name", Ph: "M", Args: args(map[string]any{"name": "autopar run"})}}
 	}
-	var out []chromeEvent
+	var out []ChromeEvent
 	for s := range stages {
 		out = append(out,
-			chromeEvent{Name: "process_name", Ph: "M", Pid: s, Args: map[string]any{"name": "stage " + strconv.Itoa(s)}},
-			chromeEvent{Name: "process_sort_index", Ph: "M", Pid: s, Args: map[string]any{"sort_index": s}})
+			ChromeEvent{Name: "process_name", Ph: "M", Pid: s, Args: args(map[string]any{"name": "stage " + strconv.Itoa(s)})},
+			ChromeEvent{Name: "process_sort_index", Ph: "M", Pid: s, Args: args(map[string]any{"sort_index": s})})
 	}
 	return out
 }
