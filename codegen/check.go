@@ -23,7 +23,7 @@ func check(p *Plan) (*analysis, [][]Loop, error) {
 	}
 	loops := make([][]Loop, len(p.Stages))
 	for i := range p.Stages {
-		loops[i] = stageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
+		loops[i] = StageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
 	}
 	if err := checkDeadlock(p, an, loops); err != nil {
 		return nil, nil, err

@@ -13,7 +13,7 @@ import (
 // ops read (in every layout they ask for) and zeroes the gradient accumulators; the
 // forward and the backward of one micro-batch (the stage's forward ops, then its backward
 // ops, in graph order), run per micro-batch; and the update, once. The schedule (see
-// stageLoops) runs the micro-batch blocks in loops in GPipe or 1F1B order, so a
+// StageLoops) runs the micro-batch blocks in loops in GPipe or 1F1B order, so a
 // program's size does not grow with the micro-batch count. Around every op it inserts
 // what the strategy needs:
 //
@@ -60,12 +60,13 @@ func Lower(p *Plan) (progs []*Program, err error) {
 	return progs, nil
 }
 
-// The blocks of every lowered program, by index.
+// The blocks of every lowered program, by index in Program.Blocks: what a schedule's
+// calls (StageLoops) and a trace's instructions (Program.BlockOf) refer to.
 const (
-	blockPrologue = iota
-	blockForward
-	blockBackward
-	blockUpdate
+	BlockPrologue = iota
+	BlockForward
+	BlockBackward
+	BlockUpdate
 )
 
 // lower emits the stage's blocks and gives its programs the schedule loops.

@@ -27,7 +27,7 @@ func (t task) String() string {
 	return "prologue"
 }
 
-// stageLoops returns the schedule of stage i of s under sched with b micro-batches, over
+// StageLoops returns the schedule of stage i of s under sched with b micro-batches, over
 // the blocks Lower emits: the prologue, the micro-batches' forwards and backwards in
 // loops, and the update, once.
 //
@@ -35,9 +35,9 @@ func (t task) String() string {
 // forwards, then F(w+k) (while any is left) and B(k) for k = 0 … b−1, so stage i holds
 // at most s−i micro-batches' activations, as the stage DP assumes: three loops, warm-up,
 // steady (F(k+w), B(k)) and cool-down.
-func stageLoops(sched Schedule, s, i, b int) []Loop {
+func StageLoops(sched Schedule, s, i, b int) []Loop {
 	once := func(block int) Loop { return Loop{From: 0, To: 1, Body: []Call{{Block: block}}} }
-	out := []Loop{once(blockPrologue)}
+	out := []Loop{once(BlockPrologue)}
 	add := func(from, to int, body ...Call) {
 		if from < to {
 			out = append(out, Loop{From: from, To: to, Body: body})
@@ -45,27 +45,27 @@ func stageLoops(sched Schedule, s, i, b int) []Loop {
 	}
 	switch sched {
 	case GPipe:
-		add(0, b, Call{Block: blockForward})
-		add(0, b, Call{Block: blockBackward})
+		add(0, b, Call{Block: BlockForward})
+		add(0, b, Call{Block: BlockBackward})
 	case OneFOneB:
 		w := max(0, min(s-1-i, b))
-		add(0, w, Call{Block: blockForward})
-		add(0, b-w, Call{Block: blockForward, Shift: w}, Call{Block: blockBackward})
-		add(b-w, b, Call{Block: blockBackward})
+		add(0, w, Call{Block: BlockForward})
+		add(0, b-w, Call{Block: BlockForward, Shift: w}, Call{Block: BlockBackward})
+		add(b-w, b, Call{Block: BlockBackward})
 	default:
 		panic(fmt.Sprintf("codegen: schedule %d has no order", int(sched)))
 	}
-	return append(out, once(blockUpdate))
+	return append(out, once(BlockUpdate))
 }
 
 // taskAt returns the task of a call of a lowered program's block for micro-batch mb.
 func taskAt(block, mb int) task {
 	switch block {
-	case blockForward:
+	case BlockForward:
 		return task{phaseF, mb}
-	case blockBackward:
+	case BlockBackward:
 		return task{phaseB, mb}
-	case blockUpdate:
+	case BlockUpdate:
 		return task{phaseU, -1}
 	}
 	return task{phaseNone, -1} // the prologue: loads, no transfers

@@ -11,7 +11,7 @@ import (
 // stageTasks expands stage i's loops into its tasks (the prologue left out).
 func stageTasks(sched Schedule, s, i, b int) []task {
 	var out []task
-	for c := newTaskCursor(stageLoops(sched, s, i, b)); !c.done(); c.next() {
+	for c := newTaskCursor(StageLoops(sched, s, i, b)); !c.done(); c.next() {
 		if t := c.task(); t.ph != phaseNone {
 			out = append(out, t)
 		}

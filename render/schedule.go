@@ -158,32 +158,34 @@ type task struct {
 	mb   int
 }
 
-// stageOrder is the order stage i of s runs its tasks in, as codegen.Lower's loops run them:
-// GPipe runs every forward then every backward; 1F1B (PipeDream-flush) runs
-// min(s−1−i, b) warm-up forwards, then alternates one forward and one backward. Both end
-// with the update.
+// stageOrder is the order stage i of s runs its tasks in: codegen's own schedule loops
+// (codegen.StageLoops) expanded, the prologue left out (it holds no task's work).
 func stageOrder(sched codegen.Schedule, s, i, b int) []task {
 	var out []task
-	if sched == codegen.GPipe {
-		for k := range b {
-			out = append(out, task{Forward, k})
+	for _, l := range codegen.StageLoops(sched, s, i, b) {
+		for k := l.From; k < l.To; k++ {
+			for _, c := range l.Body {
+				if t, ok := blockTask(c.Block, k+c.Shift); ok {
+					out = append(out, t)
+				}
+			}
 		}
-		for k := range b {
-			out = append(out, task{Backward, k})
-		}
-		return append(out, task{Update, -1})
 	}
-	w := min(s-1-i, b)
-	for k := range w {
-		out = append(out, task{Forward, k})
+	return out
+}
+
+// blockTask is the task a call of a lowered program's block runs for micro-batch mb; the
+// prologue is none.
+func blockTask(block, mb int) (task, bool) {
+	switch block {
+	case codegen.BlockForward:
+		return task{Forward, mb}, true
+	case codegen.BlockBackward:
+		return task{Backward, mb}, true
+	case codegen.BlockUpdate:
+		return task{Update, -1}, true
 	}
-	for k := range b {
-		if w+k < b {
-			out = append(out, task{Forward, w + k})
-		}
-		out = append(out, task{Backward, k})
-	}
-	return append(out, task{Update, -1})
+	return task{}, false
 }
 
 // sortBlocks puts blocks in row, then time, then kind order, so the SVG is the same

@@ -185,13 +185,11 @@ func eventTask(prog *codegen.Program, e traceEvent) task {
 	if j < 0 || len(prog.Blocks) == 0 {
 		return task{Update, -1}
 	}
-	switch prog.Blocks[j].Name {
-	case "prologue":
+	if j == codegen.BlockPrologue { // its loads are the first forward's
 		return task{Forward, 0}
-	case "forward":
-		return task{Forward, e.Args["mb"]}
-	case "backward":
-		return task{Backward, e.Args["mb"]}
+	}
+	if t, ok := blockTask(j, e.Args["mb"]); ok {
+		return t
 	}
 	return task{Update, -1}
 }
