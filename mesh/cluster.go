@@ -35,9 +35,27 @@ type Cluster struct {
 	IntraHostLatency      float64 `json:"intra_host_latency"`
 	InterHostBandwidth    float64 `json:"inter_host_bandwidth"`
 	InterHostLatency      float64 `json:"inter_host_latency"`
-	// Efficiency is the fraction of DeviceFLOPS that real kernels achieve,
-	// in (0, 1]; compute times use DeviceFLOPS*Efficiency.
+	// Efficiency is the fraction of the peak FLOP/s that real kernels achieve,
+	// in (0, 1]; compute times use the rates of FLOPs (or DeviceFLOPS) times it.
 	Efficiency float64 `json:"efficiency"`
+
+	// The fields below are optional: a spec written before they existed reads as
+	// before, with the defaults each states.
+
+	// FLOPs holds the peak FLOP/s per op class and precision (roofline.go). Absent,
+	// every class and precision runs at DeviceFLOPS, which stays the peak that
+	// model-FLOPs utilization is quoted against.
+	FLOPs *FLOPTable `json:"flops,omitempty"`
+	// TF32 runs f32 contractions and convolutions at the table's tf32 rate (tensor
+	// cores). Default false: PyTorch's default for matmuls since 1.12.
+	TF32 bool `json:"tf32,omitempty"`
+	// KernelOverhead is the seconds every kernel costs beyond its roofline time (a
+	// GPU's launch, the runtime's dispatch of one instruction). Default 0.
+	KernelOverhead float64 `json:"kernel_overhead,omitempty"`
+	// Collectives are measured prices of collectives inside one host (autopar
+	// calibrate), replacing the ring formulas for the kinds and sizes listed.
+	// Default none.
+	Collectives []CollectiveFit `json:"collectives,omitempty"`
 }
 
 // MaxDevices is the most devices a cluster may have: a DeviceID is an int32.
@@ -125,7 +143,10 @@ func (c *Cluster) Validate() error {
 	if math.IsNaN(c.Efficiency) || c.Efficiency <= 0 || c.Efficiency > 1 {
 		return c.errorf("efficiency must be in (0, 1], got %v", c.Efficiency)
 	}
-	return nil
+	if err := c.validateRoofline(); err != nil {
+		return err
+	}
+	return c.validateCollectives()
 }
 
 func (c *Cluster) checkNumber(name string, v float64, positive bool) error {
@@ -181,6 +202,9 @@ func ParseClusterJSON(data []byte, def string) (*Cluster, error) {
 		return nil, fmt.Errorf("mesh: cluster spec %q: trailing data after the JSON object", def)
 	}
 	c := Cluster(f)
+	if len(c.Collectives) == 0 {
+		c.Collectives = nil // "collectives": [] reads back as absent, as it is written
+	}
 	if c.Name == "" {
 		c.Name = def
 	}

@@ -61,10 +61,12 @@ func BytesSent(k Collective, n int, bytes float64) float64 {
 	return SentFraction(k, n) * bytes
 }
 
-// CollectiveTime is the alpha–beta time of collective k over n devices:
+// CollectiveTime is the flat alpha–beta time of collective k over n devices:
 // α + β·BytesSent. That gives all-reduce α + 2β(n−1)/n·B, all-gather and
 // reduce-scatter α + β(n−1)/n·B, all-to-all α + β(n−1)/n²·B; zero for a
-// slice and whenever n = 1.
+// slice and whenever n = 1. It is Alpa's model, kept for meshes made by hand
+// (NewUniformMesh, WithAxisCost) whose known-answer tests are stated in it;
+// meshes laid over a cluster are priced by the algorithm table (table.go).
 func CollectiveTime(k Collective, n int, alpha, beta, bytes float64) float64 {
 	if k == Slice || n <= 1 {
 		return 0
@@ -72,11 +74,19 @@ func CollectiveTime(k Collective, n int, alpha, beta, bytes float64) float64 {
 	return alpha + beta*BytesSent(k, n, bytes)
 }
 
-// Cost is CollectiveTime along axes of m (one axis or both; for both, the
-// slower axis's alpha and beta, see AxisCost).
+// Cost is the time of collective k along axes of m on a tensor of B bytes. A
+// mesh laid over a cluster (NewLogicalMeshAt) prices it as the collective runs
+// there: a measured fit of the cluster when it has one for the kind and group
+// size, else the ring algorithm inside a host and the hierarchical one across
+// hosts (GroupTime). A mesh made by hand uses the flat CollectiveTime with the
+// slower axis's alpha and beta (see AxisCost).
 func (m *LogicalMesh) Cost(k Collective, axes AxisSet, bytes float64) float64 {
-	alpha, beta := m.AxisCost(axes)
-	return CollectiveTime(k, m.AxisSize(axes), alpha, beta, bytes)
+	n := m.AxisSize(axes)
+	if m.net == nil {
+		alpha, beta := m.AxisCost(axes)
+		return CollectiveTime(k, n, alpha, beta, bytes)
+	}
+	return m.net.time(k, n, m.net.hosts[axes&AxesBoth], bytes)
 }
 
 // SendRecvCost is the time α + β·B to send B bytes from each device of the

@@ -17,6 +17,9 @@ type LogicalMesh struct {
 	Devices []DeviceID `json:"devices"`
 	Alpha   [2]float64 `json:"alpha"`
 	Beta    [2]float64 `json:"beta"`
+	// net prices collectives as they run on the cluster (table.go); nil on a mesh
+	// made by hand or read from JSON, which then uses the flat alpha–beta model.
+	net *network
 }
 
 // NewLogicalMesh lays an (n0, n1) logical mesh over the submesh sub placed at
@@ -54,6 +57,7 @@ func NewLogicalMeshAt(c *Cluster, sub Submesh, origin DeviceID, n0, n1 int) (*Lo
 			m.Alpha[a], m.Beta[a] = c.InterHostLatency, 1/c.InterHostBandwidthPerDevice()
 		}
 	}
+	m.net = newNetwork(c, m)
 	return m, nil
 }
 
@@ -126,6 +130,7 @@ func (m *LogicalMesh) WithAxisCost(axis int, alpha, beta float64) *LogicalMesh {
 	c := *m
 	c.Devices = append([]DeviceID(nil), m.Devices...)
 	c.Alpha[axis], c.Beta[axis] = alpha, beta
+	c.net = nil // the caller's alpha and beta, in the flat model
 	return &c
 }
 

@@ -8,9 +8,14 @@ import (
 	"strings"
 )
 
-// Preset numbers. Peak FLOP/s are the vendors' dense tensor-core figures;
-// bandwidths are per direction. Efficiency is the fraction of peak large
-// matmuls reach in practice (MLPerf-style measurements), not a promise.
+// Preset numbers. DeviceFLOPS is the vendors' dense tensor-core peak (what
+// model-FLOPs utilization is quoted against); FLOPs holds the peak per op class
+// and precision from the same datasheets, dense (the datasheets' headline
+// tensor-core numbers are with 2:4 sparsity, twice these). Bandwidths are per
+// direction. Efficiency is the fraction of peak large matmuls reach in
+// practice (MLPerf-style measurements), not a promise; it scales every rate.
+// KernelOverhead is a few µs of launch and synchronization per kernel, the
+// usual CUDA figure: an assumption, not fitted to any run.
 var presets = map[string]func() Cluster{
 	// AWS p3.16xlarge, Alpa's testbed: 8× V100-SXM2 16 GB, 125 TFLOP/s fp16
 	// tensor cores, 900 GB/s HBM2. NVLink 2 in a hybrid cube mesh gives each
@@ -25,6 +30,14 @@ var presets = map[string]func() Cluster{
 			IntraHostBandwidth: 130e9, IntraHostLatency: 5e-6,
 			InterHostBandwidth: 25e9 / 8, InterHostLatency: 30e-6,
 			Efficiency: 0.5,
+			// V100 SXM2 datasheet: FP32 15.7 TFLOP/s, tensor cores 125 (fp16
+			// only: no TF32 on Volta); fp16 outside tensor cores runs as half2
+			// at twice the FP32 rate (Volta whitepaper).
+			FLOPs: &FLOPTable{
+				Matmul: &Rates{F32: 15.7e12, F16: 125e12},
+				Vector: &Rates{F32: 15.7e12, F16: 31.4e12},
+			},
+			KernelOverhead: 5e-6,
 		}
 	},
 	// NVIDIA DGX A100 (80 GB): 312 TFLOP/s bf16 dense, 2.04 TB/s HBM2e,
@@ -37,6 +50,14 @@ var presets = map[string]func() Cluster{
 			IntraHostBandwidth: 300e9, IntraHostLatency: 3e-6,
 			InterHostBandwidth: 8 * 200e9 / 8, InterHostLatency: 10e-6,
 			Efficiency: 0.6,
+			// A100 80GB SXM datasheet: FP32 19.5 TFLOP/s, TF32 tensor cores
+			// 156, FP16/BF16 tensor cores 312; A100 whitepaper: FP16 outside
+			// tensor cores 78.
+			FLOPs: &FLOPTable{
+				Matmul: &Rates{F32: 19.5e12, TF32: 156e12, F16: 312e12},
+				Vector: &Rates{F32: 19.5e12, F16: 78e12},
+			},
+			KernelOverhead: 4e-6,
 		}
 	},
 	// NVIDIA DGX H100: 989 TFLOP/s bf16 dense, 3.35 TB/s HBM3, NVSwitch
@@ -49,6 +70,14 @@ var presets = map[string]func() Cluster{
 			IntraHostBandwidth: 450e9, IntraHostLatency: 3e-6,
 			InterHostBandwidth: 8 * 400e9 / 8, InterHostLatency: 10e-6,
 			Efficiency: 0.55,
+			// H100 SXM datasheet: FP32 67 TFLOP/s, TF32 tensor cores 494.7
+			// dense, FP16/BF16 tensor cores 989.4 dense; H100 whitepaper: FP16
+			// outside tensor cores 133.8.
+			FLOPs: &FLOPTable{
+				Matmul: &Rates{F32: 67e12, TF32: 494.7e12, F16: 989e12},
+				Vector: &Rates{F32: 67e12, F16: 133.8e12},
+			},
+			KernelOverhead: 4e-6,
 		}
 	},
 	// The built-in runtime: one host whose "devices" are goroutines sharing

@@ -14,11 +14,11 @@ import (
 
 // Options tune Solve. The zero value is usable with a Cluster or DeviceFLOPS set.
 type Options struct {
-	// Cluster gives the device FLOP/s (at its efficiency) and, when MemoryBudget is 0,
-	// the budget (its device memory).
+	// Cluster prices each op by its roofline (mesh.Cluster.OpTime) and, when
+	// MemoryBudget is 0, gives the budget (its device memory).
 	Cluster *mesh.Cluster
-	// DeviceFLOPS overrides the cluster's effective FLOP/s; hand-checked tests with
-	// α = β = 1 use 1.
+	// DeviceFLOPS replaces the roofline by FLOPs / DeviceFLOPS alone; hand-checked
+	// tests with α = β = 1 use 1.
 	DeviceFLOPS float64
 	// AlpaCompute selects Alpa's own cost convention: compute costs are zero and heavy ops
 	// (contractions, convolutions) never replicate their work on a mesh axis of size > 1.
@@ -57,9 +57,9 @@ func (o Options) timeLimit() time.Duration {
 func (o Options) costModel() (costModel, error) {
 	cm := costModel{flops: o.DeviceFLOPS, alpa: o.AlpaCompute}
 	if cm.flops == 0 && o.Cluster != nil {
-		cm.flops = o.Cluster.EffectiveFLOPS()
+		cm.cluster = o.Cluster
 	}
-	if cm.flops <= 0 && !cm.alpa {
+	if cm.flops <= 0 && cm.cluster == nil && !cm.alpa {
 		return cm, errors.New("sharding: no device FLOP/s: set Options.Cluster or Options.DeviceFLOPS")
 	}
 	return cm, nil

@@ -19,7 +19,8 @@ type Strategy struct {
 	In []mesh.Spec `json:"in"`
 	// Out is the layout of the result once Collectives are done. It is never partial.
 	Out mesh.Spec `json:"out"`
-	// Compute is seconds of arithmetic per device: FLOPs / shards / device FLOP/s.
+	// Compute is seconds of one device's kernel: the roofline of its shard's FLOPs and
+	// bytes (mesh.Cluster.OpTime), or FLOPs / shards / Options.DeviceFLOPS.
 	Compute float64 `json:"compute"`
 	// Comm is seconds of the op's own collectives (the sum of Collectives' Time).
 	Comm float64 `json:"comm"`
@@ -46,19 +47,50 @@ type OpCollective struct {
 	Time   float64 `json:"time"`  // seconds
 }
 
-// costModel turns FLOPs into seconds. alpa selects Alpa's own convention (compute costs
-// zero, heavy ops never replicate their work on a mesh axis), which its known-answer tests
-// assume.
+// costModel turns an op's work into seconds. With a cluster it is the per-op roofline
+// (mesh.Cluster.OpTime, on the op's local FLOPs and the local bytes it reads and writes);
+// with flops set instead, FLOPs / flops alone, the convention of the hand-checked tests.
+// alpa selects Alpa's own convention (compute costs zero, heavy ops never replicate their
+// work on a mesh axis), which its known-answer tests assume.
 type costModel struct {
-	flops float64
-	alpa  bool
+	flops   float64
+	cluster *mesh.Cluster
+	alpa    bool
 }
 
-func (c costModel) compute(flops float64, shards int) float64 {
-	if c.alpa || flops == 0 {
+// compute prices one op's kernel on one device: flops of the whole op split over shards
+// devices, bytes its local operands and result hold.
+func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64) float64 {
+	if c.alpa || op.Def().Category == ir.CatLeaf {
 		return 0
 	}
-	return flops / float64(shards) / c.flops
+	if c.cluster == nil {
+		return flops / float64(shards) / c.flops
+	}
+	return c.cluster.OpTime(opClass(op), precision(dt), flops/float64(shards), bytes)
+}
+
+// opClass says which of a device's FLOP rates an op runs at: contractions at the matmul
+// rate, convolutions (forward and both gradients) at the conv rate, the rest at the vector
+// rate. It reads the op table's category; the convolutions are named here because the
+// table files them with the other special ops.
+func opClass(op ir.Op) mesh.OpClass {
+	switch {
+	case op.Def().Category == ir.CatContraction:
+		return mesh.ClassMatmul
+	case op == ir.OpConv2D || op == ir.OpConv2DInputGrad || op == ir.OpConv2DFilterGrad:
+		return mesh.ClassConv
+	}
+	return mesh.ClassVector
+}
+
+// precision is the arithmetic a kernel on dt runs in: f16 and bf16 at the half rate,
+// everything else (f32, f64, integers) at the f32 rate.
+func precision(dt ir.DType) mesh.Precision {
+	if dt == ir.F16 || dt == ir.BF16 {
+		return mesh.F16
+	}
+	return mesh.F32
 }
 
 // rule is what strategy enumeration needs to know about one op beyond its dims signature.
@@ -205,9 +237,10 @@ func (e *enumerator) expand(a assignment) []Strategy {
 		}
 		partial |= ax
 	}
-	base := Strategy{In: in, Out: out,
-		Compute: e.cm.compute(e.g.FLOPs(e.id), e.lm.AxisSize(used))}
+	base := Strategy{In: in, Out: out}
 	base.Memory = e.bytes(out)
+	base.Compute = e.cm.compute(e.v.Op, e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
+		float64(base.Memory+e.operandBytes(in)))
 	for _, red := range reduces {
 		base.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: internal, Dim: -1, Reduce: red, Bytes: float64(base.Memory)})
 	}
@@ -290,6 +323,28 @@ func (e *enumerator) bytes(s mesh.Spec) int64 {
 		panic("sharding: local bytes of a checked spec: " + err.Error())
 	}
 	return b
+}
+
+// operandBytes is what one device reads of the op's operands laid out as in.
+func (e *enumerator) operandBytes(in []mesh.Spec) int64 {
+	var sum int64
+	for i, t := range e.args {
+		b, err := e.lm.LocalBytes(t.Shape, t.DType.Size(), in[i])
+		if err != nil {
+			panic("sharding: local bytes of a checked spec: " + err.Error())
+		}
+		sum += b
+	}
+	return sum
+}
+
+// computeDType is the dtype the op's arithmetic runs in: its first operand's (a
+// contraction's inputs, not a comparison's bool result), or its result's for a leaf.
+func (e *enumerator) computeDType() ir.DType {
+	if len(e.args) > 0 {
+		return e.args[0].DType
+	}
+	return e.v.Type.DType
 }
 
 func (e *enumerator) name(s Strategy, suffix string) string {

@@ -1,0 +1,172 @@
+package mesh
+
+import (
+	"fmt"
+	"math"
+)
+
+// The per-op roofline. One kernel of one op on one device takes
+//
+//	max(FLOPs / Rate(class, precision), bytes read and written / DeviceMemoryBandwidth) + KernelOverhead
+//
+// where the rate depends on what the op computes (a contraction, a convolution, or
+// elementwise/vector work) and the precision it computes in. No fusion is assumed: every
+// op is its own kernel, as on the built-in runtime, which runs one kernel per compute
+// instruction (docs/DECISIONS.md, "Roofline").
+
+// OpClass says which FLOP rate of a device an op runs at.
+type OpClass uint8
+
+// The op classes.
+const (
+	// ClassMatmul: contractions (matmul, einsum), tensor cores on a GPU, BLAS on a CPU.
+	ClassMatmul OpClass = iota
+	// ClassConv: convolutions and their gradients (cuDNN's implicit GEMM).
+	ClassConv
+	// ClassVector: everything else (elementwise, reductions, layout, gathers), which runs
+	// on the vector units and is usually bound by memory bandwidth.
+	ClassVector
+)
+
+var opClassNames = [...]string{"matmul", "conv", "vector"}
+
+func (c OpClass) String() string {
+	if int(c) < len(opClassNames) {
+		return opClassNames[c]
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// Precision is the arithmetic a kernel runs in.
+type Precision uint8
+
+// The precisions. F16 stands for bf16 as well: every device we price runs them at one
+// rate. TF32 is what an f32 contraction runs in on tensor cores when Cluster.TF32 is set;
+// callers pass F32 and the cluster decides.
+const (
+	F32 Precision = iota
+	TF32
+	F16
+)
+
+var precisionNames = [...]string{"f32", "tf32", "f16"}
+
+func (p Precision) String() string {
+	if int(p) < len(precisionNames) {
+		return precisionNames[p]
+	}
+	return fmt.Sprintf("precision(%d)", uint8(p))
+}
+
+// Rates are a device's peak FLOP/s in each precision for one op class. A zero rate is
+// not known and falls back (see Cluster.Rate): tf32 to f32, f16 to f32.
+type Rates struct {
+	F32  float64 `json:"f32,omitempty"`
+	TF32 float64 `json:"tf32,omitempty"`
+	F16  float64 `json:"f16,omitempty"` // f16 and bf16
+}
+
+// FLOPTable holds a device's rates per op class. A missing class falls back: conv to
+// matmul, vector to matmul, matmul to DeviceFLOPS in every precision, which is how a
+// cluster spec written before the table existed is priced.
+type FLOPTable struct {
+	Matmul *Rates `json:"matmul,omitempty"`
+	Conv   *Rates `json:"conv,omitempty"`
+	Vector *Rates `json:"vector,omitempty"`
+}
+
+func (t *FLOPTable) class(c OpClass) *Rates {
+	if t == nil {
+		return nil
+	}
+	switch c {
+	case ClassConv:
+		if t.Conv != nil {
+			return t.Conv
+		}
+	case ClassVector:
+		if t.Vector != nil {
+			return t.Vector
+		}
+	}
+	return t.Matmul
+}
+
+func (r *Rates) of(p Precision) float64 {
+	if r == nil {
+		return 0
+	}
+	switch p {
+	case TF32:
+		if r.TF32 > 0 {
+			return r.TF32
+		}
+	case F16:
+		if r.F16 > 0 {
+			return r.F16
+		}
+	}
+	return r.F32
+}
+
+// Rate is the FLOP/s a device sustains on ops of class c in precision p: the table's peak
+// (after its fallbacks, see FLOPTable and Rates; DeviceFLOPS when the table has nothing)
+// times Efficiency. An f32 contraction or convolution runs at the TF32 rate when TF32 is
+// set.
+func (c *Cluster) Rate(class OpClass, p Precision) float64 {
+	if p == F32 && c.TF32 && class != ClassVector {
+		p = TF32
+	}
+	r := c.FLOPs.class(class).of(p)
+	if r <= 0 {
+		r = c.DeviceFLOPS
+	}
+	return r * c.Efficiency
+}
+
+// OpTime is the roofline time of one kernel on one device: the slower of its arithmetic
+// (flops at Rate(class, p)) and its memory traffic (bytes read and written at
+// DeviceMemoryBandwidth), plus the per-kernel overhead. A kernel with neither flops nor
+// bytes still pays the overhead.
+func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float64 {
+	t := 0.0
+	if flops > 0 {
+		t = flops / c.Rate(class, p)
+	}
+	if bytes > 0 {
+		t = math.Max(t, bytes/c.DeviceMemoryBandwidth)
+	}
+	return t + c.KernelOverhead
+}
+
+// validateRoofline checks the optional roofline fields: rates finite and not negative
+// (zero: fall back), the overhead finite and not negative.
+func (c *Cluster) validateRoofline() error {
+	if err := c.checkNumber("kernel overhead", c.KernelOverhead, false); err != nil {
+		return err
+	}
+	if c.FLOPs == nil {
+		return nil
+	}
+	for _, cl := range []OpClass{ClassMatmul, ClassConv, ClassVector} {
+		var r *Rates
+		switch cl {
+		case ClassMatmul:
+			r = c.FLOPs.Matmul
+		case ClassConv:
+			r = c.FLOPs.Conv
+		default:
+			r = c.FLOPs.Vector
+		}
+		if r == nil {
+			continue
+		}
+		for p, v := range []float64{r.F32, r.TF32, r.F16} {
+			name := fmt.Sprintf("flops.%s.%s", cl, Precision(p))
+			if err := c.checkNumber(name, v, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

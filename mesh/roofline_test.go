@@ -1,0 +1,58 @@
+package mesh
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The roofline by hand on a made-up device: 100 FLOP/s f32 matmul, 400 f16, 10 vector,
+// 50 B/s of memory, 0.5 s per kernel, efficiency 1/2.
+func TestOpTimeByHand(t *testing.T) {
+	c := &Cluster{Name: "toy", Hosts: 1, DevicesPerHost: 1, DeviceFLOPS: 1000, DeviceMemoryBytes: 1,
+		DeviceMemoryBandwidth: 50, IntraHostBandwidth: 1, Efficiency: 0.5, KernelOverhead: 0.5,
+		FLOPs: &FLOPTable{Matmul: &Rates{F32: 100, TF32: 200, F16: 400}, Vector: &Rates{F32: 10}}}
+	require.NoError(t, c.Validate())
+	assert.InDelta(t, 1000/50.0+0.5, c.OpTime(ClassMatmul, F32, 1000, 10), 1e-12, "compute bound: 1000 FLOP at 50 FLOP/s")
+	assert.InDelta(t, 1000/200.0+0.5, c.OpTime(ClassMatmul, F16, 1000, 10), 1e-12)
+	assert.InDelta(t, 1000/50.0+0.5, c.OpTime(ClassConv, F32, 1000, 10), 1e-12, "conv falls back to matmul")
+	assert.InDelta(t, 10000/50.0+0.5, c.OpTime(ClassMatmul, F32, 1000, 10000), 1e-12, "memory bound: 10000 B at 50 B/s")
+	assert.InDelta(t, 20/5.0+0.5, c.OpTime(ClassVector, F16, 20, 1), 1e-12, "vector f16 falls back to vector f32")
+	assert.InDelta(t, 0.5, c.OpTime(ClassVector, F32, 0, 0), 1e-12, "an empty kernel still pays its overhead")
+	c.TF32 = true
+	assert.InDelta(t, 1000/100.0+0.5, c.OpTime(ClassMatmul, F32, 1000, 10), 1e-12, "f32 contractions on tf32")
+	assert.InDelta(t, 20/5.0+0.5, c.OpTime(ClassVector, F32, 20, 1), 1e-12, "never vector work")
+	c.FLOPs = nil
+	assert.InDelta(t, 1000/500.0+0.5, c.OpTime(ClassMatmul, F16, 1000, 10), 1e-12, "no table: DeviceFLOPS")
+}
+
+// A spec written before the roofline fields reads as before: no table, no overhead.
+func TestOldClusterSpecReads(t *testing.T) {
+	c, err := ParseClusterJSON([]byte(`{"name":"old","hosts":1,"devices_per_host":2,"device_flops":1e12,
+		"device_memory_bytes":8589934592,"device_memory_bandwidth":1e11,"intra_host_bandwidth":1e10,"efficiency":0.5}`), "")
+	require.NoError(t, err)
+	assert.Nil(t, c.FLOPs)
+	assert.Zero(t, c.KernelOverhead)
+	assert.Equal(t, 0.5e12, c.Rate(ClassMatmul, F16))
+}
+
+func TestRooflineFieldsValidate(t *testing.T) {
+	base := `{"name":"c","hosts":1,"devices_per_host":2,"device_flops":1e12,"device_memory_bytes":8589934592,` +
+		`"device_memory_bandwidth":1e11,"intra_host_bandwidth":1e10,"efficiency":1,`
+	for _, tc := range []struct{ edit, want string }{
+		{`"kernel_overhead":-1}`, "kernel overhead must not be negative"},
+		{`"flops":{"matmul":{"f16":-5}}}`, "flops.matmul.f16 must not be negative"},
+		{`"flops":{"tensor":{}}}`, `unknown field "tensor"`},
+		{`"flops":{"vector":{"fp8":1}}}`, `unknown field "fp8"`},
+		{`"collectives":[{"kind":"broadcast","devices":2,"alpha":1,"beta":1}]}`, `unknown collective "broadcast"`},
+		{`"collectives":[{"kind":"slice","devices":2,"alpha":1,"beta":1}]}`, "collectives[0]: kind must be"},
+		{`"collectives":[{"kind":"all_reduce","devices":3,"alpha":1,"beta":1}]}`, "devices must be 2 to the 2 devices per host, got 3"},
+		{`"collectives":[{"kind":"all_reduce","devices":2,"alpha":-1,"beta":1}]}`, "collectives[0].alpha must not be negative"},
+		{`"collectives":[{"kind":"all_reduce","devices":2,"alpha":1,"beta":1},{"kind":"all_reduce","devices":2,"alpha":1,"beta":1}]}`, "collectives[1]: a second fit"},
+	} {
+		_, err := ParseClusterJSON([]byte(base+tc.edit), "")
+		require.Error(t, err, tc.edit)
+		assert.Contains(t, err.Error(), tc.want, tc.edit)
+	}
+}
