@@ -122,7 +122,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	addGlobalFlags(root.PersistentFlags())
-	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newExecCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd())
+	root.AddCommand(newModelCmd(), newTrainCmd(), newShardCmd(), newCompileCmd(), newRunCmd(), newExecCmd(), newRenderCmd(), newExplainCmd(), newExportCmd(), newImportCmd(), newCalibrateCmd())
 	return root
 }
 

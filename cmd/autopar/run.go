@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/safetensors"
+	"github.com/autopar/autopar/units"
 )
 
 type runFlags struct {
@@ -132,6 +134,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	}
 	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", tr.Devices())
 	last := tr.Steps() + f.steps
+	var measured []autopar.MeasuredStep
 	for tr.Steps() < last {
 		if f.trace != "" && tr.Steps() == last-1 {
 			tr.TraceNext()
@@ -142,6 +145,9 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 			return err
 		}
 		step := tr.Steps()
+		if r := tr.LastResult(); r != nil {
+			measured = append(measured, autopar.Measure(plan, r))
+		}
 		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, loss)
@@ -165,7 +171,39 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 			fmt.Fprintf(stdout, "      saved %s at step %d\n", f.save, step)
 		}
 	}
+	printMeasured(stdout, plan, measured)
 	return nil
+}
+
+// printMeasured sets the plan's predicted step time beside the measured one, and each
+// stage's predicted compute and communication beside what its devices spent. The first
+// step warms up (allocations, caches) and is left out when there are others.
+func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
+	if len(steps) == 0 {
+		return
+	}
+	if len(steps) > 1 {
+		steps = steps[1:]
+	}
+	m := autopar.MedianStep(steps)
+	pr := p.Predicted
+	ratio := "-"
+	if pr.StepTime > 0 {
+		ratio = fmt.Sprintf("%.2f", m.Step/pr.StepTime)
+	}
+	fmt.Fprintf(w, "\nstep time: predicted %s, measured %s (measured/predicted %s; median of %d steps, on the runtime's counters)\n",
+		units.Seconds(pr.StepTime), units.Seconds(m.Step), ratio, len(steps))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "stage\tpredicted compute\tpredicted communication\tmeasured compute\tmeasured communication\tmeasured other")
+	B := float64(p.Microbatches)
+	for i, s := range p.Stages {
+		compute, comm := stageSplit(s)
+		t := m.Stages[i]
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i, units.Seconds(B*compute), units.Seconds(B*comm),
+			units.Seconds(t.Compute), units.Seconds(t.Communication), units.Seconds(t.Other))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "per step, mean over each stage's devices; measured communication includes waiting for peers; other: loads, stores, frees")
 }
 
 // diffString prints a check's difference of one kind: the largest absolute difference,
