@@ -1,9 +1,11 @@
 package autopar
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
@@ -182,9 +184,23 @@ func (p *Plan) CheckFor(g *ir.Graph, c *mesh.Cluster) error {
 func clusterDiff(a, b *mesh.Cluster) string {
 	va, vb := reflect.ValueOf(*a), reflect.ValueOf(*b)
 	for i := range va.NumField() {
-		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); x != y {
-			return fmt.Sprintf("%s %v, not %v", va.Type().Field(i).Tag.Get("json"), x, y)
+		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); !reflect.DeepEqual(x, y) {
+			name, _, _ := strings.Cut(va.Type().Field(i).Tag.Get("json"), ",")
+			return fmt.Sprintf("%s %s, not %s", name, clusterValue(x), clusterValue(y))
 		}
 	}
 	return ""
+}
+
+// clusterValue prints a cluster field: the roofline table and the collective fits as
+// their JSON, the rest as Go prints them.
+func clusterValue(v any) string {
+	switch v.(type) {
+	case *mesh.FLOPTable, []mesh.CollectiveFit:
+		data, err := json.Marshal(v)
+		if err == nil {
+			return string(data)
+		}
+	}
+	return fmt.Sprint(v)
 }

@@ -194,7 +194,12 @@ func TestTrainerKeepsStateOnDevices(t *testing.T) {
 	plan := compile(t, g, cluster(t, "cpu:4"), Options{Microbatches: 2, Layers: 2, Manual: &Manual{TP: 2, PP: 1, DP: 2}, Optimizer: opt})
 	tr, err := NewTrainer(ctx, plan, TrainerOptions{Seed: 3})
 	require.NoError(t, err)
-	assert.Empty(t, tr.Hosted())
+	// A param the plan reads replicated but updates sharded stays on the host (Session);
+	// which ones is the plan's choice under the cluster's prices. The rest are resident.
+	hosted := map[string]bool{}
+	for _, name := range tr.Hosted() {
+		hosted[name] = true
+	}
 	batch := stepBatch(t, g, 1)
 	_, err = tr.Step(ctx, batch)
 	require.NoError(t, err)
@@ -206,30 +211,38 @@ func TestTrainerKeepsStateOnDevices(t *testing.T) {
 	feeds := interp.InitParams(full, 3)
 	state := map[string]bool{}
 	for name := range feeds {
-		state[name] = true
+		state[name] = !hosted[name]
 	}
+	assert.Less(t, len(hosted), len(feeds)/2, "most params and state are resident")
 	for name, x := range batch {
 		feeds[name] = x.(*kernels.Tensor)
 	}
 	ran, err := runtime.Run(ctx, progs, runtime.Data(feeds), runtime.Options{})
 	require.NoError(t, err)
 	predicted := codegen.Predict(nil, progs)
+	var storeBytes, maxState int64
 	for i, p := range progs {
-		var stateBytes int64
+		var stateBytes, hostedStores int64
 		for _, in := range p.Instrs {
 			if in.Kind == codegen.Load && state[in.Name] {
 				stateBytes += p.Buffers[in.Out].Type.Bytes()
+			}
+			if in.Kind == codegen.Store && hosted[in.Name] {
+				hostedStores += p.Buffers[in.Args[0]].Type.Bytes()
 			}
 		}
 		got, old := tr.LastResult().Devices[i], ran.Devices[i]
 		assert.Positive(t, stateBytes)
 		assert.Equal(t, old.FeedBytes-stateBytes, got.FeedBytes, "device %d loads only data", p.Device)
-		assert.LessOrEqual(t, got.StoreBytes, int64(4), "device %d stores at most the loss", p.Device)
+		assert.LessOrEqual(t, got.StoreBytes, 4+hostedStores, "device %d stores at most the loss and the hosted names", p.Device)
 		assert.LessOrEqual(t, got.PeerBytes, stateBytes, "device %d", p.Device)
-		assert.Greater(t, old.StoreBytes, stateBytes/2, "Run gathers the params and state")
+		storeBytes += old.StoreBytes
+		maxState = max(maxState, stateBytes)
 		assert.Equal(t, predicted[i].BytesSent, got.BytesSent, "device %d", p.Device)
 		assert.Equal(t, old.BytesSent, got.BytesSent, "device %d", p.Device)
 	}
+	// Which devices store a replicated shard is the plan's choice; together they store it.
+	assert.Greater(t, storeBytes, maxState/2, "Run gathers the params and state")
 }
 
 func TestSessionErrors(t *testing.T) {
