@@ -105,7 +105,7 @@ func TestPlanCheckFor(t *testing.T) {
 	require.ErrorContains(t, p.CheckFor(model(t, "gpt-tiny"), c), "belongs to model mlp")
 	slow := *c
 	slow.IntraHostBandwidth /= 2
-	require.ErrorContains(t, p.CheckFor(g, &slow), "intra_host_bandwidth 1e+10, not 5e+09")
+	require.ErrorContains(t, p.CheckFor(g, &slow), "intra_host_bandwidth 1e+08, not 5e+07")
 	require.ErrorContains(t, p.CheckFor(g, cluster(t, "cpu:8")), "devices_per_host 4, not 8")
 }
 

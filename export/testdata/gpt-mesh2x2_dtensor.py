@@ -32,41 +32,41 @@ STAGES = [
 # the trained parameters: name -> (stage, placements)
 PARAMS = {
     'wte': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
-    'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
+    'wpe': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
-    'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln1.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l0.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l0.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l0.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l0.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
+    'l0.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
-    'l0.mlp.w1.b': (0, [Shard(0), Shard(0)]),  # f32[128] S01
-    'l0.mlp.w2.w': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
-    'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
+    'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
+    'l0.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
-    'l1.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l1.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l1.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l1.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l1.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
+    'l1.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.mlp.w1.w': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
-    'l1.mlp.w1.b': (0, [Shard(0), Shard(0)]),  # f32[128] S01
-    'l1.mlp.w2.w': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
-    'l1.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l1.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
+    'l1.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l1.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
+    'l1.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'lnf.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'lnf.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
 }
 
 # the data inputs of one micro-batch: name -> (stage, placements)
@@ -77,42 +77,42 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
 OPTIMIZER_STATE = {
-    'wte.m': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
-    'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
-    'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
-    'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
-    'l0.mlp.w1.b.m': (0, [Shard(0), Shard(0)]),  # f32[128] S01
-    'l0.mlp.w2.w.m': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
-    'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
-    'l1.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.mlp.w1.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,128] RS01
-    'l1.mlp.w1.b.m': (0, [Shard(0), Shard(0)]),  # f32[128] S01
-    'l1.mlp.w2.w.m': (0, [Shard(0), Shard(0)]),  # f32[128,32] S01R
-    'l1.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'lnf.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'lnf.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'wte.m': (0, [Shard(1), Shard(1)]),  # f32[64,32] RS01
+    'wpe.m': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
+    'l0.ln1.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.ln1.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.q.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l0.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.k.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l0.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.v.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l0.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.o.w.m': (0, [Shard(1), Shard(0)]),  # f32[32,32] S1S0
+    'l0.attn.o.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l0.ln2.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.ln2.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.mlp.w1.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,128] S0S1
+    'l0.mlp.w1.b.m': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l0.mlp.w2.w.m': (0, [Shard(1), Shard(0)]),  # f32[128,32] S1S0
+    'l0.mlp.w2.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l1.ln1.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.ln1.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.q.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l1.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.k.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l1.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.v.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
+    'l1.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.o.w.m': (0, [Shard(1), Shard(0)]),  # f32[32,32] S1S0
+    'l1.attn.o.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l1.ln2.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.ln2.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.mlp.w1.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,128] S0S1
+    'l1.mlp.w1.b.m': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l1.mlp.w2.w.m': (0, [Shard(1), Shard(0)]),  # f32[128,32] S1S0
+    'l1.mlp.w2.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'lnf.gamma.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'lnf.beta.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
 }
 
 

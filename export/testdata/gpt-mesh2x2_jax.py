@@ -25,41 +25,41 @@ STAGES = [
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
     'wte': (0, P(None, None)),  # f32[64,32] RR
-    'wpe': (0, P(None, None)),  # f32[16,32] RR
+    'wpe': (0, P(None, 'y')),  # f32[16,32] RS1
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
-    'l0.ln1.beta': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l0.attn.o.b': (0, P(None)),  # f32[32] R
+    'l0.ln1.beta': (0, P('x')),  # f32[32] S0
+    'l0.attn.q.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l0.attn.q.b': (0, P('y')),  # f32[32] S1
+    'l0.attn.k.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l0.attn.k.b': (0, P('y')),  # f32[32] S1
+    'l0.attn.v.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l0.attn.v.b': (0, P('y')),  # f32[32] S1
+    'l0.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
+    'l0.attn.o.b': (0, P('x')),  # f32[32] S0
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
-    'l0.ln2.beta': (0, P(None)),  # f32[32] R
-    'l0.mlp.w1.w': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
-    'l0.mlp.w1.b': (0, P(('x', 'y'))),  # f32[128] S01
-    'l0.mlp.w2.w': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
-    'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l0.ln2.beta': (0, P('x')),  # f32[32] S0
+    'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
+    'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
+    'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
+    'l0.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
-    'l1.ln1.beta': (0, P(None)),  # f32[32] R
-    'l1.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l1.attn.o.b': (0, P(None)),  # f32[32] R
+    'l1.ln1.beta': (0, P('x')),  # f32[32] S0
+    'l1.attn.q.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l1.attn.q.b': (0, P('y')),  # f32[32] S1
+    'l1.attn.k.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l1.attn.k.b': (0, P('y')),  # f32[32] S1
+    'l1.attn.v.w': (0, P(None, 'y')),  # f32[32,32] RS1
+    'l1.attn.v.b': (0, P('y')),  # f32[32] S1
+    'l1.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
+    'l1.attn.o.b': (0, P('x')),  # f32[32] S0
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
-    'l1.ln2.beta': (0, P(None)),  # f32[32] R
-    'l1.mlp.w1.w': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
-    'l1.mlp.w1.b': (0, P(('x', 'y'))),  # f32[128] S01
-    'l1.mlp.w2.w': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
-    'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l1.ln2.beta': (0, P('x')),  # f32[32] S0
+    'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
+    'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
+    'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
+    'l1.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'lnf.gamma': (0, P(None)),  # f32[32] R
-    'lnf.beta': (0, P(None)),  # f32[32] R
+    'lnf.beta': (0, P('x')),  # f32[32] S0
 }
 
 # the data inputs of one micro-batch: name -> (stage, PartitionSpec)
@@ -70,103 +70,103 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
-    'wte.m': (0, P(None, None)),  # f32[64,32] RR
-    'wpe.m': (0, P(None, None)),  # f32[16,32] RR
-    'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
-    'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l0.attn.o.b.m': (0, P(None)),  # f32[32] R
-    'l0.ln2.gamma.m': (0, P(None)),  # f32[32] R
-    'l0.ln2.beta.m': (0, P(None)),  # f32[32] R
-    'l0.mlp.w1.w.m': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
-    'l0.mlp.w1.b.m': (0, P(('x', 'y'))),  # f32[128] S01
-    'l0.mlp.w2.w.m': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
-    'l0.mlp.w2.b.m': (0, P(None)),  # f32[32] R
-    'l1.ln1.gamma.m': (0, P(None)),  # f32[32] R
-    'l1.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l1.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l1.attn.o.b.m': (0, P(None)),  # f32[32] R
-    'l1.ln2.gamma.m': (0, P(None)),  # f32[32] R
-    'l1.ln2.beta.m': (0, P(None)),  # f32[32] R
-    'l1.mlp.w1.w.m': (0, P(None, ('x', 'y'))),  # f32[32,128] RS01
-    'l1.mlp.w1.b.m': (0, P(('x', 'y'))),  # f32[128] S01
-    'l1.mlp.w2.w.m': (0, P(('x', 'y'), None)),  # f32[128,32] S01R
-    'l1.mlp.w2.b.m': (0, P(None)),  # f32[32] R
-    'lnf.gamma.m': (0, P(None)),  # f32[32] R
-    'lnf.beta.m': (0, P(None)),  # f32[32] R
+    'wte.m': (0, P(None, ('x', 'y'))),  # f32[64,32] RS01
+    'wpe.m': (0, P(None, 'y')),  # f32[16,32] RS1
+    'l0.ln1.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.q.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l0.attn.q.b.m': (0, P('y')),  # f32[32] S1
+    'l0.attn.k.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l0.attn.k.b.m': (0, P('y')),  # f32[32] S1
+    'l0.attn.v.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l0.attn.v.b.m': (0, P('y')),  # f32[32] S1
+    'l0.attn.o.w.m': (0, P('y', 'x')),  # f32[32,32] S1S0
+    'l0.attn.o.b.m': (0, P('x')),  # f32[32] S0
+    'l0.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.mlp.w1.w.m': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l0.mlp.w1.b.m': (0, P('y')),  # f32[128] S1
+    'l0.mlp.w2.w.m': (0, P('y', 'x')),  # f32[128,32] S1S0
+    'l0.mlp.w2.b.m': (0, P('x')),  # f32[32] S0
+    'l1.ln1.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.q.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l1.attn.q.b.m': (0, P('y')),  # f32[32] S1
+    'l1.attn.k.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l1.attn.k.b.m': (0, P('y')),  # f32[32] S1
+    'l1.attn.v.w.m': (0, P('x', 'y')),  # f32[32,32] S0S1
+    'l1.attn.v.b.m': (0, P('y')),  # f32[32] S1
+    'l1.attn.o.w.m': (0, P('y', 'x')),  # f32[32,32] S1S0
+    'l1.attn.o.b.m': (0, P('x')),  # f32[32] S0
+    'l1.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.mlp.w1.w.m': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l1.mlp.w1.b.m': (0, P('y')),  # f32[128] S1
+    'l1.mlp.w2.w.m': (0, P('y', 'x')),  # f32[128,32] S1S0
+    'l1.mlp.w2.b.m': (0, P('x')),  # f32[32] S0
+    'lnf.gamma.m': (0, P('x')),  # f32[32] S0
+    'lnf.beta.m': (0, P('x')),  # f32[32] S0
 }
 
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
-    'tok_emb': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'pos_emb': (0, P(None, None)),  # f32[16,32] RR
-    'embed': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'tok_emb': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'pos_emb': (0, P(None, 'y')),  # f32[16,32] RS1
+    'embed': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'mask': (0, P(None, None)),  # bool[16,16] RR
-    'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l0.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l0.attn.masked': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l0.attn.probs': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l0.attn.ctx': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.ctx.merged': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.mlp.w1.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l0.mlp.w1': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l0.mlp.gelu': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l0.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l1.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l1.attn.masked': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l1.attn.probs': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
-    'l1.attn.ctx': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.ctx.merged': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.mlp.w1.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l1.mlp.w1': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l1.mlp.gelu': (0, P(None, None, ('x', 'y'))),  # f32[4,16,128] RRS01
-    'l1.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'lnf.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.ln1.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.attn.q.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.q': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.q.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l0.attn.k.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.k': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.k.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l0.attn.v.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.v': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.v.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l0.attn.scores': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l0.attn.scaled': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l0.attn.masked': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l0.attn.probs': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l0.attn.ctx': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l0.attn.ctx.merged': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.o.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.attn.o': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.res1': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.ln2.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.mlp.w1.einsum': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l0.mlp.w1': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l0.mlp.gelu': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l0.mlp.w2.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.mlp.w2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l0.res2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.ln1.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.attn.q.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.q': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.q.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l1.attn.k.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.k': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.k.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l1.attn.v.einsum': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.v': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.v.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l1.attn.scores': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l1.attn.scaled': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l1.attn.masked': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l1.attn.probs': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
+    'l1.attn.ctx': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
+    'l1.attn.ctx.merged': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.o.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.attn.o': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.res1': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.ln2.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.mlp.w1.einsum': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l1.mlp.w1': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l1.mlp.gelu': (0, P('x', None, 'y')),  # f32[4,16,128] S0RS1
+    'l1.mlp.w2.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.mlp.w2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'l1.res2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
+    'lnf.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'logits': (0, P(('x', 'y'), None, None)),  # f32[4,16,64] S01RR
     'ce': (0, P(('x', 'y'), None)),  # f32[4,16] S01R
     'loss': (0, P()),  # f32[] -

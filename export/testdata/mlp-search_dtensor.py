@@ -37,8 +37,8 @@ STAGES = [
 PARAMS = {
     'l0.fc.w': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.fc.b': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.fc.w': (1, [Replicate(), Replicate()]),  # f32[32,32] RR
-    'l1.fc.b': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.fc.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l1.fc.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
     'logits.w': (2, [Replicate(), Replicate()]),  # f32[32,10] RR
     'logits.b': (2, [Replicate(), Replicate()]),  # f32[10] R
 }
@@ -53,8 +53,8 @@ INPUTS = {
 OPTIMIZER_STATE = {
     'l0.fc.w.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.fc.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.fc.w.m': (1, [Replicate(), Replicate()]),  # f32[32,32] RR
-    'l1.fc.b.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.fc.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
+    'l1.fc.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
     'logits.w.m': (2, [Replicate(), Replicate()]),  # f32[32,10] RR
     'logits.b.m': (2, [Replicate(), Replicate()]),  # f32[10] R
 }

@@ -30,8 +30,8 @@ STAGES = [
 PARAMS = {
     'l0.fc.w': (0, P(None, None)),  # f32[16,32] RR
     'l0.fc.b': (0, P(None)),  # f32[32] R
-    'l1.fc.w': (1, P(None, None)),  # f32[32,32] RR
-    'l1.fc.b': (1, P(None)),  # f32[32] R
+    'l1.fc.w': (1, P(None, 'y')),  # f32[32,32] RS1
+    'l1.fc.b': (1, P('y')),  # f32[32] S1
     'logits.w': (2, P(None, None)),  # f32[32,10] RR
     'logits.b': (2, P(None)),  # f32[10] R
 }
@@ -46,8 +46,8 @@ INPUTS = {
 OPTIMIZER_STATE = {
     'l0.fc.w.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.fc.b.m': (0, P(None)),  # f32[32] R
-    'l1.fc.w.m': (1, P(None, None)),  # f32[32,32] RR
-    'l1.fc.b.m': (1, P(None)),  # f32[32] R
+    'l1.fc.w.m': (1, P(None, 'y')),  # f32[32,32] RS1
+    'l1.fc.b.m': (1, P('y')),  # f32[32] S1
     'logits.w.m': (2, P(None, None)),  # f32[32,10] RR
     'logits.b.m': (2, P(None)),  # f32[10] R
 }
@@ -57,9 +57,9 @@ ACTIVATIONS = {
     'l0.fc.matmul': (0, P(None, None)),  # f32[8,32] RR
     'l0.fc': (0, P(None, None)),  # f32[8,32] RR
     'l0.relu': (0, P(None, None)),  # f32[8,32] RR
-    'l1.fc.matmul': (1, P(None, None)),  # f32[8,32] RR
-    'l1.fc': (1, P(None, None)),  # f32[8,32] RR
-    'l1.relu': (1, P(None, None)),  # f32[8,32] RR
+    'l1.fc.matmul': (1, P(None, 'y')),  # f32[8,32] RS1
+    'l1.fc': (1, P(None, 'y')),  # f32[8,32] RS1
+    'l1.relu': (1, P(None, 'y')),  # f32[8,32] RS1
     'logits.matmul': (2, P(None, None)),  # f32[8,10] RR
     'logits': (2, P(None, None)),  # f32[8,10] RR
     'ce': (2, P(None)),  # f32[8] R
