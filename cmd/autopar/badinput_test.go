@@ -71,6 +71,20 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster $D/trailing.json`, 1, `trailing data after the JSON object`},
 	{`compile $M/mlp-tiny.ir --cluster $D/negbw.json`, 1, `intra-host bandwidth must be positive`},
 	{`compile $M/mlp-tiny.ir --cluster $D/slow.json`, 1, `more than the 1e+12 s the solver can weigh`},
+	// --cluster: the roofline and calibration fields.
+	{`compile $M/mlp-tiny.ir --cluster $D/flopstypo.json`, 1, `unknown field "fp8"`},
+	{`compile $M/mlp-tiny.ir --cluster $D/negrate.json`, 1, `flops.matmul.f16 must not be negative, got -1`},
+	{`compile $M/mlp-tiny.ir --cluster $D/nanoverhead.json`, 1, `invalid character 'N'`},
+	{`compile $M/mlp-tiny.ir --cluster $D/negoverhead.json`, 1, `kernel overhead must not be negative, got -1`},
+	{`compile $M/mlp-tiny.ir --cluster $D/badfitkind.json`, 1, `unknown collective "broadcast"`},
+	{`compile $M/mlp-tiny.ir --cluster $D/badfitsize.json`, 1, `collectives[0]: devices must be 2 to the 2 devices per host, got 8`},
+	{`compile $M/mlp-tiny.ir --cluster $D/dupfit.json`, 1, `collectives[1]: a second fit of all_reduce on 2 devices`},
+	{`compile $M/mlp-tiny.ir --cluster $D/slowrate.json`, 1, `more than the 1e+12 s the solver can weigh`},
+	// calibrate.
+	{`calibrate --cluster dgx-a100 -o $D/x.json`, 1, `calibrate measures the built-in runtime, expected cpu or cpu:N`},
+	{`calibrate --cluster cpu:0 -o $D/x.json`, 1, `count after ':' must be an integer from 1 to 256, got "0"`},
+	{`calibrate --cluster cpu:4`, 1, `required flag(s) "output" not set`},
+	{`calibrate --cluster cpu:1 --quick -q -o $D/nosuchdir/x.json`, 1, `nosuchdir`},
 	{`compile $M/mlp-tiny.ir --cluster $D`, 1, `read $D: is a directory`},
 
 	// --plan degrees and plan files.
@@ -227,23 +241,36 @@ var badFiles = map[string]string{
 	"trailing.json":        clusterJSON(``) + `{}`,
 	"negbw.json":           clusterJSON(`"intra_host_bandwidth":-1`),
 	"slow.json":            clusterJSON(`"device_flops":1e-300`),
+	"flopstypo.json":       clusterJSON(`"flops":{"matmul":{"fp8":1}}`),
+	"negrate.json":         clusterJSON(`"flops":{"matmul":{"f16":-1}}`),
+	"nanoverhead.json":     clusterJSON(`"kernel_overhead":NaN`),
+	"negoverhead.json":     clusterJSON(`"kernel_overhead":-1`),
+	"badfitkind.json":      clusterJSON(`"collectives":[{"kind":"broadcast","devices":2,"alpha":1,"beta":1}]`),
+	"badfitsize.json":      clusterJSON(`"collectives":[{"kind":"all_reduce","devices":8,"alpha":1,"beta":1}]`),
+	"dupfit.json":          clusterJSON(`"collectives":[{"kind":"all_reduce","devices":2,"alpha":1,"beta":1},{"kind":"all_reduce","devices":2,"alpha":1,"beta":1}]`),
+	"slowrate.json":        clusterJSON(`"flops":{"matmul":{"f32":1e-300},"vector":{"f32":1e-300}}`),
 	"corrupt-plan.json":    `{"version":`,
 	"noevents.json":        `{"traceEvents":[]}`,
 	"foreign-trace.json":   `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":0,"dur":1,"tid":7,"args":{"instr":0}}]}`,
 	"farfuture-trace.json": `{"traceEvents":[{"name":"load","cat":"load","ph":"X","ts":1e300,"dur":1,"tid":0,"args":{"instr":0}}]}`,
 }
 
-// clusterJSON is a valid two-device cluster spec with the fields of edit replacing its own.
+// clusterJSON is a valid two-device cluster spec with the field of edit replacing its own,
+// or added (the optional fields).
 func clusterJSON(edit string) string {
 	fields := []string{`"name":"c"`, `"hosts":1`, `"devices_per_host":2`, `"device_flops":1e12`,
 		`"device_memory_bytes":8589934592`, `"device_memory_bandwidth":1e11`, `"intra_host_bandwidth":1e10`,
 		`"intra_host_latency":1e-6`, `"efficiency":1`}
 	if edit != "" {
 		key, _, _ := strings.Cut(edit, ":")
+		replaced := false
 		for i, f := range fields {
 			if strings.HasPrefix(f, key+":") {
-				fields[i] = edit
+				fields[i], replaced = edit, true
 			}
+		}
+		if !replaced {
+			fields = append(fields, edit)
 		}
 	}
 	return "{" + strings.Join(fields, ",") + "}"

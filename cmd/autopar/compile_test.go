@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/mesh"
 )
 
 func TestCompileWritesPlanAndPrograms(t *testing.T) {
@@ -80,4 +82,23 @@ func TestCompileDumpAndTime(t *testing.T) {
 	assert.Contains(t, errOut.String(), "pass autodiff")
 	f.dump = "nope"
 	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, autodiff, optimizer")
+}
+
+// calibrate writes a cluster JSON that compile and run read back.
+func TestCalibrateWritesACluster(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.json")
+	var out bytes.Buffer
+	require.NoError(t, runCalibrate(context.Background(), &out, calibrateFlags{cluster: "cpu:2", out: path, quick: true}))
+	assert.Contains(t, out.String(), "instruction overhead")
+	assert.Contains(t, out.String(), "all_reduce     2 devices")
+	c, err := mesh.ParseCluster(path)
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.DevicesPerHost)
+	out.Reset()
+	var errOut bytes.Buffer
+	f := runFlags{compileFlags: compileFlags{cluster: path, microbatches: "1", schedule: "1f1b", optimizer: "sgd"},
+		steps: 2, seed: 1, timeout: 10e9, tol: 1e-4}
+	require.NoError(t, runRun(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	assert.Regexp(t, `step time: predicted [0-9.]+ .s, measured [0-9.]+ .s \(measured/predicted [0-9.]+; median of 1 steps`, out.String())
+	assert.Contains(t, out.String(), "stage  predicted compute  predicted communication  measured compute")
 }
