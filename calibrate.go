@@ -256,15 +256,21 @@ func (c *calibrator) sizes() []int {
 
 func (c *calibrator) matmulRate(dt ir.DType) float64 {
 	var cases []kernelCase
-	for i, s := range c.sizes() {
+	for _, s := range c.sizes() {
 		a := ir.Type{DType: dt, Shape: ir.Shape{s, s}}
-		if i%2 == 0 {
-			cases = append(cases, newCase(ir.OpMatMul, nil, a, a))
-			continue
-		}
-		// A batched einsum, the attention products' shape.
-		b := ir.Type{DType: dt, Shape: ir.Shape{4, s / 2, s}}
-		cases = append(cases, newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bik,bjk->bij"), b, b))
+		cases = append(cases, newCase(ir.OpMatMul, nil, a, a))
+		// The einsums of a transformer, at batch 2, s/16 heads: a projection, its weight
+		// gradient, attention scores and context (their operands permuted, as models have
+		// them).
+		h := max(1, s/16)
+		x := ir.Type{DType: dt, Shape: ir.Shape{2, s, s}}
+		heads := ir.Type{DType: dt, Shape: ir.Shape{2, s, h, 16}}
+		probs := ir.Type{DType: dt, Shape: ir.Shape{2, h, s, s}}
+		cases = append(cases,
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bsi,io->bso"), x, a),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bsi,bso->io"), x, x),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bqnd,bknd->bnqk"), heads, heads),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bknd->bqnd"), probs, heads))
 	}
 	r := c.rateFit("matmul/einsum "+dt.String(), cases)
 	c.logf("matmul rate %-4s          %8.3f GFLOP/s", dt, r/1e9)
@@ -285,17 +291,26 @@ func (c *calibrator) convRate(dt ir.DType) float64 {
 	return r
 }
 
-// vectorRate fits the vector ops the models use most on tensors that stay in cache, by
-// their op-table FLOPs.
+// vectorRate is the mean rate of the vector ops the models use most, by their op-table
+// FLOPs, on tensors the size of tiny models' activations: all their FLOPs over all their
+// time less one overhead each. (A line through ops of different kinds would fit their
+// differences, not a rate.)
 func (c *calibrator) vectorRate(dt ir.DType) float64 {
-	var cases []kernelCase
+	var flops, sec float64
 	for _, s := range c.sizes() {
-		t := ir.Type{DType: dt, Shape: ir.Shape{s, 64}}
-		cases = append(cases, newCase(ir.OpExp, nil, t), newCase(ir.OpTanh, nil, t),
-			newCase(ir.OpGelu, nil, t), newCase(ir.OpMul, nil, t, t),
-			newCase(ir.OpSoftmax, ir.Attrs{}.With("axis", 1), t))
+		t := ir.Type{DType: dt, Shape: ir.Shape{2 * s, 64}}
+		row := ir.Type{DType: dt, Shape: ir.Shape{64}}
+		for _, k := range []kernelCase{newCase(ir.OpAdd, nil, t, t), newCase(ir.OpMul, nil, t, t),
+			newCase(ir.OpSub, nil, t, t), newCase(ir.OpAdd, nil, t, row), newCase(ir.OpExp, nil, t),
+			newCase(ir.OpGelu, nil, t), newCase(ir.OpRelu, nil, t),
+			newCase(ir.OpSoftmax, ir.Attrs{}.With("axis", 1), t),
+			newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0}), t)} {
+			tk := c.timeCase(k)
+			c.logf("vector %-4s %-13s %8.2f µs  (%s)", dt, k.op.Def().Name, tk*1e6, k.out)
+			flops, sec = flops+k.flops, sec+math.Max(tk-c.over, tk/4)
+		}
 	}
-	r := c.rateFit("vector "+dt.String(), cases)
+	r := flops / sec
 	c.logf("vector rate %-4s          %8.3f GFLOP/s", dt, r/1e9)
 	return r
 }
