@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	goruntime "runtime"
 	"sort"
 	"sync"
 	"time"
@@ -37,9 +38,11 @@ type CalibrateOptions struct {
 //   - α and β of each collective for each group size the cluster's meshes use (powers of
 //     two up to the device count, and the count itself), on the in-process transport.
 //
-// Every kernel runs on Devices goroutines at once, as the runtime runs one per device, so
-// the rates are what one device sees while its peers compute beside it on the same cores.
-// Times are medians of repeated rounds, so a busy machine skews them less.
+// Kernels run on as many goroutines at once as there are cores (GOMAXPROCS, at most
+// Devices), so a rate is what a device sees with a core of its own while its peers compute
+// beside it; the cluster's host_cores says how many cores the devices share, and the
+// sharding prices scale a mesh's kernels by devices / cores when it has more devices than
+// cores. Times are medians of repeated rounds, so a busy machine skews them less.
 func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error) {
 	if opts.Devices < 1 {
 		return nil, fmt.Errorf("calibrate: devices must be at least 1, got %d", opts.Devices)
@@ -51,6 +54,7 @@ func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error
 	cal := &calibrator{ctx: ctx, n: opts.Devices, quick: opts.Quick, report: opts.Report}
 	c.Name = "cpu-calibrated"
 	c.Efficiency = 1
+	c.HostCores = goruntime.GOMAXPROCS(0)
 	c.KernelOverhead = cal.overhead()
 	c.FLOPs = &mesh.FLOPTable{
 		Matmul: &mesh.Rates{F32: cal.matmulRate(ir.F32), F16: cal.matmulRate(ir.F16)},
@@ -193,9 +197,12 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 		flops: op.Def().FLOPs(args, at, out), bytes: bytes + float64(out.Bytes())}
 }
 
-// timeCase is the median seconds of one call of k on each of the n devices at once.
+// timeCase is the median seconds of one call of k on each of the devices at once, as many
+// as there are cores (at most n): the rate of a device with a core of its own. More devices
+// than cores share them, which the cluster's HostCores prices (mesh.Cluster.Sharing).
 func (c *calibrator) timeCase(k kernelCase) float64 {
-	ins := make([][]*kernels.Tensor, c.n)
+	workers := min(c.n, goruntime.GOMAXPROCS(0))
+	ins := make([][]*kernels.Tensor, workers)
 	for w := range ins {
 		for i, t := range k.args {
 			x := kernels.New(t)
@@ -205,7 +212,7 @@ func (c *calibrator) timeCase(k kernelCase) float64 {
 			ins[w] = append(ins[w], x)
 		}
 	}
-	return c.timeConcurrent(c.n, func(w int) error {
+	return c.timeConcurrent(workers, func(w int) error {
 		_, err := kernels.Eval(k.op, k.at, k.out, ins[w])
 		return err
 	})

@@ -241,7 +241,7 @@ func adam() passes.Optimizer { return passes.Optimizer{Kind: "adam", LR: 0.01} }
 
 // ReadPlan refuses a hand-edited plan.json whose layouts nothing can hold.
 func TestReadPlanChecksLayouts(t *testing.T) {
-	p := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 1})
+	p := compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 1, Manual: &Manual{TP: 1, PP: 1, DP: 2}}) // one stage on both devices
 	var buf bytes.Buffer
 	require.NoError(t, p.WriteJSON(&buf))
 	// A submesh of three devices where the plan lists two: a hand edit that still parses.

@@ -56,6 +56,20 @@ type Cluster struct {
 	// calibrate), replacing the ring formulas for the kinds and sizes listed.
 	// Default none.
 	Collectives []CollectiveFit `json:"collectives,omitempty"`
+	// HostCores is how many processor cores the devices of a host share: the built-in
+	// runtime's devices are goroutines, so N of them on C < N cores compute at C/N of a
+	// core each (see Sharing). Default 0: every device computes on its own (GPUs).
+	HostCores int `json:"host_cores,omitempty"`
+}
+
+// Sharing is the factor by which the kernels of devices devices of one host computing at
+// once slow down because they share the host's cores: devices / HostCores when there are
+// more devices than cores, else 1.
+func (c *Cluster) Sharing(devices int) float64 {
+	if c.HostCores <= 0 || devices <= c.HostCores {
+		return 1
+	}
+	return float64(devices) / float64(c.HostCores)
 }
 
 // MaxDevices is the most devices a cluster may have: a DeviceID is an int32.
@@ -142,6 +156,9 @@ func (c *Cluster) Validate() error {
 	}
 	if math.IsNaN(c.Efficiency) || c.Efficiency <= 0 || c.Efficiency > 1 {
 		return c.errorf("efficiency must be in (0, 1], got %v", c.Efficiency)
+	}
+	if c.HostCores < 0 || c.HostCores > MaxDevices {
+		return c.errorf("host cores must be 0 (devices do not share cores) to %d, got %d", MaxDevices, c.HostCores)
 	}
 	if err := c.validateRoofline(); err != nil {
 		return err

@@ -82,23 +82,24 @@ var presets = map[string]func() Cluster{
 	},
 	// The built-in runtime: one host whose "devices" are goroutines sharing
 	// the CPU and its memory. Inter-host numbers mirror the intra-host ones
-	// so that a spec edited to several hosts stays valid. The rates are
-	// rounded from autopar calibrate --cluster cpu:4 on the project's 2-core
-	// development machine (shared, loaded): per device while four compute at
-	// once. autopar calibrate measures the machine at hand.
+	// so that a spec edited to several hosts stays valid. The rates, per
+	// core, are rounded from autopar calibrate on the project's 2-core
+	// development machine (shared and loaded, so they are rough); HostCores
+	// is its 2 cores. autopar calibrate measures the machine at hand.
 	"cpu": func() Cluster {
 		return Cluster{
 			Name: "cpu", Hosts: 1, DevicesPerHost: cpuDefaultDevices,
-			DeviceFLOPS: 1e9, DeviceMemoryBytes: 8 << 30, DeviceMemoryBandwidth: 1e9,
+			DeviceFLOPS: 2e9, DeviceMemoryBytes: 8 << 30, DeviceMemoryBandwidth: 1e9,
 			IntraHostBandwidth: 100e6, IntraHostLatency: 20e-6,
 			InterHostBandwidth: 100e6, InterHostLatency: 20e-6,
 			Efficiency: 1,
 			FLOPs: &FLOPTable{
-				Matmul: &Rates{F32: 1e9, F16: 0.6e9},
-				Conv:   &Rates{F32: 0.8e9, F16: 0.6e9},
-				Vector: &Rates{F32: 50e6, F16: 20e6},
+				Matmul: &Rates{F32: 2e9, F16: 1e9},
+				Conv:   &Rates{F32: 1.2e9, F16: 1e9},
+				Vector: &Rates{F32: 100e6, F16: 30e6},
 			},
-			KernelOverhead: 5e-6,
+			KernelOverhead: 3e-6,
+			HostCores:      2,
 		}
 	},
 }

@@ -42,6 +42,7 @@ func TestRooflineFieldsValidate(t *testing.T) {
 		`"device_memory_bandwidth":1e11,"intra_host_bandwidth":1e10,"efficiency":1,`
 	for _, tc := range []struct{ edit, want string }{
 		{`"kernel_overhead":-1}`, "kernel overhead must not be negative"},
+		{`"host_cores":-2}`, "host cores must be 0 (devices do not share cores) to 2147483647, got -2"},
 		{`"flops":{"matmul":{"f16":-5}}}`, "flops.matmul.f16 must not be negative"},
 		{`"flops":{"tensor":{}}}`, `unknown field "tensor"`},
 		{`"flops":{"vector":{"fp8":1}}}`, `unknown field "fp8"`},
@@ -55,4 +56,19 @@ func TestRooflineFieldsValidate(t *testing.T) {
 		require.Error(t, err, tc.edit)
 		assert.Contains(t, err.Error(), tc.want, tc.edit)
 	}
+}
+
+// Devices beyond the host's cores share them; GPUs (HostCores 0) never do.
+func TestSharing(t *testing.T) {
+	c := &Cluster{HostCores: 2}
+	assert.Equal(t, 1.0, c.Sharing(1))
+	assert.Equal(t, 1.0, c.Sharing(2))
+	assert.Equal(t, 2.0, c.Sharing(4))
+	assert.Equal(t, 1.0, (&Cluster{}).Sharing(8))
+	m, err := NewLogicalMesh(mustCluster(t, "dgx-a100:2"), Submesh{Hosts: 2, Devices: 8}, 2, 8)
+	require.NoError(t, err)
+	assert.Equal(t, 8, m.HostDevices())
+	u, err := NewUniformMesh(2, 2, 1, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 4, u.HostDevices())
 }

@@ -137,6 +137,15 @@ func newNetwork(c *Cluster, m *LogicalMesh) *network {
 	return nw
 }
 
+// HostDevices is how many of the mesh's devices share one host: all of them on a mesh made
+// by hand.
+func (m *LogicalMesh) HostDevices() int {
+	if m.net == nil || m.net.hosts[AxesBoth] <= 1 {
+		return m.Size()
+	}
+	return (m.Size() + m.net.hosts[AxesBoth] - 1) / m.net.hosts[AxesBoth]
+}
+
 func (nw *network) time(k Collective, n, hosts int, B float64) float64 {
 	if k == Slice || n <= 1 {
 		return 0

@@ -59,15 +59,16 @@ type costModel struct {
 }
 
 // compute prices one op's kernel on one device: flops of the whole op split over shards
-// devices, bytes its local operands and result hold.
-func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64) float64 {
+// devices, bytes its local operands and result hold, while hostDevices devices of its host
+// compute at once (mesh.Cluster.Sharing).
+func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int) float64 {
 	if c.alpa || op.Def().Category == ir.CatLeaf {
 		return 0
 	}
 	if c.cluster == nil {
 		return flops / float64(shards) / c.flops
 	}
-	return c.cluster.OpTime(opClass(op), precision(dt), flops/float64(shards), bytes)
+	return c.cluster.OpTime(opClass(op), precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(hostDevices)
 }
 
 // opClass says which of a device's FLOP rates an op runs at: contractions at the matmul
@@ -240,7 +241,7 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	base := Strategy{In: in, Out: out}
 	base.Memory = e.bytes(out)
 	base.Compute = e.cm.compute(e.v.Op, e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
-		float64(base.Memory+e.operandBytes(in)))
+		float64(base.Memory+e.operandBytes(in)), e.lm.HostDevices())
 	for _, red := range reduces {
 		base.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: internal, Dim: -1, Reduce: red, Bytes: float64(base.Memory)})
 	}
