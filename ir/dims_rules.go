@@ -48,6 +48,16 @@ func dimsBroadcasting(args []Type, _ Attrs, res Type) Dims {
 	return b.d
 }
 
+// dimsDropout fixes every dim: an element's mask depends on its global element index, which
+// the local compute of a shard does not have.
+func dimsDropout(args []Type, at Attrs, res Type) Dims {
+	d := dimsBroadcasting(args, at, res)
+	for l := range d.Fixed {
+		d.Fixed[l] = true
+	}
+	return d
+}
+
 func dimsMatMul(args []Type, _ Attrs, _ Type) Dims {
 	var b dimsBuilder
 	m := b.label(args[0].Shape[0], false)
