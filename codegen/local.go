@@ -23,7 +23,9 @@ import (
 //   - reduce_mean over a split axis: the local mean times local/global count, then partial;
 //   - iota: computed as cumsum of ones minus ones, plus the shard's offset along the axis
 //     when that axis is split (the instruction set has no compute without operands);
-//   - constant: a constant instruction of the local type.
+//   - constant: a constant instruction of the local type;
+//   - gather with its table's rows split: a masked lookup at the shard's row offset, zeros
+//     for the ids other shards hold, partial (a sum) over the rows' axes (gatherShard).
 //
 // What cannot be lowered is refused by CheckStrategy, naming the op, the strategy and why:
 // a fixed label that is split (softmax's row, a cut slice dim, gather's vocabulary, cross

@@ -145,9 +145,10 @@ type Partial uint8
 const (
 	// PartialNone: the op cannot run on shards of a contracted label.
 	PartialNone Partial = iota
-	// PartialSum: the results add up (contractions, sums, convolutions, scatter_add); a
-	// sum-all-reduce or a reduce-scatter finishes them. reduce_mean, run locally, is
-	// rescaled by its local over global count first.
+	// PartialSum: the results add up (contractions, sums, convolutions, scatter_add, gather
+	// on a shard of its table's rows, masked: codegen/local.go); a sum-all-reduce or a
+	// reduce-scatter finishes them. reduce_mean, run locally, is rescaled by its local over
+	// global count first.
 	PartialSum
 	// PartialMax: the result is the elementwise max of the shards' results (reduce_max).
 	// Finishing it needs a max all-reduce, which the program's instruction set does not

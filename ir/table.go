@@ -105,7 +105,7 @@ var opTable = [numOps]OpDef{
 	OpSlice:     {Name: "slice", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "limit", Kind: AttrInts}, {Name: "start", Kind: AttrInts}}, Infer: inferSlice, Dims: dimsSlice, FLOPs: noFLOPs},
 	OpConcat:    {Name: "concat", Category: CatLayout, Arity: 1, Variadic: true, Attrs: axisAttr, Infer: inferConcat, Dims: dimsConcat, FLOPs: noFLOPs},
 
-	OpGather:             {Name: "gather", Category: CatSpecial, Arity: 2, Infer: inferGather, Dims: dimsGather, FLOPs: perResult(1)},
+	OpGather:             {Name: "gather", Category: CatSpecial, Arity: 2, Infer: inferGather, Dims: dimsGather, FLOPs: perResult(1), Partial: PartialSum},
 	OpScatterAdd:         {Name: "scatter_add", Category: CatSpecial, Arity: 2, Attrs: []AttrSpec{{Name: "rows", Kind: AttrInt}}, Infer: inferScatterAdd, Dims: dimsScatterAdd, FLOPs: perOperandN(1, 1), Partial: PartialSum},
 	OpSparseCrossEntropy: {Name: "sparse_cross_entropy", Category: CatSpecial, Arity: 2, Infer: inferCrossEntropy, Dims: dimsCrossEntropy, FLOPs: perOperand(5)},
 	OpConv2D:             {Name: "conv2d", Category: CatSpecial, Arity: 2, Attrs: convAttrs, Infer: inferConv, Dims: dimsConv, FLOPs: convFLOPs, Partial: PartialSum, Heavy: true},

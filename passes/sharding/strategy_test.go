@@ -62,6 +62,7 @@ func TestStrategiesFromDims(t *testing.T) {
 	for _, s := range candidatesOf(t, g, lm, "x") {
 		assert.Equal(t, mesh.AxesNone, s.Out.Dims[1], "an input splits only its batch dim: %s", s.Name)
 	}
+	assert.Contains(t, names(candidatesOf(t, g, lm, "emb")), "RR = S0R x R (all_reduce 0)", "vocab-parallel embedding")
 	// Cross-entropy's class dim is fixed by its signature: the vocab-parallel form needs
 	// collectives inside the op, which codegen does not emit (docs/DECISIONS.md).
 	for _, s := range candidatesOf(t, g, lm, "ce") {
