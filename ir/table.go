@@ -2,9 +2,86 @@ package ir
 
 // The op table: one row per op, holding every fact about the op that the compiler uses:
 // its shape rule, dims signature and FLOPs, how its partial results combine (Partial),
-// whether it is heavy and whether it follows its operand in the sharding ILP. A new op is a
-// row here plus its kernel (runtime/kernels, registered once by op) and, if
-// differentiable, its gradient rule (passes).
+// whether it is heavy and whether it follows its operand in the sharding ILP. The sharding
+// pass, the layer clustering and codegen read these rows rather than lists of their own. A
+// new op is its constant and its row here, its kernel (runtime/kernels, registered once by
+// op) and, if differentiable, its gradient rule (passes); docs/DECISIONS.md counts the files.
+
+// Op names one row of the op table.
+type Op uint8
+
+// The ops, one per row of opTable below (same order). The order is not part of any file
+// format: the text form uses names.
+const (
+	OpInvalid Op = iota
+
+	// Leaves.
+	OpParam    // a trained parameter, declared with its type
+	OpInput    // a data input, declared with its type and batch dim
+	OpState    // optimizer state, declared with its type
+	OpConstant // a tensor filled with one value
+	OpIota     // index along one axis, for masks and one-hots
+
+	// Elementwise, numpy broadcasting.
+	OpAdd
+	OpSub
+	OpMul
+	OpDiv
+	OpMax
+	OpEq
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+	OpWhere
+	OpNeg
+	OpExp
+	OpLog
+	OpTanh
+	OpRelu
+	OpGelu
+	OpSigmoid
+	OpSqrt
+	OpRsqrt
+	OpCast
+	OpDropout
+
+	// Contractions.
+	OpMatMul
+	OpEinsum
+
+	// Reductions and row-wise ops.
+	OpReduceSum
+	OpReduceMax
+	OpReduceMean
+	OpSoftmax
+	OpLogSoftmax
+	OpCumsum
+	OpLayerNorm
+	OpBatchNorm
+
+	// Layout.
+	OpReshape
+	OpTranspose
+	OpBroadcast
+	OpSlice
+	OpConcat
+
+	// Special.
+	OpGather
+	OpScatterAdd
+	OpSparseCrossEntropy
+	OpConv2D
+	OpConv2DInputGrad
+	OpConv2DFilterGrad
+	OpMaxPool
+	OpMaxPoolGrad
+	OpAvgPool
+	OpAvgPoolGrad
+
+	numOps
+)
 
 var (
 	stateAttrs = []AttrSpec{{Name: "type", Kind: AttrType}}
