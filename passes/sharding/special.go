@@ -6,14 +6,15 @@ import "github.com/autopar/autopar/ir"
 // signature says.
 //
 //   - A split contracted label is offered when the row's Partial is lowerable (a sum:
-//     contractions, sums, convolutions, scatter_add), finished by an all-reduce or a
+//     contractions, sums, convolutions, scatter_add, gather), finished by an all-reduce or a
 //     reduce-scatter. reduce_max's partial is a max, which the program's collectives
 //     cannot finish, so its reduced dims stay whole (ir.Partial.Lowerable); codegen reads
 //     the same row and refuses exactly what is not offered here.
-//   - gather's vocabulary dim and sparse_cross_entropy's class dim are Fixed by their
-//     signatures: the vocab-parallel embedding (a masked lookup at the shard's offset) and
-//     cross-entropy (all-reduces of a max and two sums inside the op) are valid but codegen
-//     does not emit them (docs/DECISIONS.md).
+//   - gather's vocabulary dim is contracted and its partial a sum: the vocab-parallel
+//     embedding (Megatron's), which codegen lowers as a masked lookup at the shard's offset.
+//   - sparse_cross_entropy's class dim is Fixed by its signature: the vocab-parallel
+//     cross-entropy (all-reduces of a max and two sums inside the op) is valid but codegen
+//     does not emit it (docs/DECISIONS.md).
 //   - Data inputs: only the batch dim may be split (the loader places the data); every
 //     other dim of an input is fixed, reachable still by a free slice at the consumer.
 //   - Conv: its signature already splits batch and output channels and contracts input

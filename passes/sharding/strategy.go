@@ -26,7 +26,7 @@ type Strategy struct {
 	// Memory is the bytes one device holds of the result under Out.
 	Memory int64 `json:"memory"`
 	// Collectives are the op-internal collectives: the all-reduce or reduce-scatter of a
-	// split contracted dim, the all-reduces of a class-split cross-entropy.
+	// split contracted dim.
 	Collectives []OpCollective `json:"collectives,omitempty"`
 }
 
@@ -39,8 +39,9 @@ type OpCollective struct {
 	Axes mesh.AxisSet    `json:"axes"`
 	// Dim is the result dim a reduce-scatter scatters onto; -1 otherwise.
 	Dim int `json:"dim"`
-	// Reduce is the combining function: "sum" or "max". A reduce_mean split on its
-	// reduced axis divides by the global count locally, then sums.
+	// Reduce is the combining function, the op row's ir.Partial: "sum" (the only one
+	// offered, see ir.Partial.Lowerable). A reduce_mean split on its reduced axis divides
+	// by the global count locally, then sums.
 	Reduce string  `json:"reduce"`
 	Bytes  float64 `json:"bytes"` // B of the alpha–beta formula
 	Time   float64 `json:"time"`  // seconds
