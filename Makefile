@@ -11,7 +11,7 @@ FUZZFLAGS ?=
 # $(FUZZTIME). A listed target that does not exist fails the run (go test -fuzz would
 # silently pass on it), so a renamed or deleted target is noticed.
 FUZZ_TARGETS := ./frontend:FuzzParse ./mesh:FuzzClusterJSON ./mesh:FuzzFlagValues ./mesh:FuzzParseSpec \
-	.:FuzzParseManual .:FuzzReadPlan .:FuzzPlansLower ./codegen:FuzzProgramJSON ./render:FuzzReadTrace \
+	.:FuzzParseManual .:FuzzReadPlan .:FuzzPlansLower ./program:FuzzProgramJSON ./render:FuzzReadTrace \
 	./frontend/onnx:FuzzImportONNX
 # -tags mpi builds runtime/mpi against Open MPI where it is installed (deps installs it);
 # without it the package is a stub that says so. Expanded when a recipe runs, after deps.

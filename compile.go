@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 )
 
 // Options steer Compile. The zero value compiles with SGD (momentum 0.9), micro-batches
@@ -140,7 +140,7 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
-	sched, err := codegen.ParseSchedule(opts.Schedule)
+	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func microbatchCounts(batch, asked int) ([]int, error) {
 }
 
 // compileWith plans with b micro-batches.
-func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch, b int) (*Plan, error) {
+func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch, b int) (*Plan, error) {
 	mb, err := passes.Rebatch(g, batch/b)
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 			return nil, err
 		}
 	}
-	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
+	do := dp.Options{Microbatches: b, Schedule: sched, Constraints: cons}
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
@@ -298,13 +298,6 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		return nil, err
 	}
 	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
-}
-
-func dpSchedule(s codegen.Schedule) dp.Schedule {
-	if s == codegen.GPipe {
-		return dp.GPipe
-	}
-	return dp.OneFOneB
 }
 
 // manualConstraints turns tp/pp/dp degrees into pinned stages: PP stages of equal layer

@@ -18,6 +18,7 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/program"
 )
 
 // PlanVersion is the version of the plan.json format.
@@ -117,7 +118,7 @@ type Prediction struct {
 }
 
 // assemble turns the DP's result into a Plan.
-func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Options, sched codegen.Schedule,
+func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Options, sched program.Schedule,
 	batch, b int, res *dp.Result, o *oracle) (*Plan, error) {
 	text := g.String()
 	p := &Plan{Version: PlanVersion, Model: g.Name, ModelHash: hashText(text), ModelIR: text, Cluster: *c,
@@ -338,7 +339,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 func (p *Plan) Step() *ir.Graph { return p.step }
 
 // Programs lowers the plan to one program per device (codegen.Lower).
-func (p *Plan) Programs() ([]*codegen.Program, error) {
+func (p *Plan) Programs() ([]*program.Program, error) {
 	cp, err := p.CodegenPlan()
 	if err != nil {
 		return nil, err
@@ -351,7 +352,7 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 	if p.step == nil {
 		return nil, fmt.Errorf("plan: no training step: read the plan with ReadPlan")
 	}
-	sched, err := codegen.ParseSchedule(p.Schedule)
+	sched, err := program.ParseSchedule(p.Schedule)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/units"
 )
 
@@ -51,7 +51,7 @@ func Predict(p *autopar.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
-	sched, err := codegen.ParseSchedule(p.Schedule)
+	sched, err := program.ParseSchedule(p.Schedule)
 	if err != nil {
 		return nil, fmt.Errorf("render: plan: %w", err)
 	}
@@ -86,7 +86,7 @@ type span struct {
 // simulate runs the stages' task orders against each other: a task starts once its
 // stage's previous task and the task it receives from have ended. It panics if the orders
 // deadlock, which stageOrder's orders never do.
-func simulate(sched codegen.Schedule, S, B int, times []stageTimes) [][]span {
+func simulate(sched program.Schedule, S, B int, times []stageTimes) [][]span {
 	orders := make([][]task, S)
 	for s := range orders {
 		orders[s] = stageOrder(sched, S, s, B)

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
@@ -60,7 +60,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 			p := compilePlan(t, c)
 			s, err := ReadTrace(bytes.NewReader(runTrace(t, p)), p)
 			require.NoError(t, err)
-			sched, err := codegen.ParseSchedule(p.Schedule)
+			sched, err := program.ParseSchedule(p.Schedule)
 			require.NoError(t, err)
 			bars := taskBars(s)
 			for r, row := range s.Rows {
@@ -97,11 +97,11 @@ func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 		ts := 0.0
 		for i, mb := range prog.Execution {
 			in := &prog.Instrs[i]
-			if in.Kind == codegen.Free {
+			if in.Kind == program.Free {
 				continue // as runtime.WriteTrace leaves them out
 			}
 			dur := 1.0
-			if in.Kind == codegen.Recv {
+			if in.Kind == program.Recv {
 				dur = 3
 			}
 			evs = append(evs, ev{Name: runtime.EventName(prog, i, mb), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
@@ -131,7 +131,7 @@ func TestReadTraceErrors(t *testing.T) {
 	other := compilePlan(t, planCases[0])
 	progs, err := p.Programs()
 	require.NoError(t, err)
-	var dev0 *codegen.Program
+	var dev0 *program.Program
 	for _, prog := range progs {
 		if prog.Device == 0 {
 			dev0 = prog
