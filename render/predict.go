@@ -3,7 +3,7 @@ package render
 import (
 	"fmt"
 
-	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/units"
 )
@@ -23,7 +23,7 @@ type stageTimes struct {
 // (a backward computes two matmuls per forward one: the gradients of the input and of the
 // weight). The communication share of each block is the stage's (communication +
 // resharding) / total cost.
-func timesOf(p *autopar.Plan, s int, ph []phase) stageTimes {
+func timesOf(p *plan.Plan, s int, ph []phase) stageTimes {
 	st := &p.Stages[s]
 	var t stageTimes
 	for _, v := range st.Values {
@@ -46,8 +46,8 @@ func timesOf(p *autopar.Plan, s int, ph []phase) stageTimes {
 // its backward of k likewise waits for the next stage's backward of k. Every device of a
 // stage gets the stage's blocks. The gaps are the pipeline bubbles.
 //
-// p must come from autopar.Compile or autopar.ReadPlan.
-func Predict(p *autopar.Plan) (*Schedule, error) {
+// p must come from autopar.Compile or plan.ReadPlan.
+func Predict(p *plan.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}

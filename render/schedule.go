@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
 )
 
@@ -70,7 +70,7 @@ func (s *Schedule) End() float64 {
 
 // rowsOf lists every device of p's cluster with the stage that runs on it, stage by
 // stage so that the pipeline reads top to bottom; devices no stage uses come last.
-func rowsOf(p *autopar.Plan) []Row {
+func rowsOf(p *plan.Plan) []Row {
 	n := p.Cluster.Hosts * p.Cluster.DevicesPerHost
 	rows := make([]Row, n)
 	for d := range rows {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/units"
@@ -34,7 +34,7 @@ type traceEvent struct {
 //
 // A trace that is not JSON, has no instruction events, or whose instructions are not the
 // ones p's programs have at those places (a trace of another plan) is an error.
-func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
+func ReadTrace(r io.Reader, p *plan.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
@@ -76,7 +76,7 @@ func decodeTrace(r io.Reader) ([]traceEvent, error) {
 }
 
 // traceSchedule folds decoded events into the Schedule of plan p, whose programs are progs.
-func traceSchedule(evs []traceEvent, p *autopar.Plan, progs []*program.Program) (*Schedule, error) {
+func traceSchedule(evs []traceEvent, p *plan.Plan, progs []*program.Program) (*Schedule, error) {
 	byDev := map[int]*program.Program{}
 	for _, prog := range progs {
 		byDev[int(prog.Device)] = prog

@@ -14,13 +14,14 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
 
 // runTrace runs one step of p on the runtime with tracing on and returns its trace JSON.
-func runTrace(t *testing.T, p *autopar.Plan) []byte {
+func runTrace(t *testing.T, p *plan.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -79,7 +80,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 // syntheticTrace is a trace of p's programs where the i-th executed instruction of every
 // device starts at i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic,
 // for goldens.
-func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
+func syntheticTrace(t testing.TB, p *plan.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -143,7 +144,7 @@ func TestReadTraceErrors(t *testing.T) {
 	updName, updInstr := runtime.EventName(dev0, upd, -1), strconv.Itoa(upd)
 	tests := []struct {
 		name, trace string
-		plan        *autopar.Plan
+		plan        *plan.Plan
 		want        string
 	}{
 		{"not json", "{", p, "not Chrome trace-event JSON"},
@@ -169,6 +170,6 @@ func TestReadTraceErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err = ReadTrace(strings.NewReader(good), &autopar.Plan{})
+	_, err = ReadTrace(strings.NewReader(good), &plan.Plan{})
 	assert.ErrorIs(t, err, errNoStep)
 }

@@ -1,4 +1,4 @@
-package autopar
+package plan
 
 import (
 	"fmt"
