@@ -15,6 +15,7 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -57,7 +58,7 @@ func TestCandidatesLower(t *testing.T) {
 					for _, s := range ss {
 						n++
 						vid := ir.ValueID(id)
-						if err := codegen.CheckStrategy(step, vid, s.In, localOut(step, vid, s.In, s.Out), lm); err != nil {
+						if err := codegen.CheckStrategy(step, vid, s.In, plan.LocalOut(step, vid, s.In, s.Out), lm); err != nil {
 							bad++
 							if bad <= 5 {
 								t.Errorf("offered but not lowerable: %s: %v", s.Name, err)
@@ -76,7 +77,7 @@ func TestCandidatesLower(t *testing.T) {
 // the sharding pass (codegen reshards between them where they disagree) lowers and runs
 // equal to the serial interpreter: the candidates are not only accepted by
 // codegen.CheckStrategy but computed right, including the reduce-scatters onto dims no
-// operand carries (conv's spatial dims, scatter_add's rows) that localOut makes partial.
+// operand carries (conv's spatial dims, scatter_add's rows) that plan.LocalOut makes partial.
 func TestCandidatesRunEqual(t *testing.T) {
 	gpt := zoo.NewGPT()
 	gpt.DType, gpt.Layers, gpt.Hidden, gpt.Heads, gpt.Seq, gpt.Vocab, gpt.Batch = "f64", 1, 16, 2, 8, 16, 4
@@ -101,7 +102,7 @@ func TestCandidatesRunEqual(t *testing.T) {
 			if step.Value(id).Op == ir.OpGather {
 				return s.In[0].Dims[0] != mesh.AxesNone
 			}
-			lo := localOut(step, id, s.In, s.Out)
+			lo := plan.LocalOut(step, id, s.In, s.Out)
 			return lo.Partial != 0 && !lo.Equal(mesh.Spec{Dims: s.Out.Dims, Partial: lo.Partial})
 		}
 		for seed := range tc.seeds + 1 {
@@ -121,7 +122,7 @@ func TestCandidatesRunEqual(t *testing.T) {
 							}
 						}
 					}
-					st.Out[vid] = localOut(step, vid, s.In, s.Out)
+					st.Out[vid] = plan.LocalOut(step, vid, s.In, s.Out)
 					if len(s.In) > 0 {
 						st.In[vid] = s.In
 					}
@@ -129,8 +130,8 @@ func TestCandidatesRunEqual(t *testing.T) {
 				if seed == tc.seeds {
 					require.Positive(t, picked, "no special candidate to prefer")
 				}
-				plan := &codegen.Plan{Step: step, Microbatches: 1, Stages: []codegen.Stage{st}, StageOf: make([]codegen.StageID, len(step.Values))}
-				progs, err := codegen.Lower(plan)
+				cp := &codegen.Plan{Step: step, Microbatches: 1, Stages: []codegen.Stage{st}, StageOf: make([]codegen.StageID, len(step.Values))}
+				progs, err := codegen.Lower(cp)
 				require.NoError(t, err)
 				feeds := interp.InitParams(step, 1)
 				for k, v := range interp.RandomInputs(step, 2) {

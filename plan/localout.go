@@ -1,4 +1,4 @@
-package autopar
+package plan
 
 import (
 	"github.com/autopar/autopar/ir"
@@ -9,17 +9,17 @@ import (
 // strategy's Out is the layout once the op's own collective (the all-reduce or
 // reduce-scatter of a split contracted dim) is done, never partial; codegen's Stage.Out is
 // the layout the local compute leaves, partial over those axes, and codegen inserts the
-// collective itself as a resharding towards each consumer. localOut converts the first into
+// collective itself as a resharding towards each consumer. LocalOut converts the first into
 // the second; every strategy the sharding pass offers, converted, passes
-// codegen.CheckStrategy (TestCandidatesLower), since both read the op's row of the ir op
-// table.
+// codegen.CheckStrategy (TestCandidatesLower in the root package), since both read the op's
+// row of the ir op table.
 
-// localOut is the layout the local compute of op id leaves under operand layouts in: each
+// LocalOut is the layout the local compute of op id leaves under operand layouts in: each
 // result dim split as its label is split in the operands, partial over the axes of split
 // contracted labels. A result label no operand carries keeps its axes from out, less the
 // partial axes (a reduce-scatter onto a dim no operand has: conv's spatial dims,
 // scatter_add's rows).
-func localOut(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) mesh.Spec {
+func LocalOut(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) mesh.Spec {
 	v := g.Value(id)
 	if len(v.Args) == 0 || len(in) != len(v.Args) {
 		return out
