@@ -451,8 +451,8 @@ func (em *stageEm) scale(x []program.BufferID, t ir.Type, f float64, name string
 // the others, so the devices' results sum to the lookup: the partial sum CheckStrategy
 // expects. As instructions, with r = ids − offset:
 //
-//	in = (r >= 0) where (r < rows) else false;  safe = in ? r : 0
-//	res = reshape(in, ids' shape + 1s) ? gather(table, safe) : 0
+//	in = where(r >= 0, r < rows, false)    safe = where(in, r, 0)
+//	res = where(reshape(in, ids' shape + 1s), gather(table, safe), 0)
 func (em *stageEm) gatherShard(k key, local ir.Type, table, idx []program.BufferID, axes mesh.AxisSet, rows int) []program.BufferID {
 	g := em.l.g
 	idT := g.Value(g.Value(k.v).Args[1]).Type.DType
