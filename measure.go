@@ -3,7 +3,7 @@ package autopar
 import (
 	"sort"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -43,10 +43,10 @@ func Measure(p *Plan, r *runtime.Result) MeasuredStep {
 		var t StageTimes
 		for k, dt := range d.Time {
 			sec := dt.Seconds()
-			switch codegen.Kind(k) {
-			case codegen.Compute, codegen.Constant, codegen.Accumulate:
+			switch program.Kind(k) {
+			case program.Compute, program.Constant, program.Accumulate:
 				t.Compute += sec
-			case codegen.AllReduce, codegen.AllGather, codegen.ReduceScatter, codegen.AllToAll, codegen.Send, codegen.Recv:
+			case program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll, program.Send, program.Recv:
 				t.Communication += sec
 			default:
 				t.Other += sec
