@@ -38,11 +38,11 @@ type CalibrateOptions struct {
 //   - α and β of each collective for each group size the cluster's meshes use (powers of
 //     two up to the device count, and the count itself), on the in-process transport.
 //
-// Kernels run on as many goroutines at once as there are cores (GOMAXPROCS, at most
-// Devices), so a rate is what a device sees with a core of its own while its peers compute
-// beside it; the cluster's host_cores says how many cores the devices share, and the
-// sharding prices scale a mesh's kernels by devices / cores when it has more devices than
-// cores. Times are medians of repeated rounds, so a busy machine skews them less.
+// Kernels run on one goroutine, so a rate is what a device sees computing alone; the
+// cluster's host_cores says how many cores the devices share, and the sharding prices
+// scale a mesh's kernels by how many of its devices compute at once (mesh.Cluster.Sharing).
+// Collectives run on all their group's goroutines at once, as they do in the runtime.
+// Times are medians of repeated rounds, so a busy machine skews them less.
 func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error) {
 	if opts.Devices < 1 {
 		return nil, fmt.Errorf("calibrate: devices must be at least 1, got %d", opts.Devices)
@@ -197,11 +197,11 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 		flops: op.Def().FLOPs(args, at, out), bytes: bytes + float64(out.Bytes())}
 }
 
-// timeCase is the median seconds of one call of k on each of the devices at once, as many
-// as there are cores (at most n): the rate of a device with a core of its own. More devices
-// than cores share them, which the cluster's HostCores prices (mesh.Cluster.Sharing).
+// timeCase is the median seconds of one call of k on a device computing alone (gonum's
+// Gemm may then use every core). Devices computing together share the cores, which the
+// cluster's HostCores prices (mesh.Cluster.Sharing).
 func (c *calibrator) timeCase(k kernelCase) float64 {
-	workers := min(c.n, goruntime.GOMAXPROCS(0))
+	const workers = 1
 	ins := make([][]*kernels.Tensor, workers)
 	for w := range ins {
 		for i, t := range k.args {

@@ -57,19 +57,26 @@ type Cluster struct {
 	// Default none.
 	Collectives []CollectiveFit `json:"collectives,omitempty"`
 	// HostCores is how many processor cores the devices of a host share: the built-in
-	// runtime's devices are goroutines, so N of them on C < N cores compute at C/N of a
-	// core each (see Sharing). Default 0: every device computes on its own (GPUs).
+	// runtime's devices are goroutines on one machine (see Sharing). Default 0: every
+	// device computes on its own (GPUs).
 	HostCores int `json:"host_cores,omitempty"`
 }
 
-// Sharing is the factor by which the kernels of devices devices of one host computing at
-// once slow down because they share the host's cores: devices / HostCores when there are
-// more devices than cores, else 1.
-func (c *Cluster) Sharing(devices int) float64 {
-	if c.HostCores <= 0 || devices <= c.HostCores {
+// Sharing is the factor by which one device's kernels of class class slow down while
+// devices devices of its host compute at once, when they share the host's HostCores
+// cores. The rates are those of a device computing alone (as autopar calibrate measures
+// them), and a device alone runs a contraction or a convolution on every core (gonum's
+// Gemm splits one call over them) but vector work on one; so with d devices busy a matmul
+// gets HostCores/d of the cores it had alone (factor d) and vector work a core as long as
+// there are enough (factor max(1, d/HostCores)). Without HostCores, 1.
+func (c *Cluster) Sharing(class OpClass, devices int) float64 {
+	if c.HostCores <= 0 || devices <= 1 {
 		return 1
 	}
-	return float64(devices) / float64(c.HostCores)
+	if class == ClassVector {
+		return math.Max(1, float64(devices)/float64(c.HostCores))
+	}
+	return float64(devices)
 }
 
 // MaxDevices is the most devices a cluster may have: a DeviceID is an int32.

@@ -82,10 +82,11 @@ var presets = map[string]func() Cluster{
 	},
 	// The built-in runtime: one host whose "devices" are goroutines sharing
 	// the CPU and its memory. Inter-host numbers mirror the intra-host ones
-	// so that a spec edited to several hosts stays valid. The rates, per
-	// core, are rounded from autopar calibrate on the project's 2-core
-	// development machine (shared and loaded, so they are rough); HostCores
-	// is its 2 cores. autopar calibrate measures the machine at hand.
+	// so that a spec edited to several hosts stays valid. The rates, of a
+	// device computing alone, are rounded from autopar calibrate on the
+	// project's 2-core development machine (shared and loaded, so they are
+	// rough); HostCores is its 2 cores. autopar calibrate measures the
+	// machine at hand.
 	"cpu": func() Cluster {
 		return Cluster{
 			Name: "cpu", Hosts: 1, DevicesPerHost: cpuDefaultDevices,

@@ -58,13 +58,16 @@ func TestRooflineFieldsValidate(t *testing.T) {
 	}
 }
 
-// Devices beyond the host's cores share them; GPUs (HostCores 0) never do.
+// A device alone has every core for its contractions and one for its vector work; GPUs
+// (HostCores 0) never share.
 func TestSharing(t *testing.T) {
 	c := &Cluster{HostCores: 2}
-	assert.Equal(t, 1.0, c.Sharing(1))
-	assert.Equal(t, 1.0, c.Sharing(2))
-	assert.Equal(t, 2.0, c.Sharing(4))
-	assert.Equal(t, 1.0, (&Cluster{}).Sharing(8))
+	assert.Equal(t, 1.0, c.Sharing(ClassMatmul, 1))
+	assert.Equal(t, 2.0, c.Sharing(ClassMatmul, 2))
+	assert.Equal(t, 4.0, c.Sharing(ClassConv, 4))
+	assert.Equal(t, 1.0, c.Sharing(ClassVector, 2))
+	assert.Equal(t, 2.0, c.Sharing(ClassVector, 4))
+	assert.Equal(t, 1.0, (&Cluster{}).Sharing(ClassMatmul, 8))
 	m, err := NewLogicalMesh(mustCluster(t, "dgx-a100:2"), Submesh{Hosts: 2, Devices: 8}, 2, 8)
 	require.NoError(t, err)
 	assert.Equal(t, 8, m.HostDevices())

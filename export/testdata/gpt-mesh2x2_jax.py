@@ -35,13 +35,13 @@ PARAMS = {
     'l0.attn.v.w': (0, P(None, 'y')),  # f32[32,32] RS1
     'l0.attn.v.b': (0, P('y')),  # f32[32] S1
     'l0.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
-    'l0.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
     'l0.ln2.beta': (0, P('x')),  # f32[32] S0
     'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l0.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
     'l1.ln1.beta': (0, P('x')),  # f32[32] S0
     'l1.attn.q.w': (0, P(None, 'y')),  # f32[32,32] RS1
@@ -51,15 +51,15 @@ PARAMS = {
     'l1.attn.v.w': (0, P(None, 'y')),  # f32[32,32] RS1
     'l1.attn.v.b': (0, P('y')),  # f32[32] S1
     'l1.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
-    'l1.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l1.attn.o.b': (0, P(None)),  # f32[32] R
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
     'l1.ln2.beta': (0, P('x')),  # f32[32] S0
     'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l1.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'lnf.gamma': (0, P(None)),  # f32[32] R
-    'lnf.beta': (0, P(None)),  # f32[32] R
+    'lnf.beta': (0, P('x')),  # f32[32] S0
 }
 
 # the data inputs of one micro-batch: name -> (stage, PartitionSpec)

@@ -37,7 +37,7 @@ PARAMS = {
     # 'wte' is also read on stage 1 as [Replicate(), Replicate()]
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.ln1.beta': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
     'l0.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
     'l0.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
@@ -69,7 +69,7 @@ PARAMS = {
     'l1.mlp.w2.w': (1, [Replicate(), Shard(0)]),  # f32[128,32] S1R
     'l1.mlp.w2.b': (1, [Replicate(), Replicate()]),  # f32[32] R
     'lnf.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
-    'lnf.beta': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'lnf.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
 }
 
 # the data inputs of one micro-batch: name -> (stage, placements)

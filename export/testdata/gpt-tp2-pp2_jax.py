@@ -30,7 +30,7 @@ PARAMS = {
     # 'wte' is also read on stage 1 as P(None, None)
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P('y')),  # f32[32] S1
-    'l0.ln1.beta': (0, P('y')),  # f32[32] S1
+    'l0.ln1.beta': (0, P(None)),  # f32[32] R
     'l0.attn.q.w': (0, P(None, 'y')),  # f32[32,32] RS1
     'l0.attn.q.b': (0, P('y')),  # f32[32] S1
     'l0.attn.k.w': (0, P(None, 'y')),  # f32[32,32] RS1
@@ -62,7 +62,7 @@ PARAMS = {
     'l1.mlp.w2.w': (1, P('y', None)),  # f32[128,32] S1R
     'l1.mlp.w2.b': (1, P(None)),  # f32[32] R
     'lnf.gamma': (1, P(None)),  # f32[32] R
-    'lnf.beta': (1, P('y')),  # f32[32] S1
+    'lnf.beta': (1, P(None)),  # f32[32] R
 }
 
 # the data inputs of one micro-batch: name -> (stage, PartitionSpec)

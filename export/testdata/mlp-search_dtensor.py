@@ -1,7 +1,7 @@
 """DTensor placements for PyTorch for model mlp, exported by autopar from mlp-search.plan.json.
 Plan: batch 16 in 2 micro-batches (1f1b), 3 pipeline stage(s):
-  stage 0: layers 0-0 on devices 2 as logical mesh (1, 1)
-  stage 1: layers 1-1 on devices 0-1 as logical mesh (1, 2)
+  stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
+  stage 1: layers 1-1 on devices 2 as logical mesh (1, 1)
   stage 2: layers 2-3 on devices 3 as logical mesh (1, 1)
 
 Each stage runs on its own submesh: a DeviceMesh with the dims 'x' (logical axis 0, the
@@ -28,17 +28,17 @@ except ImportError:  # torch < 2.4
 MESH_DIM_NAMES = ('x', 'y')
 
 STAGES = [
-    {'layers': (0, 0), 'mesh_shape': (1, 1), 'ranks': (2,)},
-    {'layers': (1, 1), 'mesh_shape': (1, 2), 'ranks': (0, 1)},
+    {'layers': (0, 0), 'mesh_shape': (1, 2), 'ranks': (0, 1)},
+    {'layers': (1, 1), 'mesh_shape': (1, 1), 'ranks': (2,)},
     {'layers': (2, 3), 'mesh_shape': (1, 1), 'ranks': (3,)},
 ]
 
 # the trained parameters: name -> (stage, placements)
 PARAMS = {
-    'l0.fc.w': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
-    'l0.fc.b': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.fc.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.fc.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.fc.w': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
+    'l0.fc.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.fc.w': (1, [Replicate(), Replicate()]),  # f32[32,32] RR
+    'l1.fc.b': (1, [Replicate(), Replicate()]),  # f32[32] R
     'logits.w': (2, [Replicate(), Replicate()]),  # f32[32,10] RR
     'logits.b': (2, [Replicate(), Replicate()]),  # f32[10] R
 }
@@ -51,10 +51,10 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
 OPTIMIZER_STATE = {
-    'l0.fc.w.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
-    'l0.fc.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.fc.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.fc.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.fc.w.m': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
+    'l0.fc.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.fc.w.m': (1, [Replicate(), Replicate()]),  # f32[32,32] RR
+    'l1.fc.b.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'logits.w.m': (2, [Replicate(), Replicate()]),  # f32[32,10] RR
     'logits.b.m': (2, [Replicate(), Replicate()]),  # f32[10] R
 }

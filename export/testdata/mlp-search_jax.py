@@ -1,7 +1,7 @@
 """Shardings for JAX for model mlp, exported by autopar from mlp-search.plan.json.
 Plan: batch 16 in 2 micro-batches (1f1b), 3 pipeline stage(s):
-  stage 0: layers 0-0 on devices 2 as logical mesh (1, 1)
-  stage 1: layers 1-1 on devices 0-1 as logical mesh (1, 2)
+  stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
+  stage 1: layers 1-1 on devices 2 as logical mesh (1, 1)
   stage 2: layers 2-3 on devices 3 as logical mesh (1, 1)
 
 Each stage runs on its own submesh: a jax.sharding.Mesh with the named axes 'x' (logical
@@ -21,17 +21,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 AXES = ('x', 'y')
 
 STAGES = [
-    {'layers': (0, 0), 'mesh_shape': (1, 1), 'devices': (2,)},
-    {'layers': (1, 1), 'mesh_shape': (1, 2), 'devices': (0, 1)},
+    {'layers': (0, 0), 'mesh_shape': (1, 2), 'devices': (0, 1)},
+    {'layers': (1, 1), 'mesh_shape': (1, 1), 'devices': (2,)},
     {'layers': (2, 3), 'mesh_shape': (1, 1), 'devices': (3,)},
 ]
 
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
-    'l0.fc.w': (0, P(None, None)),  # f32[16,32] RR
-    'l0.fc.b': (0, P(None)),  # f32[32] R
-    'l1.fc.w': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.fc.b': (1, P('y')),  # f32[32] S1
+    'l0.fc.w': (0, P(None, 'y')),  # f32[16,32] RS1
+    'l0.fc.b': (0, P('y')),  # f32[32] S1
+    'l1.fc.w': (1, P(None, None)),  # f32[32,32] RR
+    'l1.fc.b': (1, P(None)),  # f32[32] R
     'logits.w': (2, P(None, None)),  # f32[32,10] RR
     'logits.b': (2, P(None)),  # f32[10] R
 }
@@ -44,22 +44,22 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
-    'l0.fc.w.m': (0, P(None, None)),  # f32[16,32] RR
-    'l0.fc.b.m': (0, P(None)),  # f32[32] R
-    'l1.fc.w.m': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.fc.b.m': (1, P('y')),  # f32[32] S1
+    'l0.fc.w.m': (0, P(None, 'y')),  # f32[16,32] RS1
+    'l0.fc.b.m': (0, P('y')),  # f32[32] S1
+    'l1.fc.w.m': (1, P(None, None)),  # f32[32,32] RR
+    'l1.fc.b.m': (1, P(None)),  # f32[32] R
     'logits.w.m': (2, P(None, None)),  # f32[32,10] RR
     'logits.b.m': (2, P(None)),  # f32[10] R
 }
 
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
-    'l0.fc.matmul': (0, P(None, None)),  # f32[8,32] RR
-    'l0.fc': (0, P(None, None)),  # f32[8,32] RR
-    'l0.relu': (0, P(None, None)),  # f32[8,32] RR
-    'l1.fc.matmul': (1, P(None, 'y')),  # f32[8,32] RS1
-    'l1.fc': (1, P(None, 'y')),  # f32[8,32] RS1
-    'l1.relu': (1, P(None, 'y')),  # f32[8,32] RS1
+    'l0.fc.matmul': (0, P(None, 'y')),  # f32[8,32] RS1
+    'l0.fc': (0, P(None, 'y')),  # f32[8,32] RS1
+    'l0.relu': (0, P(None, 'y')),  # f32[8,32] RS1
+    'l1.fc.matmul': (1, P(None, None)),  # f32[8,32] RR
+    'l1.fc': (1, P(None, None)),  # f32[8,32] RR
+    'l1.relu': (1, P(None, None)),  # f32[8,32] RR
     'logits.matmul': (2, P(None, None)),  # f32[8,10] RR
     'logits': (2, P(None, None)),  # f32[8,10] RR
     'ce': (2, P(None)),  # f32[8] R

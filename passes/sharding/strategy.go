@@ -69,7 +69,8 @@ func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, byt
 	if c.cluster == nil {
 		return flops / float64(shards) / c.flops
 	}
-	return c.cluster.OpTime(opClass(op), precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(hostDevices)
+	class := opClass(op)
+	return c.cluster.OpTime(class, precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(class, hostDevices)
 }
 
 // opClass says which of a device's FLOP rates an op runs at: contractions at the matmul
