@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -42,6 +43,13 @@ type TrainerOptions struct {
 	Timeout time.Duration
 	// Transport carries the steps' collectives; nil means a fresh in-process one per step.
 	Transport runtime.Transport
+	// Group, if set, runs the steps with this process holding only its own devices (one
+	// MPI rank per device: runtime/mpi's Session). Every process of the group makes the
+	// same calls on its Trainer with the same batches; Save writes from the group's lead.
+	Group runtime.Group
+	// Programs, if set, are the plan's programs as saved (autopar compile --emit
+	// programs); nil lowers the plan.
+	Programs []*program.Program
 	// Weights, if set, replace the initial values of the params they name (as autopar
 	// import's safetensors hold them); each must be a param of the model with its type.
 	Weights map[string]*kernels.Tensor
@@ -113,9 +121,11 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	progs, err := plan.Programs()
-	if err != nil {
-		return nil, err
+	progs := opts.Programs
+	if progs == nil {
+		if progs, err = plan.Programs(); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -136,7 +146,7 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 		}
 		step = ck.Step
 	}
-	sess, err := runtime.NewSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport})
+	sess, err := runtime.NewGroupSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport}, opts.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +215,7 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	var want *interp.Result
 	outputs := []string{t.loss}
 	if t.opts.CheckSerial {
-		feeds, err := t.sess.Gather()
+		feeds, err := t.sess.Gather(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -228,7 +238,7 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	t.step++
 	t.last = res
 	if want != nil {
-		if err := t.checkSerial(res.Stores, want); err != nil {
+		if err := t.checkSerial(ctx, res.Stores, want); err != nil {
 			return 0, err
 		}
 	}
@@ -251,8 +261,8 @@ func (t *Trainer) LastCheck() *SerialCheck { return t.check }
 
 // checkSerial compares the step's loss, gradients and updated tensors with the serial
 // run's, records the differences, and fails past the tolerance.
-func (t *Trainer) checkSerial(stores map[string]*kernels.Tensor, want *interp.Result) error {
-	got, err := t.sess.Gather()
+func (t *Trainer) checkSerial(ctx context.Context, stores map[string]*kernels.Tensor, want *interp.Result) error {
+	got, err := t.sess.Gather(ctx)
 	if err != nil {
 		return err
 	}
@@ -418,9 +428,10 @@ func toTensor(v *ir.Value, x any) (*kernels.Tensor, error) {
 	return out, nil
 }
 
-// Params gathers the params from the devices, whole, by name.
+// Params gathers the params from the devices, whole, by name. In a group every process
+// must call it.
 func (t *Trainer) Params() (map[string]*kernels.Tensor, error) {
-	all, err := t.sess.Gather()
+	all, err := t.sess.Gather(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -431,9 +442,10 @@ func (t *Trainer) Params() (map[string]*kernels.Tensor, error) {
 	return out, nil
 }
 
-// State gathers the params and the optimizer state, whole, by name.
+// State gathers the params and the optimizer state, whole, by name. In a group every
+// process must call it.
 func (t *Trainer) State() (map[string]*kernels.Tensor, error) {
-	all, err := t.sess.Gather()
+	all, err := t.sess.Gather(context.Background())
 	if err != nil {
 		return nil, err
 	}
