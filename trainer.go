@@ -200,8 +200,9 @@ func (t *Trainer) TraceNext() { t.traceNext = true }
 // nil before the first.
 func (t *Trainer) LastResult() *runtime.Result { return t.last }
 
-// Hosted returns the params and state the plan cannot keep on the devices (see
-// runtime.Session), which move through the host every step.
+// Hosted returns the params and state the programs cannot keep on the devices (see
+// runtime.Session), which move through the host every step: none for programs codegen
+// lowers today, which store every update where the next step loads it.
 func (t *Trainer) Hosted() []string { return t.sess.Hosted() }
 
 // Step runs one training step on batch and returns its loss. On an error the params and
