@@ -35,7 +35,8 @@ type TrainerOptions struct {
 	Checkpoint *Checkpoint
 	// CheckSerial runs the serial interpreter beside every step, on the same params and
 	// batch, and fails the step when the loss or an updated tensor differs by more than
-	// Tolerance relative to the largest magnitude of that tensor.
+	// Tolerance relative to the largest magnitude of that tensor. Over a Group the lead
+	// runs the serial step; the other processes only take part in the gathers.
 	CheckSerial bool
 	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order).
 	Tolerance float64
@@ -221,8 +222,10 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 			return 0, err
 		}
 		maps.Copy(feeds, data)
-		if want, err = interp.RunKeep(ctx, t.full, interp.Feeds(feeds)); err != nil {
-			return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
+		if t.sess.Lead() {
+			if want, err = interp.RunKeep(ctx, t.full, interp.Feeds(feeds)); err != nil {
+				return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
+			}
 		}
 		outputs = append(outputs, t.gradNames()...)
 	}
@@ -238,7 +241,7 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	}
 	t.step++
 	t.last = res
-	if want != nil {
+	if t.opts.CheckSerial {
 		if err := t.checkSerial(ctx, res.Stores, want); err != nil {
 			return 0, err
 		}
@@ -257,14 +260,18 @@ func (t *Trainer) gradNames() []string {
 	return out
 }
 
-// LastCheck returns what CheckSerial measured on the last step (nil without CheckSerial).
+// LastCheck returns what CheckSerial measured on the last step (nil without CheckSerial, and
+// on the processes of a group other than its lead, which alone runs the serial step).
 func (t *Trainer) LastCheck() *SerialCheck { return t.check }
 
 // checkSerial compares the step's loss, gradients and updated tensors with the serial
 // run's, records the differences, and fails past the tolerance.
+//
+// Over a group every process takes part in the gathers, and the lead alone (want != nil)
+// runs the serial step and compares.
 func (t *Trainer) checkSerial(ctx context.Context, stores map[string]*kernels.Tensor, want *interp.Result) error {
 	got, err := t.sess.Gather(ctx)
-	if err != nil {
+	if err != nil || want == nil {
 		return err
 	}
 	loss := stores[t.loss]

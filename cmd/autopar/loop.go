@@ -120,8 +120,7 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, loss)
 		}
-		if o.check {
-			c := tr.LastCheck()
+		if c := tr.LastCheck(); o.check && c != nil { // over MPI, rank 0 checks
 			fmt.Fprintf(out, "      check: loss %s; gradients %s; params %s\n", diffString(c.Loss), diffString(c.Grads), diffString(c.Updates))
 		}
 		if step == last && o.trace != "" && o.lead {
