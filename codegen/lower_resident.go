@@ -59,7 +59,7 @@ func (l *lowerer) nextTag(target ir.ValueID) program.Tag {
 
 // storeUpdate stores k, the new value of target, for the next step: on this stage in the
 // layout it loads target in, and sent to every other stage that loads it. A target no
-// stage loads is stored once per block under its name, as any result.
+// stage loads is stored in the new value's layout, partial sums resolved.
 func (em *stageEm) storeUpdate(k key, target ir.ValueID) {
 	l := em.l
 	name := l.g.Value(target).Name
@@ -85,8 +85,8 @@ func (em *stageEm) storeUpdate(k key, target ir.ValueID) {
 			}
 		}
 	}
-	if !loaded {
-		em.store(k, name)
+	if !loaded { // stored whole, as any result, its partial sums resolved
+		em.storeEverywhere(k, name, em.ensure(k, mesh.Spec{Dims: em.have[k][0].spec.Dims}))
 	}
 }
 
