@@ -9,10 +9,14 @@
 //   - Submesh and LogicalMesh: the physical blocks of devices a pipeline stage
 //     may run on (Alpa's (1, 2^k) and (n, M) shapes) and the 2-D logical view
 //     (n0, n1) of one such block, with an alpha–beta cost per mesh axis.
-//   - The alpha–beta collective model: the time of an all-reduce, all-gather,
-//     reduce-scatter or all-to-all along a mesh axis, and the bytes each
-//     device sends under ring algorithms, which the runtime's traffic
-//     counters must reproduce.
+//   - The per-op roofline (roofline.go): FLOP rates per op class and
+//     precision, memory bandwidth, per-kernel overhead, and how devices that
+//     share a host's cores slow each other (Cluster.OpTime, Cluster.Sharing).
+//   - The collective table (table.go): ring algorithms inside a host,
+//     hierarchical ones across hosts, all-to-all pair by pair, or a measured
+//     fit (CollectiveFit); the bytes each device sends (BytesSent), which the
+//     runtime's traffic counters must reproduce; and the flat alpha–beta model
+//     of meshes made by hand.
 //   - Spec: a sharding spec in Alpa's notation (R, S0, S1, S01 per tensor
 //     dim, plus partial-sum axes), and ReshardCost, the cheapest sequence of
 //     collectives that turns one spec into another.
