@@ -61,6 +61,7 @@ func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error
 		Conv:   &mesh.Rates{F32: cal.convRate(ir.F32), F16: cal.convRate(ir.F16)},
 		Vector: &mesh.Rates{F32: cal.vectorRate(ir.F32), F16: cal.vectorRate(ir.F16)},
 	}
+	c.ContractionSpeedup = cal.speedup(c.HostCores)
 	c.DeviceMemoryBandwidth = cal.bandwidth()
 	c.DeviceFLOPS = c.FLOPs.Matmul.F32
 	c.Collectives = cal.collectives()
@@ -200,8 +201,10 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 // timeCase is the median seconds of one call of k on a device computing alone (gonum's
 // Gemm may then use every core). Devices computing together share the cores, which the
 // cluster's HostCores prices (mesh.Cluster.Sharing).
-func (c *calibrator) timeCase(k kernelCase) float64 {
-	const workers = 1
+func (c *calibrator) timeCase(k kernelCase) float64 { return c.timeCaseOn(1, k) }
+
+// timeCaseOn is the median seconds of one call of k on each of workers devices at once.
+func (c *calibrator) timeCaseOn(workers int, k kernelCase) float64 {
 	ins := make([][]*kernels.Tensor, workers)
 	for w := range ins {
 		for i, t := range k.args {
@@ -252,6 +255,28 @@ func (c *calibrator) rateFit(what string, cases []kernelCase) float64 {
 		return f / t
 	}
 	return 1 / slope
+}
+
+// speedup is how much faster a device alone runs f32 matmuls than each of cores devices
+// computing at once (one core each): their time together over their time alone, over
+// model-sized matmuls, clamped to [1, cores].
+func (c *calibrator) speedup(cores int) float64 {
+	if cores <= 1 {
+		return 1
+	}
+	var alone, shared float64
+	for _, s := range c.sizes() {
+		a := ir.Type{DType: ir.F32, Shape: ir.Shape{s, s}}
+		k := newCase(ir.OpMatMul, nil, a, a)
+		alone += c.timeCase(k)
+		shared += c.timeCaseOn(cores, k)
+	}
+	sp := math.Min(float64(cores), math.Max(1, shared/alone))
+	if math.IsNaN(sp) {
+		sp = 1
+	}
+	c.logf("contraction speedup alone %8.2f× (%d cores)", sp, cores)
+	return sp
 }
 
 func (c *calibrator) sizes() []int {

@@ -60,23 +60,32 @@ type Cluster struct {
 	// runtime's devices are goroutines on one machine (see Sharing). Default 0: every
 	// device computes on its own (GPUs).
 	HostCores int `json:"host_cores,omitempty"`
+	// ContractionSpeedup is how many times faster than on one core a device computing alone
+	// runs contractions and convolutions (gonum's Gemm splits a large call over the cores;
+	// a small one runs on one), from 1 to HostCores. Default (0): HostCores.
+	ContractionSpeedup float64 `json:"contraction_speedup,omitempty"`
 }
 
 // Sharing is the factor by which one device's kernels of class class slow down while
 // devices devices of its host compute at once, when they share the host's HostCores
 // cores. The rates are those of a device computing alone (as autopar calibrate measures
-// them), and a device alone runs a contraction or a convolution on every core (gonum's
-// Gemm splits one call over them) but vector work on one; so with d devices busy a matmul
-// gets HostCores/d of the cores it had alone (factor d) and vector work a core as long as
-// there are enough (factor max(1, d/HostCores)). Without HostCores, 1.
+// them): alone, a device runs a contraction or a convolution s = ContractionSpeedup times
+// faster than one core would, and vector work on one core (s = 1). With d devices busy
+// each has C/d cores (C = HostCores), so it runs s / min(s, C/d) times slower than alone:
+// d for a perfectly parallel Gemm (s = C), max(1, d/C) for vector work. Without
+// HostCores, 1.
 func (c *Cluster) Sharing(class OpClass, devices int) float64 {
 	if c.HostCores <= 0 || devices <= 1 {
 		return 1
 	}
-	if class == ClassVector {
-		return math.Max(1, float64(devices)/float64(c.HostCores))
+	s := 1.0
+	if class != ClassVector {
+		s = float64(c.HostCores)
+		if c.ContractionSpeedup > 0 {
+			s = c.ContractionSpeedup
+		}
 	}
-	return float64(devices)
+	return s / math.Min(s, float64(c.HostCores)/float64(devices))
 }
 
 // MaxDevices is the most devices a cluster may have: a DeviceID is an int32.
@@ -166,6 +175,9 @@ func (c *Cluster) Validate() error {
 	}
 	if c.HostCores < 0 || c.HostCores > MaxDevices {
 		return c.errorf("host cores must be 0 (devices do not share cores) to %d, got %d", MaxDevices, c.HostCores)
+	}
+	if sp := c.ContractionSpeedup; math.IsNaN(sp) || sp != 0 && (sp < 1 || sp > float64(max(1, c.HostCores))) {
+		return c.errorf("contraction speedup must be 0 (default) or from 1 to the %d host cores, got %v", c.HostCores, sp)
 	}
 	if err := c.validateRoofline(); err != nil {
 		return err

@@ -43,6 +43,8 @@ func TestRooflineFieldsValidate(t *testing.T) {
 	for _, tc := range []struct{ edit, want string }{
 		{`"kernel_overhead":-1}`, "kernel overhead must not be negative"},
 		{`"host_cores":-2}`, "host cores must be 0 (devices do not share cores) to 2147483647, got -2"},
+		{`"host_cores":2,"contraction_speedup":3}`, "contraction speedup must be 0 (default) or from 1 to the 2 host cores, got 3"},
+		{`"contraction_speedup":0.5}`, "contraction speedup must be 0 (default) or from 1 to the 0 host cores, got 0.5"},
 		{`"flops":{"matmul":{"f16":-5}}}`, "flops.matmul.f16 must not be negative"},
 		{`"flops":{"tensor":{}}}`, `unknown field "tensor"`},
 		{`"flops":{"vector":{"fp8":1}}}`, `unknown field "fp8"`},
@@ -68,6 +70,14 @@ func TestSharing(t *testing.T) {
 	assert.Equal(t, 1.0, c.Sharing(ClassVector, 2))
 	assert.Equal(t, 2.0, c.Sharing(ClassVector, 4))
 	assert.Equal(t, 1.0, (&Cluster{}).Sharing(ClassMatmul, 8))
+	// A Gemm that does not split (speedup 1) slows only when devices outnumber cores; one
+	// that splits 1.5× on 2 cores: alone 1.5 cores' worth, with 4 devices half a core.
+	c.ContractionSpeedup = 1
+	assert.Equal(t, 1.0, c.Sharing(ClassMatmul, 2))
+	assert.Equal(t, 2.0, c.Sharing(ClassMatmul, 4))
+	c.ContractionSpeedup = 1.5
+	assert.Equal(t, 1.5, c.Sharing(ClassMatmul, 2))
+	assert.Equal(t, 3.0, c.Sharing(ClassMatmul, 4))
 	m, err := NewLogicalMesh(mustCluster(t, "dgx-a100:2"), Submesh{Hosts: 2, Devices: 8}, 2, 8)
 	require.NoError(t, err)
 	assert.Equal(t, 8, m.HostDevices())
