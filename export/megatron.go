@@ -222,6 +222,10 @@ func readWeights(p *Plan, c *megatronConfig) []string {
 			}
 		}
 	}
+	if i := slices.Index(list, 3*c.hidden); i >= 0 && len(list) == 2 {
+		// A [hidden, 3·hidden] weight is Megatron's own fused query_key_value projection.
+		list = slices.Delete(list, i, i+1)
+	}
 	switch len(list) {
 	case 0:
 	case 1:

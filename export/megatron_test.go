@@ -140,9 +140,9 @@ func TestMegatronNotExpressible(t *testing.T) {
 		{"two MLP widths", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Stages[0].Values = append(p.Stages[0].Values, Value{Name: "w3", Op: "param", Role: Param, DType: "f32",
-				Shape: []int{32, 96}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"matmul"}})
+				Shape: []int{32, 80}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"matmul"}})
 			return p
-		}(), []string{"the weights have the widths 96, 128 besides the hidden size 32"}},
+		}(), []string{"the weights have the widths 80, 128 besides the hidden size 32"}},
 		{"micro-batch does not divide", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Microbatches = 8
