@@ -72,6 +72,10 @@ type Stage struct {
 	// In is, per op of this stage, the layout each operand must have when the op runs on
 	// local shards: the op's strategy. See CheckStrategy for the contract.
 	In map[ir.ValueID][]mesh.Spec
+	// Recompute makes the stage keep only its inputs from the forward of a micro-batch to
+	// its backward, and run the forward ops the backward needs again at the start of the
+	// backward (activation recomputation; see stageEm.recompute).
+	Recompute bool
 }
 
 // Devices lists every device of the plan, stage by stage, in mesh order: the order of the

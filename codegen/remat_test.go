@@ -1,0 +1,95 @@
+package codegen_test
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// recomputed makes the stages of plan that stages names (all when none) recompute their
+// activations.
+func recomputed(plan func(t testing.TB, step *ir.Graph) *codegen.Plan, stages ...int) func(t testing.TB, step *ir.Graph) *codegen.Plan {
+	return func(t testing.TB, step *ir.Graph) *codegen.Plan {
+		p := plan(t, step)
+		for i := range p.Stages {
+			if len(stages) == 0 {
+				p.Stages[i].Recompute = true
+			}
+		}
+		for _, i := range stages {
+			p.Stages[i].Recompute = true
+		}
+		return p
+	}
+}
+
+// Recomputed plans equal the serial step too, and the runtime's counters (peak memory
+// included) equal Predict's: runEquiv checks both.
+func TestEquivRecompute(t *testing.T) {
+	two := [][2]int{{1, 1}, {1, 1}}
+	twoDP := [][2]int{{1, 2}, {1, 2}}
+	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
+	rng := rand.New(rand.NewSource(11))
+	cases := []equivCase{
+		{name: "mlp-dp-1x2", fwd: mlp(2), opt: sgd, b: 2, plan: recomputed(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate))},
+		{name: "mlp-megatron-2x2", fwd: mlp(1), opt: adam, b: 2, plan: recomputed(singleStage(2, 2, 2, megatron, propagate))},
+		{name: "mlp-2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: recomputed(pipeline(two, 2, codegen.GPipe, dataParallel(0), propagate))},
+		{name: "mlp-2-stage-1f1b-first", fwd: mlp(1), opt: adam, b: 4, plan: recomputed(pipeline(two, 4, codegen.OneFOneB, dataParallel(0), propagate), 0)},
+		{name: "mlp-4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: recomputed(pipeline(four, 4, codegen.OneFOneB, dataParallel(0), propagate))},
+		{name: "mlp-4-stage-gpipe-odd", fwd: mlp(3), opt: adam, b: 4, plan: recomputed(pipeline(four, 4, codegen.GPipe, dataParallel(0), propagate), 1, 3)},
+		{name: "gpt-dp-1x2", fwd: gpt, opt: sgd, b: 2, plan: recomputed(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate))},
+		{name: "gpt-random-2x2", fwd: gpt, opt: sgd, b: 1, plan: recomputed(singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng)))},
+		{name: "gpt-2-stage-dp-1f1b", fwd: gpt, opt: sgd, b: 2, plan: recomputed(pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate))},
+		{name: "gpt-2-stage-gpipe-last", fwd: gpt, opt: sgd, b: 4, plan: recomputed(pipeline(two, 4, codegen.GPipe, dataParallel(0), propagate), 1)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
+	}
+}
+
+// Recomputation trades compute for memory: under GPipe with 8 micro-batches, a recomputing
+// stage holds its inputs for each micro-batch instead of all its activations, so the
+// predicted peak of the hidden layers' stages drops; its backward block runs the forward's
+// ops again, so it computes more; and it moves the same bytes between stages (the
+// recomputation sends nothing). The last stage is the counter-example the search must
+// price: its input (a [2,16] relu) is larger than what its backward keeps (the [2,8]
+// logits and the labels), so recomputing it holds more.
+func TestRecomputeHoldsLess(t *testing.T) {
+	step := microStep(t, 3, 8, sgd)
+	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
+	lower := func(remat bool) ([]*codegen.Program, []codegen.DeviceCounters) {
+		plan := pipeline(four, 8, codegen.GPipe, dataParallel(0), propagate)
+		if remat {
+			plan = recomputed(plan)
+		}
+		p := plan(t, step)
+		progs, err := codegen.Lower(p)
+		require.NoError(t, err)
+		return progs, codegen.Predict(p, progs)
+	}
+	plainProgs, plain := lower(false)
+	rematProgs, remat := lower(true)
+	computes := func(p *codegen.Program, block int) (n int) {
+		for _, in := range p.Instrs[p.Blocks[block].Start:p.Blocks[block].End] {
+			if in.Kind == codegen.Compute {
+				n++
+			}
+		}
+		return n
+	}
+	for d := range plain {
+		if d < 3 {
+			require.Less(t, remat[d].PeakBytes, plain[d].PeakBytes, "device %d", d)
+		} else {
+			require.Greater(t, remat[d].PeakBytes, plain[d].PeakBytes, "device %d", d)
+		}
+		require.Equal(t, plain[d].BytesSent, remat[d].BytesSent, "device %d", d)
+		require.Equal(t, computes(plainProgs[d], codegen.BlockForward), computes(rematProgs[d], codegen.BlockForward), "device %d", d)
+		require.Greater(t, computes(rematProgs[d], codegen.BlockBackward), computes(plainProgs[d], codegen.BlockBackward), "device %d", d)
+	}
+}
