@@ -18,18 +18,49 @@ type StageCost struct {
 	Time        float64 // seconds per micro-batch, forward + backward
 	WeightBytes float64 // per device: params, grads, optimizer state (held once)
 	ActBytes    float64 // per device: activations one in-flight micro-batch keeps alive
+	// OnceBytes is per device what the stage holds at its peak besides the in-flight
+	// micro-batches' ActBytes: 0, or under Recompute the activations of the one
+	// micro-batch whose backward runs.
+	OnceBytes float64
+	// Recompute is set when the stage recomputes its activations in the backward (it then
+	// keeps only its inputs in flight: ActBytes).
+	Recompute bool
+	// Remat, if set, is the same stage with recomputation: the search takes, per stage,
+	// the faster of the two costs among those that fit the device memory.
+	Remat *StageCost
 }
 
 // Memory is the per-device bytes the stage needs with inflight micro-batches alive.
 func (c StageCost) Memory(inflight int) float64 {
-	return c.WeightBytes + float64(inflight)*c.ActBytes
+	return c.WeightBytes + float64(inflight)*c.ActBytes + c.OnceBytes
+}
+
+// choices lists the costs the search may take for the stage: c, then c.Remat.
+func (c StageCost) choices() []StageCost {
+	if c.Remat == nil {
+		return []StageCost{c}
+	}
+	r := *c.Remat
+	r.Remat = nil
+	c.Remat = nil
+	return []StageCost{c, r}
 }
 
 func (c StageCost) validate() error {
 	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
-	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) {
-		return fmt.Errorf("time %g, weights %g, activations %g: each must be finite and non-negative",
-			c.Time, c.WeightBytes, c.ActBytes)
+	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) || bad(c.OnceBytes) {
+		once := ""
+		if c.OnceBytes != 0 {
+			once = fmt.Sprintf(", activations held once %g", c.OnceBytes)
+		}
+		return fmt.Errorf("time %g, weights %g, activations %g%s: each must be finite and non-negative",
+			c.Time, c.WeightBytes, c.ActBytes, once)
+	}
+	if c.Remat != nil {
+		if c.Remat.Remat != nil {
+			return fmt.Errorf("a recomputed cost offers another recomputed cost")
+		}
+		return c.Remat.validate()
 	}
 	return nil
 }

@@ -10,8 +10,12 @@ import (
 func (s *search) result() *Result {
 	res := &Result{Stats: s.stats}
 	for _, ch := range s.plan {
-		li := s.t.bestL[s.t.slot(ch.class, ch.start, ch.end, ch.sub)]
-		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li]
+		x := s.t.slot(ch.class, ch.start, ch.end, ch.sub)
+		li := s.t.bestL[x]
+		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].choices()[0]
+		if s.t.bestR[x] {
+			cost = *s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].Remat
+		}
 		f := s.t.lv.inflight[ch.class]
 		res.Stages = append(res.Stages, Stage{
 			Start: ch.start, End: ch.end,
