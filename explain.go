@@ -522,11 +522,14 @@ type StageAlternative struct {
 	// WeightBytes are then lower bounds and Cost is zero.
 	Pruned bool `json:"pruned,omitempty"`
 	// WeightBytes are params, their gradients and optimizer state; ActBytes one
-	// micro-batch's activations; MemoryBytes = WeightBytes + InFlight·ActBytes.
-	WeightBytes int64 `json:"weight_bytes"`
-	ActBytes    int64 `json:"activation_bytes"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	Fits        bool  `json:"fits"`
+	// micro-batch's activations (a recomputing stage's: its inputs), RecomputeBytes the
+	// recomputed micro-batch's; MemoryBytes = WeightBytes + InFlight·ActBytes +
+	// RecomputeBytes.
+	WeightBytes    int64 `json:"weight_bytes"`
+	ActBytes       int64 `json:"activation_bytes"`
+	RecomputeBytes int64 `json:"recompute_bytes,omitempty"`
+	MemoryBytes    int64 `json:"memory_bytes"`
+	Fits           bool  `json:"fits"`
 	// StepTime is the plan's step time with this stage's time replaced, for alternatives on
 	// as many devices as the chosen one (the others would not tile the cluster with the
 	// other stages as they are); 0 otherwise.
@@ -586,14 +589,18 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logic
 		a.Err = fmt.Sprint(sol.err)
 		return a
 	}
-	a.Time = sol.cost.Time
+	cost := sol.cost
+	if s.Recompute {
+		cost = sol.remat // priced as the stage runs: recomputing
+	}
+	a.Time = cost.Time
 	if sol.res != nil {
 		a.Cost = sol.res.Cost
 	} else {
 		a.Pruned = true
 	}
-	a.WeightBytes, a.ActBytes = int64(sol.cost.WeightBytes), int64(sol.cost.ActBytes)
-	a.MemoryBytes = int64(sol.cost.Memory(s.InFlight))
+	a.WeightBytes, a.ActBytes, a.RecomputeBytes = int64(cost.WeightBytes), int64(cost.ActBytes), int64(cost.OnceBytes)
+	a.MemoryBytes = int64(cost.Memory(s.InFlight))
 	a.Fits = !a.Pruned && a.MemoryBytes <= p.Predicted.DeviceMemory
 	if a.Devices == len(s.Devices) {
 		a.StepTime = p.stepTime(n, a.Time)
@@ -634,7 +641,7 @@ type DeviceMemory struct {
 	Weights     int64 `json:"weights"`     // the local shards of the params under their specs
 	Gradients   int64 `json:"gradients"`   // one accumulator per param, sharded like it
 	Optimizer   int64 `json:"optimizer"`   // the local shards of the optimizer state
-	Activations int64 `json:"activations"` // ActBytes × InFlight
+	Activations int64 `json:"activations"` // ActBytes × InFlight + RecomputeBytes
 	Total       int64 `json:"total"`
 	Capacity    int64 `json:"capacity"`
 }
@@ -654,7 +661,7 @@ func (p *Plan) MemoryBreakdown() []DeviceMemory {
 		if err != nil {
 			panic(fmt.Sprintf("autopar: stage %d: %v", si, err))
 		}
-		dm := DeviceMemory{Stage: si, Activations: s.ActBytes * int64(s.InFlight), Capacity: p.Predicted.DeviceMemory}
+		dm := DeviceMemory{Stage: si, Activations: s.ActBytes*int64(s.InFlight) + s.RecomputeBytes, Capacity: p.Predicted.DeviceMemory}
 		for _, v := range s.Values {
 			if v.Op != ir.OpParam.String() && v.Op != ir.OpState.String() {
 				continue

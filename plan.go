@@ -73,19 +73,25 @@ type Layer struct {
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
-	FirstLayer  int               `json:"first_layer"`
-	LastLayer   int               `json:"last_layer"`
-	Submesh     mesh.Submesh      `json:"submesh"`
-	Logical     [2]int            `json:"logical_mesh"` // (dp, mp)
-	Devices     []int             `json:"devices"`
-	Time        float64           `json:"time"` // seconds per micro-batch, forward + backward
-	Cost        sharding.Cost     `json:"cost"`
-	WeightBytes int64             `json:"weight_bytes"`
-	ActBytes    int64             `json:"activation_bytes"`
-	InFlight    int               `json:"in_flight"`
-	MemoryBytes int64             `json:"memory_bytes"` // per device at the peak
-	ILP         sharding.ILPStats `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values      []ValuePlan       `json:"values"`
+	FirstLayer  int           `json:"first_layer"`
+	LastLayer   int           `json:"last_layer"`
+	Submesh     mesh.Submesh  `json:"submesh"`
+	Logical     [2]int        `json:"logical_mesh"` // (dp, mp)
+	Devices     []int         `json:"devices"`
+	Time        float64       `json:"time"` // seconds per micro-batch, forward + backward
+	Cost        sharding.Cost `json:"cost"`
+	WeightBytes int64         `json:"weight_bytes"`
+	ActBytes    int64         `json:"activation_bytes"`
+	InFlight    int           `json:"in_flight"`
+	// Recompute is set when the stage recomputes its activations in the backward: then
+	// ActBytes is its inputs per micro-batch in flight, and RecomputeBytes the activations
+	// of the one micro-batch whose backward runs. MemoryBytes = WeightBytes +
+	// InFlight·ActBytes + RecomputeBytes.
+	Recompute      bool              `json:"recompute,omitempty"`
+	RecomputeBytes int64             `json:"recompute_bytes,omitempty"`
+	MemoryBytes    int64             `json:"memory_bytes"` // per device at the peak
+	ILP            sharding.ILPStats `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values         []ValuePlan       `json:"values"`
 }
 
 // ValuePlan is the sharding of one value of a stage.
@@ -154,7 +160,8 @@ func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph
 		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
 		Cost: sol.res.Cost, WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
-		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: sol.res.ILP}
+		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: sol.res.ILP,
+		Recompute: st.Cost.Recompute, RecomputeBytes: int64(st.Cost.OnceBytes)}
 	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]
@@ -374,7 +381,7 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}, Recompute: s.Recompute}
 		for _, v := range s.Values {
 			id, _ := step.Lookup(v.Name)
 			if owner[id] != si {

@@ -1,0 +1,100 @@
+package autopar
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/passes"
+)
+
+// The compiler's recomputing plans, run on the runtime, equal the serial run: data
+// parallel, tensor parallel and pipelined, MLP and GPT. checkAgainstSerial checks the
+// loss, gradients and updates; codegen's equivalence tests check the counters.
+func TestCompiledRematPlansEqualSerial(t *testing.T) {
+	cases := []struct {
+		model, cluster string
+		opts           Options
+	}{
+		{"mlp-tiny", "cpu:2", Options{Microbatches: 2, Remat: RematFull}},
+		{"mlp-tiny", "cpu:4", Options{Microbatches: 4, Remat: RematFull, Manual: &Manual{TP: 1, PP: 2, DP: 2}}},
+		{"mlp-tiny", "cpu:4", Options{Microbatches: 2, Schedule: "gpipe", Remat: RematFull, Optimizer: passes.Optimizer{Kind: "adam", LR: 0.01}}},
+		{"gpt-tiny", "cpu:2", Options{Microbatches: 2, Layers: 2, Remat: RematFull}},
+		{"gpt-tiny", "cpu:4", Options{Microbatches: 2, Layers: 2, Remat: RematFull, Manual: &Manual{TP: 2, PP: 2, DP: 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.model+"/"+tc.cluster, func(t *testing.T) {
+			p := compile(t, model(t, tc.model), cluster(t, tc.cluster), tc.opts)
+			for i, s := range p.Stages {
+				require.True(t, s.Recompute, "stage %d", i)
+			}
+			checkAgainstSerial(t, p, 1e-4)
+		})
+	}
+}
+
+// With --remat auto the search recomputes exactly where memory forces it: a GPT under
+// GPipe with 8 micro-batches on one device holds 8 micro-batches' activations plainly and
+// only their inputs recomputing. With memory between the two needs, none is refused with
+// a memory error and auto recomputes, within the budget and slower than the plain plan;
+// with ample memory auto does not recompute.
+func TestRematAutoWhenMemoryForces(t *testing.T) {
+	g, c := model(t, "gpt-tiny"), cluster(t, "cpu:1")
+	opts := func(remat string, memory int64) Options {
+		return Options{Microbatches: 8, Schedule: "gpipe", Layers: 2, Remat: remat, MemoryPerDevice: memory}
+	}
+	plain := compile(t, g, c, opts(RematNone, 0))
+	full := compile(t, g, c, opts(RematFull, 0))
+	need := func(p *Plan) (m int64) {
+		for _, s := range p.Stages {
+			m = max(m, s.MemoryBytes)
+		}
+		return m
+	}
+	t.Logf("per-device need: plain %d, recomputing %d bytes; step %.3g s, %.3g s", need(plain), need(full), plain.Predicted.StepTime, full.Predicted.StepTime)
+	require.Less(t, need(full), need(plain), "recomputing holds less")
+	require.Greater(t, full.Predicted.StepTime, plain.Predicted.StepTime, "recomputing takes longer")
+
+	budget := (need(full) + need(plain)) / 2
+	_, err := Compile(context.Background(), g, c, opts(RematNone, budget))
+	var me *dp.MemoryError
+	require.ErrorAs(t, err, &me)
+
+	auto := compile(t, g, c, opts(RematAuto, budget))
+	recomputes := 0
+	for _, s := range auto.Stages {
+		assert.LessOrEqual(t, s.MemoryBytes, budget)
+		assert.Equal(t, s.WeightBytes+int64(s.InFlight)*s.ActBytes+s.RecomputeBytes, s.MemoryBytes)
+		if s.Recompute {
+			recomputes++
+		}
+	}
+	require.Positive(t, recomputes, "auto recomputes when memory forces it")
+	assert.Greater(t, auto.Predicted.StepTime, plain.Predicted.StepTime)
+	checkAgainstSerial(t, auto, 1e-4)
+
+	ample := compile(t, g, c, opts(RematAuto, 0))
+	for i, s := range ample.Stages {
+		assert.False(t, s.Recompute, "stage %d recomputes with memory to spare", i)
+	}
+	assert.Equal(t, plain.Predicted.StepTime, ample.Predicted.StepTime)
+
+	// A saved recomputing plan re-costs to itself: From pins each stage's choice.
+	var buf bytes.Buffer
+	require.NoError(t, auto.WriteJSON(&buf))
+	saved, err := ReadPlan(&buf)
+	require.NoError(t, err)
+	again := compile(t, g, c, Options{From: saved, MemoryPerDevice: budget})
+	for i := range auto.Stages {
+		assert.Equal(t, auto.Stages[i].Recompute, again.Stages[i].Recompute, "stage %d", i)
+	}
+}
+
+func TestRematOptionErrors(t *testing.T) {
+	_, err := Compile(context.Background(), model(t, "mlp-tiny"), cluster(t, "cpu:1"), Options{Remat: "some"})
+	require.EqualError(t, err, `compile: unknown recomputation "some", expected auto, none or full`)
+}
