@@ -8,13 +8,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
 )
 
 // The compiler's recomputing plans, run on the runtime, equal the serial run: data
 // parallel, tensor parallel and pipelined, MLP and GPT. checkAgainstSerial checks the
-// loss, gradients and updates; codegen's equivalence tests check the counters.
+// loss, gradients and updates, checkCounters the measured peak memory and traffic against
+// codegen.Predict.
 func TestCompiledRematPlansEqualSerial(t *testing.T) {
 	cases := []struct {
 		model, cluster string
@@ -33,6 +37,7 @@ func TestCompiledRematPlansEqualSerial(t *testing.T) {
 				require.True(t, s.Recompute, "stage %d", i)
 			}
 			checkAgainstSerial(t, p, 1e-4)
+			checkCounters(t, p)
 		})
 	}
 }
@@ -76,6 +81,7 @@ func TestRematAutoWhenMemoryForces(t *testing.T) {
 	require.Positive(t, recomputes, "auto recomputes when memory forces it")
 	assert.Greater(t, auto.Predicted.StepTime, plain.Predicted.StepTime)
 	checkAgainstSerial(t, auto, 1e-4)
+	checkCounters(t, auto)
 
 	ample := compile(t, g, c, opts(RematAuto, 0))
 	for i, s := range ample.Stages {
@@ -97,4 +103,32 @@ func TestRematAutoWhenMemoryForces(t *testing.T) {
 func TestRematOptionErrors(t *testing.T) {
 	_, err := Compile(context.Background(), model(t, "mlp-tiny"), cluster(t, "cpu:1"), Options{Remat: "some"})
 	require.EqualError(t, err, `compile: unknown recomputation "some", expected auto, none or full`)
+}
+
+// checkCounters runs p's programs once and checks every device's measured peak memory and
+// traffic against codegen.Predict.
+func checkCounters(t *testing.T, p *Plan) {
+	t.Helper()
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
+	require.NoError(t, err)
+	data := runtime.Data{}
+	for k, v := range interp.InitParams(full, 1) {
+		data[k] = v
+	}
+	in, err := interp.GenerateInputs(full, 2)
+	require.NoError(t, err)
+	for k, v := range in {
+		data[k] = v
+	}
+	got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
+	require.NoError(t, err)
+	cp, err := p.CodegenPlan()
+	require.NoError(t, err)
+	pred := codegen.Predict(cp, progs)
+	for i, d := range got.Devices {
+		require.Equal(t, pred[i], codegen.DeviceCounters{Device: d.Device, PeakBytes: d.PeakBytes,
+			BytesSent: d.BytesSent, BytesReceived: d.BytesReceived}, "device %d", d.Device)
+	}
 }
