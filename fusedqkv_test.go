@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/frontend/zoo"
+	"github.com/autopar/autopar/program"
 )
 
 // layerValue matches the values of transformer layer i and their gradients: l3.attn.o.einsum,
@@ -33,7 +33,7 @@ func TestFusedQKVAllReduces(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, progs, 2)
 		for _, in := range progs[0].Instrs {
-			if in.Kind != codegen.AllReduce {
+			if in.Kind != program.AllReduce {
 				continue
 			}
 			total++

@@ -9,6 +9,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // recomputed makes the stages of plan that stages names (all when none) recompute their
@@ -38,14 +39,14 @@ func TestEquivRecompute(t *testing.T) {
 	cases := []equivCase{
 		{name: "mlp-dp-1x2", fwd: mlp(2), opt: sgd, b: 2, plan: recomputed(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate))},
 		{name: "mlp-megatron-2x2", fwd: mlp(1), opt: adam, b: 2, plan: recomputed(singleStage(2, 2, 2, megatron, propagate))},
-		{name: "mlp-2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: recomputed(pipeline(two, 2, codegen.GPipe, dataParallel(0), propagate))},
-		{name: "mlp-2-stage-1f1b-first", fwd: mlp(1), opt: adam, b: 4, plan: recomputed(pipeline(two, 4, codegen.OneFOneB, dataParallel(0), propagate), 0)},
-		{name: "mlp-4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: recomputed(pipeline(four, 4, codegen.OneFOneB, dataParallel(0), propagate))},
-		{name: "mlp-4-stage-gpipe-odd", fwd: mlp(3), opt: adam, b: 4, plan: recomputed(pipeline(four, 4, codegen.GPipe, dataParallel(0), propagate), 1, 3)},
+		{name: "mlp-2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: recomputed(pipeline(two, 2, program.GPipe, dataParallel(0), propagate))},
+		{name: "mlp-2-stage-1f1b-first", fwd: mlp(1), opt: adam, b: 4, plan: recomputed(pipeline(two, 4, program.OneFOneB, dataParallel(0), propagate), 0)},
+		{name: "mlp-4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: recomputed(pipeline(four, 4, program.OneFOneB, dataParallel(0), propagate))},
+		{name: "mlp-4-stage-gpipe-odd", fwd: mlp(3), opt: adam, b: 4, plan: recomputed(pipeline(four, 4, program.GPipe, dataParallel(0), propagate), 1, 3)},
 		{name: "gpt-dp-1x2", fwd: gpt, opt: sgd, b: 2, plan: recomputed(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate))},
 		{name: "gpt-random-2x2", fwd: gpt, opt: sgd, b: 1, plan: recomputed(singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng)))},
-		{name: "gpt-2-stage-dp-1f1b", fwd: gpt, opt: sgd, b: 2, plan: recomputed(pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate))},
-		{name: "gpt-2-stage-gpipe-last", fwd: gpt, opt: sgd, b: 4, plan: recomputed(pipeline(two, 4, codegen.GPipe, dataParallel(0), propagate), 1)},
+		{name: "gpt-2-stage-dp-1f1b", fwd: gpt, opt: sgd, b: 2, plan: recomputed(pipeline(twoDP, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate))},
+		{name: "gpt-2-stage-gpipe-last", fwd: gpt, opt: sgd, b: 4, plan: recomputed(pipeline(two, 4, program.GPipe, dataParallel(0), propagate), 1)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
@@ -62,8 +63,8 @@ func TestEquivRecompute(t *testing.T) {
 func TestRecomputeHoldsLess(t *testing.T) {
 	step := microStep(t, 3, 8, sgd)
 	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
-	lower := func(remat bool) ([]*codegen.Program, []codegen.DeviceCounters) {
-		plan := pipeline(four, 8, codegen.GPipe, dataParallel(0), propagate)
+	lower := func(remat bool) ([]*program.Program, []codegen.DeviceCounters) {
+		plan := pipeline(four, 8, program.GPipe, dataParallel(0), propagate)
 		if remat {
 			plan = recomputed(plan)
 		}
@@ -74,9 +75,9 @@ func TestRecomputeHoldsLess(t *testing.T) {
 	}
 	plainProgs, plain := lower(false)
 	rematProgs, remat := lower(true)
-	computes := func(p *codegen.Program, block int) (n int) {
+	computes := func(p *program.Program, block int) (n int) {
 		for _, in := range p.Instrs[p.Blocks[block].Start:p.Blocks[block].End] {
-			if in.Kind == codegen.Compute {
+			if in.Kind == program.Compute {
 				n++
 			}
 		}
@@ -89,7 +90,7 @@ func TestRecomputeHoldsLess(t *testing.T) {
 			require.Greater(t, remat[d].PeakBytes, plain[d].PeakBytes, "device %d", d)
 		}
 		require.Equal(t, plain[d].BytesSent, remat[d].BytesSent, "device %d", d)
-		require.Equal(t, computes(plainProgs[d], codegen.BlockForward), computes(rematProgs[d], codegen.BlockForward), "device %d", d)
-		require.Greater(t, computes(rematProgs[d], codegen.BlockBackward), computes(plainProgs[d], codegen.BlockBackward), "device %d", d)
+		require.Equal(t, computes(plainProgs[d], program.BlockForward), computes(rematProgs[d], program.BlockForward), "device %d", d)
+		require.Greater(t, computes(rematProgs[d], program.BlockBackward), computes(plainProgs[d], program.BlockBackward), "device %d", d)
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/program"
 )
 
 // withRemat is uniform with a recomputing alternative: 1.5× the time, inputs of 0.25 per
@@ -23,7 +25,7 @@ func withRemat(k, i int, s Submesh, l Logical) (StageCost, bool) {
 func TestRematWhenMemoryForces(t *testing.T) {
 	solve := func(mem float64) (*Result, error) {
 		c := Cluster{Hosts: 1, DevicesPerHost: 2, MemoryPerDevice: mem}
-		return Solve(context.Background(), 1, c, oracleFunc(withRemat), Options{Microbatches: 8, Schedule: GPipe})
+		return Solve(context.Background(), 1, c, oracleFunc(withRemat), Options{Microbatches: 8, Schedule: program.GPipe})
 	}
 	r, err := solve(20)
 	require.NoError(t, err)
