@@ -75,6 +75,7 @@ func megatronArgs(p *Plan) (string, error) {
 	if c.dtypeFlag != "" {
 		args = append(args, [2]string{c.dtypeFlag, ""})
 	}
+	args = append(args, recomputeArgs(p, &b)...)
 	args = append(args, optimizerArgs(p.Optimizer)...)
 	if c.vocab > 0 {
 		fmt.Fprintf(&b, "# vocabulary: %d entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of\n"+
@@ -365,4 +366,24 @@ func intList(xs []int) string {
 		parts[i] = fmt.Sprint(x)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// recomputeArgs turns the plan's recomputing stages into Megatron's full recomputation of
+// every layer. Megatron applies it to every pipeline stage alike, so a plan that recomputes
+// only some stages gets it everywhere, with a note in b saying so.
+func recomputeArgs(p *Plan, b *strings.Builder) [][2]string {
+	var some []string
+	for i, s := range p.Stages {
+		if s.Recompute {
+			some = append(some, fmt.Sprint(i))
+		}
+	}
+	if len(some) == 0 {
+		return nil
+	}
+	if len(some) < len(p.Stages) {
+		fmt.Fprintf(b, "# note: the plan recomputes the activations of stage %s only; Megatron-LM recomputes every stage\n",
+			strings.Join(some, ", "))
+	}
+	return [][2]string{{"--recompute-granularity", "full"}, {"--recompute-method", "uniform"}, {"--recompute-num-layers", "1"}}
 }

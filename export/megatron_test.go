@@ -76,7 +76,17 @@ func TestMegatronExpressible(t *testing.T) {
 				"--global-batch-size 8\n", "--num-layers 2\n", "--hidden-size 32\n", "--num-attention-heads 4\n",
 				"--seq-length 16\n", "--ffn-hidden-size 128\n", "--position-embedding-type learned_absolute\n",
 				"--optimizer adam\n", "--adam-beta2 0.95\n", "world size 8 = tensor 2 × pipeline 2 × data 2", "# vocabulary: 64 entries"},
-			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie"}},
+			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie", "--recompute"}},
+		{"recomputing", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
+			p.Stages[0].Recompute, p.Stages[1].Recompute = true, true
+			return p
+		}(), []string{"--recompute-granularity full\n", "--recompute-method uniform\n", "--recompute-num-layers 1\n"}, []string{"note: the plan recomputes"}},
+		{"recomputing one stage", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
+			p.Stages[0].Recompute = true
+			return p
+		}(), []string{"--recompute-granularity full\n", "# note: the plan recomputes the activations of stage 0 only; Megatron-LM recomputes every stage"}, nil},
 		{"untied output layer", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Stages[0].Values[1].Users = []string{"gather"}

@@ -33,6 +33,8 @@ type Stage struct {
 	// Devices are the stage's devices laid over the logical mesh row-major: the device
 	// at mesh coordinate (i, j) is Devices[i*Mesh[1]+j].
 	Devices []int
+	// Recompute is set when the stage recomputes its activations in the backward.
+	Recompute bool
 	// Values are the values the stage holds, in the order of the training step. A
 	// param, input or state several stages read is listed only by the stage that holds
 	// it (the first to read it).
