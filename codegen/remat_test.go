@@ -1,6 +1,7 @@
 package codegen_test
 
 import (
+	"context"
 	"math/rand"
 	"testing"
 
@@ -9,7 +10,11 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/program"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // recomputed makes the stages of plan that stages names (all when none) recompute their
@@ -46,6 +51,9 @@ func TestEquivRecompute(t *testing.T) {
 		{name: "gpt-dp-1x2", fwd: gpt, opt: sgd, b: 2, plan: recomputed(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate))},
 		{name: "gpt-random-2x2", fwd: gpt, opt: sgd, b: 1, plan: recomputed(singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng)))},
 		{name: "gpt-2-stage-dp-1f1b", fwd: gpt, opt: sgd, b: 2, plan: recomputed(pipeline(twoDP, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate))},
+		{name: "mlp-2-stage-random-cross-mesh", fwd: mlp(1), opt: adam, b: 2, plan: recomputed(pipeline([][2]int{{1, 2}, {2, 1}}, 2, program.OneFOneB, randomLeaves(rng), randomChooser(rng)))},
+		{name: "moe-random-2x2", fwd: moe, opt: sgd, b: 1, plan: recomputed(singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng)))},
+		{name: "wresnet-dp-1x2", fwd: wresnet, opt: sgd, b: 1, plan: recomputed(singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate))},
 		{name: "gpt-2-stage-gpipe-last", fwd: gpt, opt: sgd, b: 4, plan: recomputed(pipeline(two, 4, program.GPipe, dataParallel(0), propagate), 1)},
 	}
 	for _, c := range cases {
@@ -92,5 +100,40 @@ func TestRecomputeHoldsLess(t *testing.T) {
 		require.Equal(t, plain[d].BytesSent, remat[d].BytesSent, "device %d", d)
 		require.Equal(t, computes(plainProgs[d], program.BlockForward), computes(rematProgs[d], program.BlockForward), "device %d", d)
 		require.Greater(t, computes(rematProgs[d], program.BlockBackward), computes(plainProgs[d], program.BlockBackward), "device %d", d)
+	}
+}
+
+// A recomputed plan computes bit for bit what the plain one does: the recomputed ops run
+// the same kernels, and the same collectives, on the same operands in the same layouts.
+func TestRecomputeIsBitIdentical(t *testing.T) {
+	fwd := gpt(t)
+	batch, err := passes.BatchSize(fwd)
+	require.NoError(t, err)
+	mb, err := passes.Rebatch(fwd, batch/2)
+	require.NoError(t, err)
+	step, err := passes.TrainingStep(mb, sgd)
+	require.NoError(t, err)
+	full, err := passes.TrainingStep(fwd, sgd)
+	require.NoError(t, err)
+	data := runtime.Data{}
+	for k, v := range interp.InitParams(full, 1) {
+		data[k] = v
+	}
+	for k, v := range interp.RandomInputs(full, 2) {
+		data[k] = v
+	}
+	plan := pipeline([][2]int{{2, 1}, {1, 2}}, 2, program.OneFOneB, megatron, propagate)
+	run := func(plan func(testing.TB, *ir.Graph) *codegen.Plan) map[string]*kernels.Tensor {
+		progs, err := codegen.Lower(plan(t, step))
+		require.NoError(t, err)
+		got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
+		require.NoError(t, err)
+		return got.Stores
+	}
+	plain, remat := run(plan), run(recomputed(plan))
+	require.Greater(t, len(plain), 10, "the loss, gradients and updates")
+	require.Equal(t, len(plain), len(remat))
+	for name, want := range plain {
+		require.Equal(t, want.Float64s(), remat[name].Float64s(), name)
 	}
 }
