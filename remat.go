@@ -108,8 +108,10 @@ func (r *stageRemat) rematCost(g *ir.Graph, res *sharding.Result, plain dp.Stage
 			kept += b
 		}
 	}
-	return dp.StageCost{Time: plain.Time + extra, WeightBytes: plain.WeightBytes, ActBytes: float64(kept),
-		OnceBytes: plain.ActBytes, Recompute: true}
+	r := plain // what recomputation does not change (weights, per-step work) carries over
+	r.Time += extra
+	r.ActBytes, r.OnceBytes, r.Recompute = float64(kept), plain.ActBytes, true
+	return r
 }
 
 // forwardValues marks the step's forward values: those the loss depends on.
