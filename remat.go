@@ -108,10 +108,10 @@ func (r *stageRemat) rematCost(g *ir.Graph, res *sharding.Result, plain dp.Stage
 			kept += b
 		}
 	}
-	r := plain // what recomputation does not change (weights, per-step work) carries over
-	r.Time += extra
-	r.ActBytes, r.OnceBytes, r.Recompute = float64(kept), plain.ActBytes, true
-	return r
+	c := plain // what recomputation does not change (weights, per-step work) carries over
+	c.Time += extra
+	c.ActBytes, c.OnceBytes, c.Recompute = float64(kept), plain.ActBytes, true
+	return c
 }
 
 // forwardValues marks the step's forward values: those the loss depends on.
