@@ -189,6 +189,11 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 	fmt.Fprintf(w, "\n* the plan's choice, step time %s; memory = weights + %d × activations; step time: the plan's\n"+
 		"with this stage on that mesh, shown for meshes of as many devices (the others would not tile the cluster)\n",
 		units.Seconds(e.StepTime), e.InFlight)
+	if p.Stages[e.Stage].Recompute {
+		fmt.Fprintf(w, "the stage recomputes its activations in the backward (--remat): activations are its inputs per\n"+
+			"micro-batch, and memory adds the activations of the one micro-batch whose backward runs (%s on the plan's mesh)\n",
+			units.Bytes(p.Stages[e.Stage].RecomputeBytes))
+	}
 }
 
 func yesNo(b bool) string {
