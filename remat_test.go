@@ -3,6 +3,7 @@ package autopar
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -131,4 +132,25 @@ func checkCounters(t *testing.T, p *Plan) {
 		require.Equal(t, pred[i], codegen.DeviceCounters{Device: d.Device, PeakBytes: d.PeakBytes,
 			BytesSent: d.BytesSent, BytesReceived: d.BytesReceived}, "device %d", d.Device)
 	}
+}
+
+// A plan.json that claims recomputed activations for a stage that does not recompute, or a
+// negative count of them, is refused; one that sets recompute on a stage lowers to
+// recomputing programs.
+func TestReadPlanRecompute(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, compile(t, model(t, "mlp-tiny"), cluster(t, "cpu:2"), Options{Microbatches: 2, Remat: RematNone}).WriteJSON(&buf))
+	good := buf.String()
+	edit := func(with string) string {
+		return strings.Replace(good, `"in_flight": `, with+` "in_flight": `, 1) // stage 0's
+	}
+	_, err := ReadPlan(strings.NewReader(edit(`"recompute_bytes": 100,`)))
+	require.ErrorContains(t, err, "recompute_bytes 100 of a stage that does not recompute")
+	_, err = ReadPlan(strings.NewReader(edit(`"recompute": true, "recompute_bytes": -1,`)))
+	require.ErrorContains(t, err, "recompute_bytes -1")
+	p, err := ReadPlan(strings.NewReader(edit(`"recompute": true,`)))
+	require.NoError(t, err)
+	require.True(t, p.Stages[0].Recompute)
+	checkAgainstSerial(t, p, 1e-4)
+	checkCounters(t, p)
 }
