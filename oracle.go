@@ -212,8 +212,7 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		c := dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}
 		return &stageSolution{ok: true, cost: c, remat: c}
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		Filter: lowerable(lm)}
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true}
 	o.solves.Add(1)
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
 	var me *sharding.MemoryError
