@@ -137,6 +137,10 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 	}
 	if best == nil {
+		var me *dp.MemoryError
+		if opts.Remat == RematNone && errors.As(why, &me) {
+			return nil, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
+		}
 		return nil, why
 	}
 	return best, nil

@@ -69,6 +69,7 @@ func TestRematAutoWhenMemoryForces(t *testing.T) {
 	_, err := Compile(context.Background(), g, c, opts(RematNone, budget))
 	var me *dp.MemoryError
 	require.ErrorAs(t, err, &me)
+	require.ErrorContains(t, err, "with --remat none; recomputing activations, --remat auto or full, may need less")
 
 	auto := compile(t, g, c, opts(RematAuto, budget))
 	recomputes := 0
