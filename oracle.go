@@ -64,7 +64,7 @@ type solveKey struct {
 type stageSolution struct {
 	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
 	cost dp.StageCost     // without recomputation
-	// remat is the cost recomputing (see remat.go); a pruned stage's is its cost.
+	// remat is the cost recomputing (see remat.go); a pruned stage's is its lower bound.
 	remat dp.StageCost
 	ok    bool
 	err   error
@@ -210,7 +210,9 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 	n := float64(lm.Size())
 	if floor := float64(sg.weights) / n; o.memory > 0 && floor > pruneFactor*float64(o.memory) {
 		c := dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}
-		return &stageSolution{ok: true, cost: c, remat: c}
+		r := c
+		r.Recompute = true // as bounded: recomputation frees no weights
+		return &stageSolution{ok: true, cost: c, remat: r}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true}
 	o.solves.Add(1)
