@@ -72,8 +72,8 @@ func (em *stageEm) lower(loops []program.Loop) {
 		}
 	})
 	em.block("backward", true, func() {
-		if em.st.Recompute {
-			em.recompute()
+		if em.remat != nil {
+			em.remat.backward = true
 		}
 		em.runTask(task{phaseB, 0})
 		em.freeMicrobatch()
@@ -283,6 +283,9 @@ func (em *stageEm) runTask(t task) {
 		}
 	case phaseB:
 		for _, v := range em.opsB {
+			if em.remat != nil {
+				em.recomputeFor(v)
+			}
 			em.compute(v, t.mb)
 		}
 	case phaseU:
@@ -378,6 +381,9 @@ func (em *stageEm) produced(k key) {
 	}
 	if k.mb < 0 {
 		em.stores(k)
+	}
+	if em.remat != nil && em.remat.keeps(k, em.redo) {
+		return // a checkpoint: counted when the forward ends (dropActivations)
 	}
 	em.left[k] = uses
 	if uses == 0 {

@@ -2,12 +2,14 @@ package codegen_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -136,4 +138,81 @@ func TestRecomputeIsBitIdentical(t *testing.T) {
 	for name, want := range plain {
 		require.Equal(t, want.Float64s(), remat[name].Float64s(), name)
 	}
+}
+
+// bySegments is recomputed with every forward op of every stage in a segment of its own
+// layer (the "l<k>." of its name; others in segment −1), or, with rng, in a random one of
+// three: any numbering is valid, only memory and time depend on it.
+func bySegments(plan func(t testing.TB, step *ir.Graph) *codegen.Plan, rng *rand.Rand) func(t testing.TB, step *ir.Graph) *codegen.Plan {
+	return func(t testing.TB, step *ir.Graph) *codegen.Plan {
+		p := recomputed(plan)(t, step)
+		for i := range p.Stages {
+			p.Stages[i].Segment = map[ir.ValueID]int{}
+		}
+		for id := range step.Values {
+			s := -1
+			if rng != nil {
+				s = rng.Intn(3)
+			} else if _, err := fmt.Sscanf(step.Values[id].Name, "l%d.", &s); err != nil {
+				s = -1
+			}
+			p.Stages[p.StageOf[id]].Segment[ir.ValueID(id)] = s
+		}
+		return p
+	}
+}
+
+// Recomputing segment by segment equals the serial step too, whatever the segments.
+func TestEquivRecomputeSegments(t *testing.T) {
+	two := [][2]int{{1, 1}, {1, 1}}
+	rng := rand.New(rand.NewSource(5))
+	cases := []equivCase{
+		{name: "mlp-layers-1x2", fwd: mlp(3), opt: sgd, b: 2, plan: bySegments(singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate), nil)},
+		{name: "mlp-random-2-stage-gpipe", fwd: mlp(3), opt: adam, b: 4, plan: bySegments(pipeline(two, 4, program.GPipe, dataParallel(0), propagate), rng)},
+		{name: "gpt-layers-2x2", fwd: gpt2, opt: sgd, b: 2, plan: bySegments(singleStage(2, 2, 2, megatron, propagate), nil)},
+		{name: "gpt-random-2-stage-1f1b", fwd: gpt2, opt: sgd, b: 2, plan: bySegments(pipeline([][2]int{{1, 2}, {1, 2}}, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate), rng)},
+		{name: "gpt-random-strategies", fwd: gpt2, opt: sgd, b: 1, plan: bySegments(singleStage(2, 2, 1, randomLeaves(rng), randomChooser(rng)), rng)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })
+	}
+}
+
+// gpt2 is the tiny f64 GPT with two layers.
+func gpt2(t testing.TB) *ir.Graph {
+	m := zoo.NewGPT()
+	m.DType, m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = "f64", 2, 16, 2, 8, 16, 4
+	g, err := m.Build()
+	require.NoError(t, err)
+	return g
+}
+
+// Segments hold less than one: a single-stage GPipe GPT of 4 layers with 8 micro-batches
+// holds, recomputing layer by layer, the layers' inputs and one layer's activations,
+// against one micro-batch's whole activations recomputing the stage at once.
+func TestRecomputeSegmentsHoldLess(t *testing.T) {
+	fwd := func(t testing.TB) *ir.Graph {
+		m := zoo.NewGPT()
+		m.DType, m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = "f64", 4, 16, 2, 8, 16, 8
+		g, err := m.Build()
+		require.NoError(t, err)
+		return g
+	}(t)
+	batch, err := passes.BatchSize(fwd)
+	require.NoError(t, err)
+	mb, err := passes.Rebatch(fwd, batch/8)
+	require.NoError(t, err)
+	step, err := passes.TrainingStep(mb, sgd)
+	require.NoError(t, err)
+	peak := func(plan func(testing.TB, *ir.Graph) *codegen.Plan) int64 {
+		p := plan(t, step)
+		progs, err := codegen.Lower(p)
+		require.NoError(t, err)
+		return codegen.Predict(p, progs)[0].PeakBytes
+	}
+	base := singleStage(1, 1, 8, dataParallel(mesh.AxesNone), propagate)
+	plain, whole, layers := peak(base), peak(recomputed(base)), peak(bySegments(base, nil))
+	t.Logf("peak bytes: plain %d, recomputing the stage %d, layer by layer %d", plain, whole, layers)
+	require.Less(t, whole, plain)
+	require.Less(t, layers, whole)
 }
