@@ -246,9 +246,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	o.remat = opts.Remat
 	if p := opts.From; p != nil {
-		o.pinned = map[[2]int]bool{}
+		o.pinned = map[[2]int]int{}
 		for _, s := range p.Stages {
-			o.pinned[[2]int{s.FirstLayer, s.LastLayer + 1}] = s.Recompute
+			o.pinned[[2]int{s.FirstLayer, s.LastLayer + 1}] = choice(s.Recompute, s.RecomputeLayers)
 		}
 	}
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {

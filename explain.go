@@ -589,10 +589,7 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logic
 		a.Err = fmt.Sprint(sol.err)
 		return a
 	}
-	cost := sol.cost
-	if s.Recompute {
-		cost = sol.remat // priced as the stage runs: recomputing
-	}
+	cost := sol.chosen(choice(s.Recompute, s.RecomputeLayers)) // priced as the stage runs
 	a.Time = cost.Time
 	if sol.res != nil {
 		a.Cost = sol.res.Cost

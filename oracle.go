@@ -40,9 +40,9 @@ type oracle struct {
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
 	// remat is the recomputation mode (RematAuto, RematNone, RematFull); pinned, when set,
-	// fixes it per layer range [start, end) (a saved plan's stages).
+	// fixes the choice per layer range [start, end) (a saved plan's stages; see choice).
 	remat  string
-	pinned map[[2]int]bool
+	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
 }
 
@@ -64,25 +64,48 @@ type solveKey struct {
 type stageSolution struct {
 	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
 	cost dp.StageCost     // without recomputation
-	// remat is the cost recomputing (see remat.go); a pruned stage's is its lower bound.
-	remat dp.StageCost
-	ok    bool
-	err   error
+	// remats are the costs recomputing: the whole stage at once, then layer by layer (see
+	// remat.go); a pruned stage's are its lower bound.
+	remats []dp.StageCost
+	ok     bool
+	err    error
 }
 
 // costFor is the cost the DP sees for a stage in recomputation mode mode: the plain cost,
-// the recomputing one, or (auto) the plain one offering the recomputing one.
+// the recomputing ones, or (auto) the plain one offering the recomputing ones.
 func (s *stageSolution) costFor(mode string) dp.StageCost {
+	var c dp.StageCost
 	switch mode {
 	case RematNone:
 		return s.cost
 	case RematFull:
-		return s.remat
+		c = s.remats[0]
+		c.Remat = s.remats[1:]
+	default:
+		c = s.cost
+		c.Remat = s.remats
 	}
-	c := s.cost
-	r := s.remat
-	c.Remat = &r
 	return c
+}
+
+// choice numbers a stage's way to run as costFor's choices do: 0 plain, 1 recomputing the
+// whole stage, 2 layer by layer.
+func choice(recompute, layers bool) int {
+	switch {
+	case !recompute:
+		return 0
+	case !layers:
+		return 1
+	}
+	return 2
+}
+
+// chosen is the cost of way i (see choice).
+func (s *stageSolution) chosen(i int) dp.StageCost {
+	if i == 0 {
+		return s.cost
+	}
+	return s.remats[i-1]
 }
 
 // pruneFactor: a stage whose weights alone, spread perfectly over its devices, exceed this
@@ -103,18 +126,10 @@ func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.Stage
 		return dp.StageCost{}, false
 	}
 	sol := o.solve(start, end, s, l)
-	return sol.costFor(o.rematOf(start, end)), sol.ok
-}
-
-// rematOf is the recomputation mode of layers [start, end).
-func (o *oracle) rematOf(start, end int) string {
-	if r, ok := o.pinned[[2]int{start, end}]; ok {
-		if r {
-			return RematFull
-		}
-		return RematNone
+	if i, ok := o.pinned[[2]int{start, end}]; ok && sol.ok {
+		return sol.chosen(i), true
 	}
-	return o.remat
+	return sol.costFor(o.remat), sol.ok
 }
 
 func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolution {
@@ -212,7 +227,9 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		c := dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}
 		r := c
 		r.Recompute = true // as bounded: recomputation frees no weights
-		return &stageSolution{ok: true, cost: c, remat: r}
+		l := r
+		l.Checkpoints = true
+		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true}
 	o.solves.Add(1)
@@ -239,7 +256,7 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		WeightBytes: float64(weights),
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}
-	return &stageSolution{res: res, ok: true, cost: plain, remat: sg.remat.rematCost(sg.g, res, plain)}
+	return &stageSolution{res: res, ok: true, cost: plain, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
 func (o *oracle) note(err error) {
@@ -285,7 +302,7 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, g)}
+	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g)}
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:

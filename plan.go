@@ -93,7 +93,7 @@ func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
 		Cost: costOf(sol.res.Cost), WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
 		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: ilpStatsOf(sol.res.ILP),
-		Recompute: st.Cost.Recompute, RecomputeBytes: int64(st.Cost.OnceBytes)}
+		Recompute: st.Cost.Recompute, RecomputeLayers: st.Cost.Checkpoints, RecomputeBytes: int64(st.Cost.OnceBytes)}
 	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]

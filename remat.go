@@ -41,18 +41,27 @@ func checkRemat(mode string) error {
 }
 
 // stageRemat is what a stage's recomputation needs of its subgraph, independent of the
-// mesh: which of its ops run again and which of its inputs stay in flight.
+// mesh, both ways codegen runs it: the whole stage as one segment, and layer by layer.
 type stageRemat struct {
-	redo []bool // per value of the stage graph: a forward op the backward needs
-	keep []bool // per value: an input from another stage the forward reads and the recomputation or backward reads
+	whole, layers *rematWay
+}
+
+// rematWay is one way to recompute a stage: which of its ops run again, which values
+// stay in flight, and the segment of each.
+type rematWay struct {
+	redo []bool // per value of the stage graph: a forward op the backward recomputes
+	kept []bool // per value: an input from another stage or a checkpoint held for the backward
+	seg  []int  // per value: its segment (layer)
 }
 
 // newStageRemat classifies the stage graph's values by the step's: forward ops (the loss
 // depends on them) and the others, which read forward values only in the backward (the
 // update reads none that depend on the data; codegen refuses a step where it does).
-func newStageRemat(step *ir.Graph, fwd []bool, g *ir.Graph) *stageRemat {
+// layerOf gives each step value's layer.
+func newStageRemat(step *ir.Graph, fwd []bool, layerOf []int, g *ir.Graph) *stageRemat {
 	n := len(g.Values)
 	isFwd, isBwd, input := make([]bool, n), make([]bool, n), make([]bool, n)
+	layers, one := make([]int, n), make([]int, n)
 	for i := range g.Values {
 		v := &g.Values[i]
 		id, ok := step.Lookup(v.Name)
@@ -62,56 +71,91 @@ func newStageRemat(step *ir.Graph, fwd []bool, g *ir.Graph) *stageRemat {
 			input[i] = fwd[id] // arrives from another stage
 		case v.Op.IsLeaf() || step.Value(id).Op != v.Op:
 		case fwd[id]:
-			isFwd[i] = true
+			isFwd[i], layers[i] = true, layerOf[id]
 		default:
 			isBwd[i] = true
 		}
 	}
-	r := &stageRemat{redo: make([]bool, n), keep: make([]bool, n)}
-	readF, readR := make([]bool, n), make([]bool, n)
+	return &stageRemat{whole: newRematWay(g, isFwd, isBwd, input, one), layers: newRematWay(g, isFwd, isBwd, input, layers)}
+}
+
+// newRematWay is codegen's recomputation (codegen/remat.go) on the stage graph: a forward
+// value the backward or a recomputed op reads is recomputed, unless a recomputed op of
+// another segment reads it (a checkpoint, kept).
+func newRematWay(g *ir.Graph, isFwd, isBwd, input []bool, seg []int) *rematWay {
+	n := len(g.Values)
+	w := &rematWay{redo: make([]bool, n), kept: make([]bool, n), seg: seg}
+	need, readF, readR := make([]bool, n), make([]bool, n), make([]bool, n)
 	for i := n - 1; i >= 0; i-- {
-		args := g.Values[i].Args
-		for _, a := range args {
-			if isBwd[i] || r.redo[i] {
-				r.redo[a] = r.redo[a] || isFwd[a]
-				readR[a] = true
-			}
+		w.redo[i] = isFwd[i] && need[i] && !w.kept[i]
+		runs := isBwd[i] || w.redo[i]
+		for _, a := range g.Values[i].Args {
 			readF[a] = readF[a] || isFwd[i]
+			if !runs {
+				continue
+			}
+			readR[a] = true
+			if isFwd[a] {
+				need[a] = true
+				w.kept[a] = w.kept[a] || (w.redo[i] && seg[a] != seg[i])
+			}
 		}
 	}
 	for i := range n {
-		r.keep[i] = input[i] && readF[i] && readR[i]
+		w.kept[i] = w.kept[i] || input[i] && readF[i] && readR[i]
 	}
-	return r
+	return w
 }
 
-// rematCost prices the stage recomputing, from its plain cost and sharding.
-func (r *stageRemat) rematCost(g *ir.Graph, res *sharding.Result, plain dp.StageCost) dp.StageCost {
-	extra := 0.0
-	for i, s := range res.Strategies {
-		if r.redo[i] {
-			extra += s.Compute + s.Comm
-		}
-	}
-	for _, c := range res.Collectives {
-		if c.Consumer != ir.NoValue && c.Slot >= 0 && r.redo[c.Consumer] {
-			extra += c.Time
-		}
-	}
-	var kept int64
-	for i := range g.Values {
-		if !r.keep[i] {
-			continue
-		}
+// costs prices the stage recomputing, whole and layer by layer, from its plain cost and
+// sharding. Time grows by the recomputed ops' compute and collectives and the resharding
+// into them; in flight stay the kept values; once, at the backward's peak, the backward's
+// own temporaries (the plain activations less the forward values the backward reads)
+// and the largest segment's recomputed values.
+func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost) []dp.StageCost {
+	bytes := func(i int) float64 {
 		v := &g.Values[i]
-		if b, err := res.Mesh.LocalBytes(v.Type.Shape, v.Type.DType.Size(), res.Specs[i]); err == nil {
-			kept += b
+		b, err := res.Mesh.LocalBytes(v.Type.Shape, v.Type.DType.Size(), res.Specs[i])
+		if err != nil {
+			return 0
+		}
+		return float64(b)
+	}
+	var forward float64 // what the plain backward reads of the forward
+	for i := range g.Values {
+		if r.whole.redo[i] {
+			forward += bytes(i)
 		}
 	}
-	c := plain // what recomputation does not change (weights, per-step work) carries over
-	c.Time += extra
-	c.ActBytes, c.OnceBytes, c.Recompute = float64(kept), plain.ActBytes, true
-	return c
+	temps := max(0, plain.ActBytes-forward)
+	var out []dp.StageCost
+	for _, w := range []*rematWay{r.whole, r.layers} {
+		extra, kept := 0.0, 0.0
+		segs := map[int]float64{}
+		for i, s := range res.Strategies {
+			if w.redo[i] {
+				extra += s.Compute + s.Comm
+				segs[w.seg[i]] += bytes(i)
+			}
+			if w.kept[i] {
+				kept += bytes(i)
+			}
+		}
+		for _, c := range res.Collectives {
+			if c.Consumer != ir.NoValue && c.Slot >= 0 && w.redo[c.Consumer] {
+				extra += c.Time
+			}
+		}
+		var largest float64
+		for _, b := range segs {
+			largest = max(largest, b)
+		}
+		c := plain // what recomputation does not change (weights, per-step work) carries over
+		c.Time += extra
+		c.ActBytes, c.OnceBytes, c.Recompute, c.Checkpoints = kept, temps+largest, true, w == r.layers
+		out = append(out, c)
+	}
+	return out
 }
 
 // forwardValues marks the step's forward values: those the loss depends on.

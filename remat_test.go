@@ -31,16 +31,26 @@ func TestCompiledRematPlansEqualSerial(t *testing.T) {
 		{"gpt-tiny", "cpu:2", Options{Microbatches: 2, Layers: 2, Remat: RematFull}},
 		{"gpt-tiny", "cpu:4", Options{Microbatches: 2, Layers: 2, Remat: RematFull, Manual: &Manual{TP: 2, PP: 2, DP: 1}}},
 	}
+	var ways [2]int // stages recomputing whole, layer by layer
 	for _, tc := range cases {
 		t.Run(tc.model+"/"+tc.cluster, func(t *testing.T) {
 			p := compile(t, model(t, tc.model), cluster(t, tc.cluster), tc.opts)
 			for i, s := range p.Stages {
 				require.True(t, s.Recompute, "stage %d", i)
+				if s.RecomputeLayers {
+					ways[1]++
+				} else {
+					ways[0]++
+				}
 			}
 			checkAgainstSerial(t, p, 1e-4)
 			checkCounters(t, p)
 		})
 	}
+	// Full recomputation takes the faster way that fits: layer by layer for stages of
+	// several layers (their checkpoints are not recomputed), whole for one-layer stages.
+	require.Positive(t, ways[0], "no plan recomputes a whole stage")
+	require.Positive(t, ways[1], "no plan recomputes layer by layer")
 }
 
 // With --remat auto the search recomputes exactly where memory forces it: a GPT under
@@ -149,9 +159,13 @@ func TestReadPlanRecompute(t *testing.T) {
 	require.ErrorContains(t, err, "recompute_bytes 100 of a stage that does not recompute")
 	_, err = ReadPlan(strings.NewReader(edit(`"recompute": true, "recompute_bytes": -1,`)))
 	require.ErrorContains(t, err, "recompute_bytes -1")
-	p, err := ReadPlan(strings.NewReader(edit(`"recompute": true,`)))
-	require.NoError(t, err)
-	require.True(t, p.Stages[0].Recompute)
-	checkAgainstSerial(t, p, 1e-4)
-	checkCounters(t, p)
+	_, err = ReadPlan(strings.NewReader(edit(`"recompute_layers": true,`)))
+	require.ErrorContains(t, err, "recompute_layers of a stage that does not recompute")
+	for _, with := range []string{`"recompute": true,`, `"recompute": true, "recompute_layers": true,`} {
+		p, err := ReadPlan(strings.NewReader(edit(with)))
+		require.NoError(t, err)
+		require.True(t, p.Stages[0].Recompute)
+		checkAgainstSerial(t, p, 1e-4)
+		checkCounters(t, p)
+	}
 }

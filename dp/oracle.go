@@ -27,11 +27,13 @@ type StageCost struct {
 	// micro-batch whose backward runs.
 	OnceBytes float64
 	// Recompute is set when the stage recomputes its activations in the backward (it then
-	// keeps only its inputs in flight: ActBytes).
-	Recompute bool
-	// Remat, if set, is the same stage with recomputation: the search takes, per stage,
-	// the faster of the two costs among those that fit the device memory.
-	Remat *StageCost
+	// keeps only its inputs in flight: ActBytes); Checkpoints, besides, when it keeps
+	// each layer's input and recomputes one layer at a time.
+	Recompute, Checkpoints bool
+	// Remat lists other ways to run the same stage (with recomputation): the search takes,
+	// per stage, the fastest of the cost and these among those that fit the device memory,
+	// the earliest on ties.
+	Remat []StageCost
 }
 
 // Memory is the per-device bytes the stage needs with inflight micro-batches alive.
@@ -39,15 +41,11 @@ func (c StageCost) Memory(inflight int) float64 {
 	return c.WeightBytes + float64(inflight)*c.ActBytes + c.OnceBytes
 }
 
-// choices lists the costs the search may take for the stage: c, then c.Remat.
+// choices lists the costs the search may take for the stage: c, then c.Remat's.
 func (c StageCost) choices() []StageCost {
-	if c.Remat == nil {
-		return []StageCost{c}
-	}
-	r := *c.Remat
-	r.Remat = nil
-	c.Remat = nil
-	return []StageCost{c, r}
+	out := append([]StageCost{c}, c.Remat...)
+	out[0].Remat = nil
+	return out
 }
 
 func (c StageCost) validate() error {
@@ -60,11 +58,16 @@ func (c StageCost) validate() error {
 		return fmt.Errorf("time %g, weights %g, activations %g%s: each must be finite and non-negative",
 			c.Time, c.WeightBytes, c.ActBytes, once)
 	}
-	if c.Remat != nil {
-		if c.Remat.Remat != nil {
-			return fmt.Errorf("a recomputed cost offers another recomputed cost")
+	if len(c.Remat) > 127 {
+		return fmt.Errorf("%d recomputing costs, expected at most 127", len(c.Remat))
+	}
+	for _, r := range c.Remat {
+		if r.Remat != nil {
+			return fmt.Errorf("a recomputing cost offers more recomputing costs")
 		}
-		return c.Remat.validate()
+		if err := r.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 // micro-batch in flight and one micro-batch's activations (1) held once.
 func withRemat(k, i int, s Submesh, l Logical) (StageCost, bool) {
 	c, ok := uniform(k, i, s, l)
-	c.Remat = &StageCost{Time: 1.5 * c.Time, WeightBytes: c.WeightBytes, ActBytes: 0.25, OnceBytes: c.ActBytes, Recompute: true}
+	c.Remat = []StageCost{{Time: 1.5 * c.Time, WeightBytes: c.WeightBytes, ActBytes: 0.25, OnceBytes: c.ActBytes, Recompute: true}}
 	return c, ok
 }
 
@@ -51,10 +51,35 @@ func TestRematWhenMemoryForces(t *testing.T) {
 func TestRematCostValidated(t *testing.T) {
 	bad := func(k, i int, s Submesh, l Logical) (StageCost, bool) {
 		c, ok := withRemat(k, i, s, l)
-		c.Remat.OnceBytes = -1
+		c.Remat[0].OnceBytes = -1
 		return c, ok
 	}
 	c := Cluster{Hosts: 1, DevicesPerHost: 2, MemoryPerDevice: 100}
 	_, err := Solve(context.Background(), 2, c, oracleFunc(bad), Options{Microbatches: 2})
 	require.ErrorContains(t, err, "activations held once -1")
+}
+
+// TestRematChoices: with two recomputing costs the search takes the fastest that fits:
+// plain (18 bytes) at 20, checkpointed layers (1.4×, 10+8·0.5+0.2 = 14.2) at 15, the
+// whole stage (1.5×, 13) at 14.
+func TestRematChoices(t *testing.T) {
+	two := func(k, i int, s Submesh, l Logical) (StageCost, bool) {
+		c, ok := withRemat(k, i, s, l)
+		c.Remat = append(c.Remat, StageCost{Time: 1.4 * c.Time, WeightBytes: c.WeightBytes, ActBytes: 0.5, OnceBytes: 0.2,
+			Recompute: true, Checkpoints: true})
+		return c, ok
+	}
+	for _, tc := range []struct {
+		mem               float64
+		remat, checkpoint bool
+		need              float64
+	}{{20, false, false, 18}, {15, true, true, 14.2}, {14, true, false, 13}} {
+		c := Cluster{Hosts: 1, DevicesPerHost: 2, MemoryPerDevice: tc.mem}
+		r, err := Solve(context.Background(), 1, c, oracleFunc(two), Options{Microbatches: 8, Schedule: program.GPipe})
+		require.NoError(t, err)
+		require.Len(t, r.Stages, 1)
+		assert.Equal(t, tc.remat, r.Stages[0].Cost.Recompute, "%g bytes", tc.mem)
+		assert.Equal(t, tc.checkpoint, r.Stages[0].Cost.Checkpoints, "%g bytes", tc.mem)
+		assert.InDelta(t, tc.need, r.Stages[0].Memory, 1e-9, "%g bytes", tc.mem)
+	}
 }

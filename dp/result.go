@@ -12,10 +12,7 @@ func (s *search) result() *Result {
 	for _, ch := range s.plan {
 		x := s.t.slot(ch.class, ch.start, ch.end, ch.sub)
 		li := s.t.bestL[x]
-		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].choices()[0]
-		if s.t.bestR[x] {
-			cost = *s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].Remat
-		}
+		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].choices()[s.t.bestR[x]]
 		f := s.t.lv.inflight[ch.class]
 		res.Stages = append(res.Stages, Stage{
 			Start: ch.start, End: ch.end,

@@ -60,7 +60,7 @@ type table struct {
 	costs  [][]StageCost // [cell(k, i, sm)][logical]; Time NaN = no sharding
 	bestT  []float64     // [slot(cls, k, i, sm)] fastest feasible time; +Inf = none
 	bestL  []int16       // [slot(...)] its logical index
-	bestR  []bool        // [slot(...)] it is the logical's StageCost.Remat
+	bestR  []int8        // [slot(...)] which of the logical's choices (0: its cost, i: Remat[i−1])
 	minMem []float64     // [slot(...)] smallest memory over logicals, ignoring the budget
 }
 
@@ -78,7 +78,7 @@ func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels,
 	t.costs = make([][]StageCost, cells)
 	t.bestT = make([]float64, cells*len(lv.inflight))
 	t.bestL = make([]int16, len(t.bestT))
-	t.bestR = make([]bool, len(t.bestT))
+	t.bestR = make([]int8, len(t.bestT))
 	t.minMem = make([]float64, len(t.bestT))
 	for i := range t.bestT {
 		t.bestT[i], t.bestL[i], t.minMem[i] = math.Inf(1), -1, math.Inf(1)
@@ -126,7 +126,7 @@ func (t *table) fill(k, i, sm int, c Cluster, o Oracle, r *rules) error {
 				mem := sc.Memory(f)
 				t.minMem[x] = min(t.minMem[x], mem)
 				if mem <= c.MemoryPerDevice && sc.Time < t.bestT[x] {
-					t.bestT[x], t.bestL[x], t.bestR[x] = sc.Time, int16(li), ri == 1
+					t.bestT[x], t.bestL[x], t.bestR[x] = sc.Time, int16(li), int8(ri)
 				}
 			}
 		}

@@ -93,7 +93,10 @@ func planTitle(p *plan.Plan) string {
 func stageLabel(p *plan.Plan, s int) string {
 	st := &p.Stages[s]
 	remat := ""
-	if st.Recompute {
+	switch {
+	case st.RecomputeLayers:
+		remat = ", recomputing activations layer by layer"
+	case st.Recompute:
 		remat = ", recomputing activations"
 	}
 	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device%s",

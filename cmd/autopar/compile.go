@@ -275,7 +275,10 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	fmt.Fprintln(w, "times per micro-batch, forward + backward; communication includes resharding; logical mesh: data x model parallel")
 	var remat []string
 	for i, s := range p.Stages {
-		if s.Recompute {
+		switch {
+		case s.RecomputeLayers:
+			remat = append(remat, strconv.Itoa(i)+" (layer by layer)")
+		case s.Recompute:
 			remat = append(remat, strconv.Itoa(i))
 		}
 	}
