@@ -10,19 +10,14 @@ import (
 
 // Activation recomputation as a choice of the search. A recomputing stage (codegen's
 // Stage.Recompute) keeps from the forward of a micro-batch to its backward only the
-// activations it receives from earlier stages, and runs again, at the start of the
-// backward, the forward ops its backward needs. The oracle prices both ways from the one
-// sharding solve of the stage:
+// activations it receives from earlier stages — and, recomputing layer by layer
+// (Stage.Segment), each layer's input — and runs again in the backward the forward ops
+// its backward needs. The oracle prices each way from the one sharding solve of the stage
+// (stageRemat.costs): more time by the recomputed ops, the kept values per micro-batch in
+// flight (ActBytes), and once what the micro-batch under backward recomputes (OnceBytes).
 //
-//   - time: the plain stage's, plus the compute and collectives of the recomputed ops
-//     (their strategies' cost and the resharding into them);
-//   - memory: the plain stage holds ActBytes (its whole activations) per micro-batch in
-//     flight; the recomputing one holds its received inputs per micro-batch in flight
-//     (ActBytes) and, once, the activations of the micro-batch whose backward runs
-//     (OnceBytes: the plain ActBytes).
-//
-// With RematAuto the DP takes, per stage, the faster of the two that fits: recomputation
-// only where memory forces it, as its time is never less.
+// With RematAuto the DP takes, per stage, the fastest of the three that fits:
+// recomputation only where memory forces it, as its time is never less.
 
 // The values Options.Remat takes.
 const (
@@ -109,9 +104,11 @@ func newRematWay(g *ir.Graph, isFwd, isBwd, input []bool, seg []int) *rematWay {
 
 // costs prices the stage recomputing, whole and layer by layer, from its plain cost and
 // sharding. Time grows by the recomputed ops' compute and collectives and the resharding
-// into them; in flight stay the kept values; once, at the backward's peak, the backward's
-// own temporaries (the plain activations less the forward values the backward reads)
-// and the largest segment's recomputed values.
+// into them; in flight stay the kept values. Once, at the backward's peak: recomputing
+// the whole stage, the plain stage's activations of one micro-batch (the sharding pass's
+// liveness peak); layer by layer, no more than that, and no more than the backward's own
+// temporaries (that peak less the forward values the backward reads, under their
+// layouts) and the largest layer's recomputed values.
 func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost) []dp.StageCost {
 	bytes := func(i int) float64 {
 		v := &g.Values[i]
@@ -152,7 +149,10 @@ func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost
 		}
 		c := plain // what recomputation does not change (weights, per-step work) carries over
 		c.Time += extra
-		c.ActBytes, c.OnceBytes, c.Recompute, c.Checkpoints = kept, temps+largest, true, w == r.layers
+		c.ActBytes, c.OnceBytes, c.Recompute, c.Checkpoints = kept, plain.ActBytes, true, w == r.layers
+		if w == r.layers {
+			c.OnceBytes = min(plain.ActBytes, temps+largest)
+		}
 		out = append(out, c)
 	}
 	return out
