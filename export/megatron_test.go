@@ -79,14 +79,21 @@ func TestMegatronExpressible(t *testing.T) {
 			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie", "--recompute"}},
 		{"recomputing", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
-			p.Stages[0].Recompute, p.Stages[1].Recompute = true, true
+			for i := range p.Stages {
+				p.Stages[i].Recompute, p.Stages[i].RecomputeLayers = true, true
+			}
 			return p
 		}(), []string{"--recompute-granularity full\n", "--recompute-method uniform\n", "--recompute-num-layers 1\n"}, []string{"note: the plan recomputes"}},
+		{"recomputing whole stages", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 2, megatronBase))
+			p.Stages[0].Recompute = true
+			return p
+		}(), []string{"--recompute-method uniform\n", "--recompute-num-layers 2\n"}, []string{"note: the plan recomputes"}},
 		{"recomputing one stage", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
 			p.Stages[0].Recompute = true
 			return p
-		}(), []string{"--recompute-granularity full\n", "# note: the plan recomputes the activations of stage 0 only; Megatron-LM recomputes every stage"}, nil},
+		}(), []string{"--recompute-granularity full\n", "# note: the plan recomputes the activations of stage 0, not all alike; Megatron-LM recomputes every stage as stage 0 does"}, nil},
 		{"untied output layer", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Stages[0].Values[1].Users = []string{"gather"}
