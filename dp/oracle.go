@@ -41,13 +41,6 @@ func (c StageCost) Memory(inflight int) float64 {
 	return c.WeightBytes + float64(inflight)*c.ActBytes + c.OnceBytes
 }
 
-// choices lists the costs the search may take for the stage: c, then c.Remat's.
-func (c StageCost) choices() []StageCost {
-	out := append([]StageCost{c}, c.Remat...)
-	out[0].Remat = nil
-	return out
-}
-
 func (c StageCost) validate() error {
 	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
 	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) || bad(c.OnceBytes) {
@@ -58,8 +51,8 @@ func (c StageCost) validate() error {
 		return fmt.Errorf("time %g, weights %g, activations %g%s: each must be finite and non-negative",
 			c.Time, c.WeightBytes, c.ActBytes, once)
 	}
-	if len(c.Remat) > 127 {
-		return fmt.Errorf("%d recomputing costs, expected at most 127", len(c.Remat))
+	if len(c.Remat) > 8 {
+		return fmt.Errorf("%d recomputing costs, expected at most 8", len(c.Remat))
 	}
 	for _, r := range c.Remat {
 		if r.Remat != nil {

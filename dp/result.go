@@ -10,13 +10,12 @@ import (
 func (s *search) result() *Result {
 	res := &Result{Stats: s.stats}
 	for _, ch := range s.plan {
-		x := s.t.slot(ch.class, ch.start, ch.end, ch.sub)
-		li := s.t.bestL[x]
-		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li].choices()[s.t.bestR[x]]
+		li := s.t.bestL[s.t.slot(ch.class, ch.start, ch.end, ch.sub)]
+		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li]
 		f := s.t.lv.inflight[ch.class]
 		res.Stages = append(res.Stages, Stage{
 			Start: ch.start, End: ch.end,
-			Submesh: s.t.subs[ch.sub], Logical: s.t.logs[ch.sub][li],
+			Submesh: s.t.subs[ch.sub], Logical: s.t.logical(ch.start, ch.end, ch.sub, li),
 			Cost: cost, InFlight: f, Memory: cost.Memory(f),
 		})
 	}
