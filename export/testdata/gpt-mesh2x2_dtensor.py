@@ -35,36 +35,28 @@ PARAMS = {
     'wpe': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
-    'l0.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
-    'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
-    'l1.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l1.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
-    'l1.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l1.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l1.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
+    'l1.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'lnf.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'lnf.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
 }
@@ -81,12 +73,8 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, [Replicate(), Shard(1)]),  # f32[16,32] RS1
     'l0.ln1.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
     'l0.ln1.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.q.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l0.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l0.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l0.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.qkv.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,96] S0S1
+    'l0.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w.m': (0, [Shard(1), Shard(0)]),  # f32[32,32] S1S0
     'l0.attn.o.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l0.ln2.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
@@ -97,12 +85,8 @@ OPTIMIZER_STATE = {
     'l0.mlp.w2.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln1.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
     'l1.ln1.beta.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.q.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l1.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l1.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,32] S0S1
-    'l1.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.qkv.w.m': (0, [Shard(0), Shard(1)]),  # f32[32,96] S0S1
+    'l1.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w.m': (0, [Shard(1), Shard(0)]),  # f32[32,32] S1S0
     'l1.attn.o.b.m': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln2.gamma.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01

@@ -33,37 +33,29 @@ STAGES = [
 
 # the trained parameters: name -> (stage, placements)
 PARAMS = {
-    'wte': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
+    'wte': (0, [Replicate(), Shard(0)]),  # f32[64,32] S1R
     # 'wte' is also read on stage 1 as [Replicate(), Replicate()]
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
-    'l0.ln1.gamma': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
-    'l0.attn.o.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln1.beta': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.q.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.q.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.k.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.v.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.ln1.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.attn.qkv.w': (1, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l1.attn.qkv.b': (1, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w': (1, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l1.attn.o.b': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.ln2.beta': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.ln2.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.mlp.w1.w': (1, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l1.mlp.w1.b': (1, [Replicate(), Shard(0)]),  # f32[128] S1
     'l1.mlp.w2.w': (1, [Replicate(), Shard(0)]),  # f32[128,32] S1R
@@ -75,47 +67,39 @@ PARAMS = {
 # the data inputs of one micro-batch: name -> (stage, placements)
 INPUTS = {
     'tokens': (0, [Replicate(), Replicate()]),  # i32[2,16] RR
-    'labels': (1, [Replicate(), Shard(0)]),  # i32[2,16] S1R
+    'labels': (1, [Replicate(), Replicate()]),  # i32[2,16] RR
 }
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
 OPTIMIZER_STATE = {
-    'wte.m': (0, [Replicate(), Shard(1)]),  # f32[64,32] RS1
+    'wte.m': (0, [Replicate(), Shard(0)]),  # f32[64,32] S1R
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
-    'l0.ln1.gamma.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.ln1.beta.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.q.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.attn.qkv.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w.m': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
-    'l0.attn.o.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.mlp.w1.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l0.mlp.w1.b.m': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l0.mlp.w2.w.m': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l0.mlp.w2.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.ln1.gamma.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.ln1.beta.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.q.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.q.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.k.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.v.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln1.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.attn.qkv.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l1.attn.qkv.b.m': (1, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w.m': (1, [Replicate(), Shard(0)]),  # f32[32,32] S1R
-    'l1.attn.o.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.ln2.gamma.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.ln2.beta.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.o.b.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.ln2.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.mlp.w1.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l1.mlp.w1.b.m': (1, [Replicate(), Shard(0)]),  # f32[128] S1
     'l1.mlp.w2.w.m': (1, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l1.mlp.w2.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'lnf.gamma.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'lnf.beta.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.mlp.w2.b.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
+    'lnf.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R
 }
 
 

@@ -5,7 +5,6 @@
 #
 # Megatron reads this plan as tensor parallel (column and row splits of the weights)
 # inside each stage's mesh, data parallel across it, and one pipeline stage per submesh.
-# note: stage 1 splits input labels (S1R) along the batch over the tensor-parallel group too, where Megatron replicates it; the weights' layout, which the arguments fix, is the same
 # vocabulary: 64 entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of
 # --make-vocab-size-divisible-by × tensor-parallel size)
 # world size 4 = tensor 2 × pipeline 2 × data 1; 4 micro-batches of 2 per data-parallel rank
