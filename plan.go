@@ -79,6 +79,11 @@ type Stage struct {
 	Logical     [2]int            `json:"logical_mesh"` // (dp, mp)
 	Devices     []int             `json:"devices"`
 	Time        float64           `json:"time"` // seconds per micro-batch, forward + backward
+	// StepTime is seconds once per step, after the stage's last backward: the gradient sync
+	// (StepComm of it: the collectives that resolve the accumulated gradients and reshard
+	// them for the update) and the optimizer update. Cost.Total = Time + StepTime.
+	StepTime float64 `json:"step_time"`
+	StepComm float64 `json:"step_communication"`
 	Cost        sharding.Cost     `json:"cost"`
 	WeightBytes int64             `json:"weight_bytes"`
 	ActBytes    int64             `json:"activation_bytes"`
@@ -101,13 +106,17 @@ type ValuePlan struct {
 }
 
 // Prediction is what the plan predicts for one training step. StepTime = Compute +
-// Communication + Bubble, where Compute and Communication are the B micro-batches of the
-// slowest stage and Bubble the rest of the pipeline's fill and drain.
+// Communication + Bubble + Sync + Update, where Compute and Communication are the B
+// micro-batches of the slowest stage, Bubble the rest of the pipeline's fill and drain, and
+// Sync and Update the first stage's once-per-step part (its gradient sync and optimizer
+// update), which ends the step: the first stage runs the step's last backward.
 type Prediction struct {
 	StepTime         float64 `json:"step_time"`
 	Compute          float64 `json:"compute"`
 	Communication    float64 `json:"communication"`
 	Bubble           float64 `json:"bubble"`
+	Sync             float64 `json:"gradient_sync"`
+	Update           float64 `json:"update"`
 	FLOPs            float64 `json:"flops"` // per step, forward + backward + update
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TFLOPSPerDevice  float64 `json:"tflops_per_device"`
@@ -153,7 +162,7 @@ func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph
 	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
 		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
-		Cost: sol.res.Cost, WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
+		StepTime: st.Cost.Step, StepComm: sol.stepComm, Cost: sol.res.Cost, WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
 		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: sol.res.ILP}
 	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
@@ -177,17 +186,14 @@ func (p *Plan) predict(res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
 			slow = i
 		}
 	}
-	s := p.Stages[slow]
-	comm := s.Cost.Communication + s.Cost.Resharding
-	frac := 0.0
-	if s.Cost.Total > 0 {
-		frac = comm / s.Cost.Total
-	}
+	compute, comm := p.Stages[slow].MicrobatchSplit()
 	pr := &p.Predicted
 	pr.StepTime = res.Time
-	pr.Communication = B * s.Time * frac
-	pr.Compute = B*s.Time - pr.Communication
-	pr.Bubble = res.Time - B*s.Time
+	pr.Communication = B * comm
+	pr.Compute = B * compute
+	pr.Sync = p.Stages[0].StepComm
+	pr.Update = max(0, p.Stages[0].StepTime-pr.Sync)
+	pr.Bubble = max(0, res.Compute-p.Stages[slow].Time) // Σ t + (B−1)·max t − B·max t
 	pr.FLOPs = step.TotalFLOPs() * B
 	if res.Time > 0 {
 		pr.SamplesPerSecond = float64(p.Batch) / res.Time
@@ -195,6 +201,14 @@ func (p *Plan) predict(res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
 		pr.TFLOPSPerDevice = perDevice / 1e12
 		pr.MFU = perDevice / c.DeviceFLOPS
 	}
+}
+
+// MicrobatchSplit splits the stage's time per micro-batch into compute and communication
+// (op collectives and resharding): its sharding cost less the step part.
+func (s *Stage) MicrobatchSplit() (compute, comm float64) {
+	comm = max(0, s.Cost.Communication+s.Cost.Resharding-s.StepComm)
+	comm = min(comm, s.Time)
+	return s.Time - comm, comm
 }
 
 // ModelHash identifies a forward graph: the sha256 of its .ir text.

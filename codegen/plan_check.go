@@ -279,3 +279,28 @@ func (p *Plan) outSpec(id ir.ValueID) mesh.Spec {
 // their schedules together (a constant shared by the backward of every stage deadlocks
 // 1F1B). Parameters, inputs and state are likewise loaded where used, not sent.
 func madeWhereUsed(v *ir.Value) bool { return v.Op == ir.OpConstant }
+
+// StepParts says, per value of a training step (Plan.Step), what Lower runs once per step
+// rather than once per micro-batch: the search prices the two apart (a pipeline pays the
+// micro-batch part B times and the step part once).
+type StepParts struct {
+	// Update[v]: v is an op of the update block, run once after the last micro-batch.
+	Update []bool
+	// Accumulated[v]: v (a gradient, the loss) is accumulated over the micro-batches in
+	// the layout its op leaves, partial sums included; the collectives that resolve them
+	// run once, in the update, towards the layouts the update asks for.
+	Accumulated []bool
+}
+
+// Parts classifies step as Lower does; the error is Lower's for a step it cannot split.
+func Parts(step *ir.Graph) (*StepParts, error) {
+	an, err := classify(step)
+	if err != nil {
+		return nil, err
+	}
+	sp := &StepParts{Update: make([]bool, len(step.Values)), Accumulated: an.acc}
+	for id, ph := range an.phase {
+		sp.Update[id] = ph == phaseU
+	}
+	return sp, nil
+}
