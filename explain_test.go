@@ -183,7 +183,7 @@ func TestExplainStage(t *testing.T) {
 					if a.OK {
 						assert.Equal(t, a.WeightBytes+int64(e.InFlight)*a.ActBytes, a.MemoryBytes)
 						assert.Equal(t, a.MemoryBytes <= e.Capacity, a.Fits)
-						assert.InDelta(t, a.Time, a.Cost.Total, 1e-12)
+						assert.InDelta(t, a.Time+a.Step, a.Cost.Total, 1e-12)
 					}
 					if a.Devices == len(s.Devices) && a.OK {
 						assert.GreaterOrEqual(t, a.StepTime, p.Predicted.StepTime*(1-1e-9), "the DP found nothing better")
