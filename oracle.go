@@ -65,8 +65,8 @@ type stageSolution struct {
 	cost dp.StageCost
 	// stepComm is the communication of cost.Step: the gradients' collectives and resharding.
 	stepComm float64
-	ok   bool
-	err  error
+	ok       bool
+	err      error
 }
 
 // pruneFactor: a stage whose weights alone, spread perfectly over its devices, exceed this

@@ -284,7 +284,6 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)
 }
 
-
 func deviceRange(ds []int) string {
 	if len(ds) == 0 {
 		return "-"
