@@ -41,8 +41,12 @@ type planner struct {
 
 	first, last []int // per value: its live range (memory.go)
 
-	edgeRecs []edgeRec
+	edgeRecs   []edgeRec
+	sharedRecs []sharedRec
 }
+
+// sharedRec remembers one row y ≥ z of a shared value (see addShared).
+type sharedRec struct{ y, z ilp.VarID }
 
 // edgeRec remembers one group pair's edge variables, to write assignments (assignment).
 type edgeRec struct {
@@ -147,8 +151,9 @@ func (p *planner) buildILP() {
 			p.nodeCost[r][k] += gs.cost()
 		}
 	}
+	shared := p.sharedValues()
 	var todo []pairCost
-	for i, es := range p.pairs() {
+	for i, es := range p.pairs(shared) {
 		if i%8 == 0 && p.ctx != nil && p.ctx.Err() != nil {
 			return
 		}
@@ -177,14 +182,119 @@ func (p *planner) buildILP() {
 	for _, t := range todo {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
+	for _, v := range shared.order {
+		if p.ctx != nil && p.ctx.Err() != nil {
+			return
+		}
+		obj = append(obj, p.addShared(v, shared.edges[v])...)
+	}
 	p.prob.SetObjective(obj, 0)
 }
 
+// sharedEdges are the edges of the values whose consumers may share a resharding: a value
+// resharded into one layout is resharded once, whatever number of consumers read that
+// layout (codegen keeps every layout it made of a value), so its price is one resharding
+// per distinct layout its consumers want, not one per edge.
+type sharedEdges struct {
+	order []ir.ValueID
+	edges map[ir.ValueID][]edge
+}
+
+// sharedValues picks the values priced by addShared: those with two or more edges that do
+// not all join the same pair of distinct representative groups (that case the pair's own
+// cost matrix prices once per layout, see pairCost).
+func (p *planner) sharedValues() sharedEdges {
+	byValue := map[ir.ValueID][]edge{}
+	var order []ir.ValueID
+	for _, e := range p.edges() {
+		if _, ok := byValue[e.from]; !ok {
+			order = append(order, e.from)
+		}
+		byValue[e.from] = append(byValue[e.from], e)
+	}
+	out := sharedEdges{edges: map[ir.ValueID][]edge{}}
+	for _, v := range order {
+		es := byValue[v]
+		if len(es) < 2 {
+			continue
+		}
+		a := p.rep[p.groupOf[v]]
+		one := true
+		for _, e := range es {
+			m := p.rep[p.groupOf[e.to]]
+			one = one && m != a && m == p.rep[p.groupOf[es[0].to]]
+		}
+		if !one {
+			out.order = append(out.order, v)
+			out.edges[v] = es
+		}
+	}
+	return out
+}
+
+// addShared prices the reshardings of shared value v. Each edge gets transport variables
+// z over (class of the producer's strategies by v's layout O) × (class of the consumer's
+// by the layout L it wants), as a pair does, but costing nothing; per (O, L) one
+// continuous y ∈ [0, 1] costs reshard(O → L), with y ≥ z for every edge's cell of (O, L).
+// With one-hot binaries exactly the chosen cells are 1, so y is 1 when the producer lays v
+// out as O and some consumer wants L, and the objective pays each (value, layout) once.
+// y ≥ z keeps the relaxation as tight as the pairs' (y is the max of cells, not a sum of
+// binaries less one).
+func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
+	a := p.rep[p.groupOf[v]]
+	rowOf, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	name := p.g.Value(v).Name
+	ys := map[[2]int]ilp.VarID{} // (row, target) → y
+	var targets []mesh.Spec
+	index := map[string]int{}
+	var obj []ilp.Term
+	for ei, e := range es {
+		m := p.rep[p.groupOf[e.to]]
+		colOf, cols := p.classes(m, []edge{e}, p.want)
+		zero := make([][]float64, len(rows))
+		for r := range zero {
+			zero[r] = make([]float64, len(cols))
+		}
+		p.addEdge(a, m, rowOf, colOf, zero)
+		z := p.edgeRecs[len(p.edgeRecs)-1].vars
+		for c, km := range cols {
+			want := p.want(e, km)
+			ti, ok := index[want.String()]
+			if !ok {
+				ti = len(targets)
+				index[want.String()] = ti
+				targets = append(targets, want)
+			}
+			for r, ka := range rows {
+				cost := p.reshard(v, p.outSpec(v, ka), want).Time
+				if cost == 0 {
+					continue
+				}
+				y, ok := ys[[2]int{r, ti}]
+				if !ok {
+					y = p.prob.AddContinuous(fmt.Sprintf("y.%s.%d.%d", name, r, ti), 0, 1)
+					ys[[2]int{r, ti}] = y
+					obj = append(obj, ilp.Term{Var: y, Coef: cost})
+					p.edgeVars++
+				}
+				p.prob.AddRow(fmt.Sprintf("y.%s.%d.%d.e%d", name, r, ti, ei),
+					[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
+				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
+			}
+		}
+	}
+	return obj
+}
+
 // pairs groups the edges by the (producer, consumer) pair of representative groups, in
-// order of the pair; an edge within one representative is folded into its node cost.
-func (p *planner) pairs() [][]edge {
+// order of the pair; an edge within one representative is folded into its node cost. The
+// edges of shared values are left to addShared.
+func (p *planner) pairs(shared sharedEdges) [][]edge {
 	byPair := map[[2]int][]edge{}
 	for _, e := range p.edges() {
+		if _, ok := shared.edges[e.from]; ok {
+			continue // priced by addShared
+		}
 		a, m := p.rep[p.groupOf[e.from]], p.rep[p.groupOf[e.to]]
 		if a == m {
 			p.foldDiagonal(a, e)
@@ -225,8 +335,13 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	for r, ka := range rows {
 		cost[r] = make([]float64, len(cols))
 		for c, km := range cols {
+			seen := map[string]bool{} // a value resharded into one layout once, for every edge reading it
 			for _, e := range es {
-				cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), p.want(e, km)).Time
+				want := p.want(e, km)
+				if k := strconv.Itoa(int(e.from)) + " " + want.String(); !seen[k] {
+					seen[k] = true
+					cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), want).Time
+				}
 			}
 			zero = zero && cost[r][c] == 0
 		}
@@ -354,6 +469,9 @@ func (p *planner) assignment(choice []int) []float64 {
 	}
 	for _, e := range p.edgeRecs {
 		x[e.vars[e.rowOf[choice[e.a]]][e.colOf[choice[e.m]]]] = 1
+	}
+	for _, r := range p.sharedRecs {
+		x[r.y] = max(x[r.y], x[r.z])
 	}
 	return x
 }
