@@ -43,10 +43,18 @@ type planner struct {
 
 	edgeRecs   []edgeRec
 	sharedRecs []sharedRec
+	// shared and perEdge count the values priced once per layout by addShared and those
+	// left per edge for their size (maxSharedCells).
+	shared, perEdge int
 }
 
-// sharedRec remembers one row y ≥ z of a shared value (see addShared).
-type sharedRec struct{ y, z ilp.VarID }
+// sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,
+// y ≥ the binaries of consumer group m's strategies in column class c.
+type sharedRec struct {
+	y, z  ilp.VarID
+	m, c  int
+	colOf []int
+}
 
 // edgeRec remembers one group pair's edge variables, to write assignments (assignment).
 type edgeRec struct {
@@ -182,13 +190,29 @@ func (p *planner) buildILP() {
 	for _, t := range todo {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
+	p.shared = len(shared.order)
 	for _, v := range shared.order {
 		if p.ctx != nil && p.ctx.Err() != nil {
 			return
 		}
 		obj = append(obj, p.addShared(v, shared.edges[v])...)
 	}
-	p.prob.SetObjective(obj, 0)
+	p.prob.SetObjective(coalesce(obj), 0)
+}
+
+// coalesce sums the terms of each variable into one, in order of first appearance.
+func coalesce(terms []ilp.Term) []ilp.Term {
+	at := map[ilp.VarID]int{}
+	var out []ilp.Term
+	for _, t := range terms {
+		if i, ok := at[t.Var]; ok {
+			out[i].Coef += t.Coef
+			continue
+		}
+		at[t.Var] = len(out)
+		out = append(out, t)
+	}
+	return out
 }
 
 // sharedEdges are the edges of the values whose consumers may share a resharding: a value
@@ -215,7 +239,9 @@ func (p *planner) sharedValues() sharedEdges {
 	out := sharedEdges{edges: map[ir.ValueID][]edge{}}
 	for _, v := range order {
 		es := byValue[v]
-		if len(es) < 2 {
+		if op := p.g.Value(v).Op; len(es) < 2 || op.IsLeaf() || op == ir.OpConstant || op == ir.OpIota {
+			// Leaves and constants are loaded or filled in each layout asked for, not
+			// resharded: each consumer's layout is its own.
 			continue
 		}
 		a := p.rep[p.groupOf[v]]
@@ -224,62 +250,163 @@ func (p *planner) sharedValues() sharedEdges {
 			m := p.rep[p.groupOf[e.to]]
 			one = one && m != a && m == p.rep[p.groupOf[es[0].to]]
 		}
-		if !one {
-			out.order = append(out.order, v)
-			out.edges[v] = es
+		if one {
+			continue
 		}
+		if p.sharedCells(v, es) > maxSharedCells {
+			p.perEdge++
+			continue
+		}
+		out.order = append(out.order, v)
+		out.edges[v] = es
 	}
 	return out
 }
 
-// addShared prices the reshardings of shared value v. Each edge gets transport variables
-// z over (class of the producer's strategies by v's layout O) × (class of the consumer's
-// by the layout L it wants), as a pair does, but costing nothing; per (O, L) one
-// continuous y ∈ [0, 1] costs reshard(O → L), with y ≥ z for every edge's cell of (O, L).
-// With one-hot binaries exactly the chosen cells are 1, so y is 1 when the producer lays v
-// out as O and some consumer wants L, and the objective pays each (value, layout) once.
-// y ≥ z keeps the relaxation as tight as the pairs' (y is the max of cells, not a sum of
-// binaries less one).
+// maxSharedCells bounds the transport cells addShared may add for one value. A value past
+// it keeps one resharding per edge in the ILP (an upper bound on its price: consumers
+// wanting the same layout pay it twice there), while Result still counts each (value,
+// layout) once, as codegen runs it; ILPStats.PerEdgeValues counts them. The bound keeps
+// the ILP of a transformer layer on a 2-D mesh near its old size (its attention tensors
+// have hundreds of cells per edge), and graphs as small as the brute-force tests' exact.
+const maxSharedCells = 256
+
+// sharedCells is the size of v's transport cells in addShared: producer classes by v's
+// layout times each edge's consumer classes by the layout it wants.
+func (p *planner) sharedCells(v ir.ValueID, es []edge) int {
+	a := p.rep[p.groupOf[v]]
+	_, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	n := 0
+	for _, e := range es {
+		_, cols := p.classes(p.rep[p.groupOf[e.to]], []edge{e}, p.want)
+		n += len(rows) * len(cols)
+	}
+	return n
+}
+
+// addShared prices the reshardings of shared value v, each (value, layout) once.
+//
+// A layout L that some edge wants whatever its consumer does (its consumer group has one
+// class) is paid by the producer's strategies: reshard(O → L) on every strategy laying v
+// out as O. A layout only one edge can want is paid on that edge's cells, as a pair's. For
+// a layout L several edges can want, one continuous y ∈ [0, 1] per producer class (layout
+// O) costs reshard(O → L), with y ≥ the edge's transport variable of the cell (O, L) for
+// every such edge: with one-hot binaries exactly the chosen cells are 1, so y is 1 when
+// the producer lays v out as O and some consumer wants L. y ≥ z keeps the relaxation as
+// tight as the pairs' (y is the max of cells). Where the producer has one class, the cell
+// is the sum of the consumer's binaries wanting L and needs no variable.
 func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 	a := p.rep[p.groupOf[v]]
 	rowOf, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
-	name := p.g.Value(v).Name
-	ys := map[[2]int]ilp.VarID{} // (row, target) → y
-	var targets []mesh.Spec
-	index := map[string]int{}
+	type side struct {
+		m           int
+		colOf, cols []int
+		wants       []string // per column class: the layout's key
+		specs       []mesh.Spec
+	}
+	sides := make([]side, len(es))
 	var obj []ilp.Term
+	always := map[string]bool{}
+	count := map[string]int{}
 	for ei, e := range es {
-		m := p.rep[p.groupOf[e.to]]
-		colOf, cols := p.classes(m, []edge{e}, p.want)
-		zero := make([][]float64, len(rows))
-		for r := range zero {
-			zero[r] = make([]float64, len(cols))
+		sd := &sides[ei]
+		sd.m = p.rep[p.groupOf[e.to]]
+		sd.colOf, sd.cols = p.classes(sd.m, []edge{e}, p.want)
+		for _, km := range sd.cols {
+			w := p.want(e, km)
+			sd.wants, sd.specs = append(sd.wants, w.String()), append(sd.specs, w)
+			count[w.String()]++
 		}
-		p.addEdge(a, m, rowOf, colOf, zero)
-		z := p.edgeRecs[len(p.edgeRecs)-1].vars
-		for c, km := range cols {
-			want := p.want(e, km)
-			ti, ok := index[want.String()]
-			if !ok {
-				ti = len(targets)
-				index[want.String()] = ti
-				targets = append(targets, want)
+		if len(sd.cols) == 1 && !always[sd.wants[0]] {
+			always[sd.wants[0]] = true
+			for k, r := range rowOf {
+				if x := p.reshard(v, p.outSpec(v, rows[r]), sd.specs[0]).Time; x != 0 {
+					obj = append(obj, ilp.Term{Var: p.s[a][k], Coef: x})
+				}
 			}
-			for r, ka := range rows {
-				cost := p.reshard(v, p.outSpec(v, ka), want).Time
-				if cost == 0 {
+		}
+	}
+	name := p.g.Value(v).Name
+	ys := map[string]ilp.VarID{} // "row layout" → y
+	yOf := func(r int, key string, cost float64) ilp.VarID {
+		k := strconv.Itoa(r) + " " + key
+		y, ok := ys[k]
+		if !ok {
+			y = p.prob.AddContinuous(fmt.Sprintf("y.%s.%d.%d", name, r, len(ys)), 0, 1)
+			ys[k] = y
+			obj = append(obj, ilp.Term{Var: y, Coef: cost})
+			p.edgeVars++
+		}
+		return y
+	}
+	for ei := range es {
+		sd := &sides[ei]
+		if len(sd.cols) == 1 {
+			continue // paid by the producer
+		}
+		cost := make([][]float64, len(rows))
+		shared := make([][]bool, len(rows))
+		anyShared, zero := false, true
+		for r, ka := range rows {
+			cost[r], shared[r] = make([]float64, len(sd.cols)), make([]bool, len(sd.cols))
+			for c := range sd.cols {
+				if always[sd.wants[c]] {
 					continue
 				}
-				y, ok := ys[[2]int{r, ti}]
-				if !ok {
-					y = p.prob.AddContinuous(fmt.Sprintf("y.%s.%d.%d", name, r, ti), 0, 1)
-					ys[[2]int{r, ti}] = y
-					obj = append(obj, ilp.Term{Var: y, Coef: cost})
-					p.edgeVars++
+				x := p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time
+				if x == 0 {
+					continue
 				}
-				p.prob.AddRow(fmt.Sprintf("y.%s.%d.%d.e%d", name, r, ti, ei),
-					[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
-				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
+				if count[sd.wants[c]] > 1 {
+					shared[r][c], anyShared = true, true
+				} else {
+					cost[r][c], zero = x, false
+				}
+			}
+		}
+		switch {
+		case !anyShared && zero:
+			continue
+		case !anyShared || len(rows) == 1:
+			// No transport variables: a producer with one class or a cost of one side only
+			// folds into the consumer's node cost; shared cells bound y by the consumer's
+			// binaries.
+			if len(rows) > 1 {
+				obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+				continue
+			}
+			for km, c := range sd.colOf {
+				if cost[0][c] != 0 {
+					obj = append(obj, ilp.Term{Var: p.s[sd.m][km], Coef: cost[0][c]})
+				}
+			}
+			for c := range sd.cols {
+				if !shared[0][c] {
+					continue
+				}
+				y := yOf(0, sd.wants[c], p.reshard(v, p.outSpec(v, rows[0]), sd.specs[c]).Time)
+				terms := []ilp.Term{{Var: y, Coef: 1}}
+				for km, cc := range sd.colOf {
+					if cc == c {
+						terms = append(terms, ilp.Term{Var: p.s[sd.m][km], Coef: -1})
+					}
+				}
+				p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d", name, ei, c), terms, ilp.GE, 0)
+				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, m: sd.m, colOf: sd.colOf, c: c, z: -1})
+			}
+		default:
+			obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+			z := p.edgeRecs[len(p.edgeRecs)-1].vars
+			for r, ka := range rows {
+				for c := range sd.cols {
+					if !shared[r][c] {
+						continue
+					}
+					y := yOf(r, sd.wants[c], p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time)
+					p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d.%d", name, ei, r, c),
+						[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
+					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
+				}
 			}
 		}
 	}
@@ -471,7 +598,11 @@ func (p *planner) assignment(choice []int) []float64 {
 		x[e.vars[e.rowOf[choice[e.a]]][e.colOf[choice[e.m]]]] = 1
 	}
 	for _, r := range p.sharedRecs {
-		x[r.y] = max(x[r.y], x[r.z])
+		if r.z >= 0 {
+			x[r.y] = max(x[r.y], x[r.z])
+		} else if r.colOf[choice[r.m]] == r.c {
+			x[r.y] = 1
+		}
 	}
 	return x
 }

@@ -21,7 +21,8 @@ const maxRounds = 40
 // fits at every point, not only at the rows added.
 func (p *planner) solve(ctx context.Context) (*Result, error) {
 	budget := float64(p.opts.MemoryBudget)
-	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars}
+	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
+		SharedValues: p.shared, PerEdgeValues: p.perEdge}
 	for gi := range p.groups {
 		if p.rep[gi] == gi {
 			stats.Nodes++
