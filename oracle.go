@@ -223,7 +223,8 @@ func (o *oracle) note(err error) {
 // stepPart is the part of a solved stage's cost that codegen runs once per step, not per
 // micro-batch: the ops of the update, the collectives that resolve the partial sums of the
 // accumulated gradients (their ops' own collectives, which codegen defers to the update),
-// and every resharding into an update op or into a param's new value. The rest of
+// every resharding into an update op or into a param's new value, and the reshardings of
+// params and state into the layouts their ops read (the prologue's, once). The rest of
 // res.Cost.Total is the forward and backward of one micro-batch. It returns the step
 // part's compute and its communication.
 func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
@@ -238,11 +239,22 @@ func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
 		}
 	}
 	for _, c := range res.Collectives {
-		if c.Consumer != ir.NoValue && (c.Slot < 0 || sg.once[c.Consumer]) {
+		if sg.perStep(c) && c.Consumer != ir.NoValue {
 			comm += c.Time
 		}
 	}
 	return compute, comm
+}
+
+// perStep reports whether codegen runs collective c once per step: an op's own collective
+// of an update op or of an accumulated value, or a resharding into an update op, into a
+// param's new value (Slot −1) or of a param or state (in the prologue).
+func (sg *stageGraph) perStep(c sharding.Collective) bool {
+	if c.Consumer == ir.NoValue {
+		return sg.once[c.Value] || sg.acc[c.Value]
+	}
+	op := sg.g.Value(c.Value).Op
+	return c.Slot < 0 || sg.once[c.Consumer] || op == ir.OpParam || op == ir.OpState
 }
 
 // weightBytes is what a device holds for the whole step whatever the micro-batch: its

@@ -43,6 +43,40 @@ type Plan struct {
 
 	model *ir.Graph // the forward graph
 	step  *ir.Graph // the training step of one micro-batch
+	// priced holds, per stage, the sharding compile priced it with; nil in a plan read back.
+	priced []pricedStage
+}
+
+// pricedStage is one stage's sharding as compile priced it.
+type pricedStage struct {
+	sg  *stageGraph
+	res *sharding.Result
+}
+
+// pricedCollective is one collective a compiled plan prices: run by every device of its
+// stage, once per micro-batch or (PerStep) once per step.
+type pricedCollective struct {
+	Stage   int
+	Kind    mesh.Collective
+	Bytes   float64 // B of the alpha–beta formulas: the tensor as one group holds it
+	PerStep bool
+	Value   string // the value it moves
+}
+
+// pricedCollectives lists the collectives the plan's prices count, in stage order; nil for a
+// plan read back from plan.json (its sharding results are not kept there).
+func (p *Plan) pricedCollectives() []pricedCollective {
+	var out []pricedCollective
+	for si, ps := range p.priced {
+		for _, c := range ps.res.Collectives {
+			if c.Kind == mesh.Slice {
+				continue // local: no communication
+			}
+			out = append(out, pricedCollective{Stage: si, Kind: c.Kind, Bytes: c.Bytes, PerStep: ps.sg.perStep(c),
+				Value: ps.sg.g.Value(c.Value).Name})
+		}
+	}
+	return out
 }
 
 // OptimizerSpec is passes.Optimizer as plan.json spells it.
@@ -146,6 +180,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 			return nil, fmt.Errorf("compile: stage %d-%d lost its sharding: %v", st.Start, st.End-1, err)
 		}
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
+		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
 	p.predict(res, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
@@ -388,13 +423,17 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{},
+			Resolved: map[ir.ValueID]mesh.Spec{}}
 		for _, v := range s.Values {
 			id, _ := step.Lookup(v.Name)
 			if owner[id] != si {
 				continue
 			}
 			st.Out[id] = localOut(step, id, v.In, v.Spec)
+			if st.Out[id].Partial != 0 {
+				st.Resolved[id] = v.Spec // the op's own collectives leave its sharding's layout
+			}
 			if len(v.In) > 0 {
 				st.In[id] = v.In
 			}

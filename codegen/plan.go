@@ -72,6 +72,12 @@ type Stage struct {
 	// In is, per op of this stage, the layout each operand must have when the op runs on
 	// local shards: the op's strategy. See CheckStrategy for the contract.
 	In map[ir.ValueID][]mesh.Spec
+	// Resolved is, per op whose Out is partial, the layout its own collectives (the
+	// all-reduce or reduce-scatter the sharding pass priced with the op) leave: its partial
+	// sums are resolved into it once, and every consumer, send and store is made from it,
+	// as the plan prices them. Absent, each is made from the partial layout directly, by
+	// the cheapest collectives mesh.ReshardCost finds.
+	Resolved map[ir.ValueID]mesh.Spec
 }
 
 // Devices lists every device of the plan, stage by stage, in mesh order: the order of the

@@ -138,7 +138,25 @@ func checkValue(p *Plan, an *analysis, id ir.ValueID) error {
 	if !v.Op.IsLeaf() && len(v.Args) > 0 && in == nil {
 		return ir.Errorf(v.Pos, "codegen: op %s has no operand layouts on stage %d, expected Stage.In to hold its strategy", v.Name, p.StageOf[id])
 	}
+	if r, ok := st.Resolved[id]; ok {
+		if err := checkResolved(g, id, out, r, st.Mesh); err != nil {
+			return err
+		}
+	}
 	return CheckStrategy(g, id, in, out, st.Mesh)
+}
+
+// checkResolved checks a Stage.Resolved layout: of a partial result, itself not partial,
+// reachable from it by collectives.
+func checkResolved(g *ir.Graph, id ir.ValueID, out, r mesh.Spec, m *mesh.LogicalMesh) error {
+	v := g.Value(id)
+	if out.Partial == 0 || r.Partial != 0 {
+		return ir.Errorf(v.Pos, "codegen: value %s: resolved layout %s of layout %s, expected a layout without partial sums of a partial one", v.Name, r, out)
+	}
+	if _, err := mesh.ReshardCost(m, v.Type.Shape, v.Type.DType.Size(), out, r); err != nil {
+		return ir.Errorf(v.Pos, "codegen: value %s: resolved layout %s: %v", v.Name, r, err)
+	}
+	return nil
 }
 
 func addStage(list *[]StageID, s StageID) {

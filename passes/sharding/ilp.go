@@ -239,8 +239,8 @@ func (p *planner) sharedValues() sharedEdges {
 	out := sharedEdges{edges: map[ir.ValueID][]edge{}}
 	for _, v := range order {
 		es := byValue[v]
-		if op := p.g.Value(v).Op; len(es) < 2 || op.IsLeaf() || op == ir.OpConstant || op == ir.OpIota {
-			// Leaves and constants are loaded or filled in each layout asked for, not
+		if op := p.g.Value(v).Op; len(es) < 2 || op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota {
+			// Inputs and constants are loaded or filled in each layout asked for, not
 			// resharded: each consumer's layout is its own.
 			continue
 		}
