@@ -195,7 +195,10 @@ func (p *planner) buildILP() {
 		if p.ctx != nil && p.ctx.Err() != nil {
 			return
 		}
-		obj = append(obj, p.addShared(v, shared.edges[v])...)
+		for _, t := range p.addShared(v, shared.edges[v]) {
+			t.Coef *= float64(shared.copies[v])
+			obj = append(obj, t)
+		}
 	}
 	p.prob.SetObjective(coalesce(obj), 0)
 }
@@ -219,9 +222,14 @@ func coalesce(terms []ilp.Term) []ilp.Term {
 // resharded into one layout is resharded once, whatever number of consumers read that
 // layout (codegen keeps every layout it made of a value), so its price is one resharding
 // per distinct layout its consumers want, not one per edge.
+//
+// Values of identical layers (tied groups: the same member of the same representative,
+// read by the same members of the same representatives) choose alike, so they are priced
+// once, their costs times their count (copies).
 type sharedEdges struct {
-	order []ir.ValueID
-	edges map[ir.ValueID][]edge
+	order  []ir.ValueID
+	edges  map[ir.ValueID][]edge // every shared value's, copies included (pairs skips them)
+	copies map[ir.ValueID]int    // per value of order: it and its copies
 }
 
 // sharedValues picks the values priced by addShared: those with two or more edges that do
@@ -236,7 +244,8 @@ func (p *planner) sharedValues() sharedEdges {
 		}
 		byValue[e.from] = append(byValue[e.from], e)
 	}
-	out := sharedEdges{edges: map[ir.ValueID][]edge{}}
+	out := sharedEdges{edges: map[ir.ValueID][]edge{}, copies: map[ir.ValueID]int{}}
+	seen := map[string]ir.ValueID{}
 	for _, v := range order {
 		es := byValue[v]
 		if op := p.g.Value(v).Op; len(es) < 2 || op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota {
@@ -257,8 +266,19 @@ func (p *planner) sharedValues() sharedEdges {
 			p.perEdge++
 			continue
 		}
-		out.order = append(out.order, v)
 		out.edges[v] = es
+		var sig strings.Builder
+		fmt.Fprintf(&sig, "%d %d %s", a, p.memberIdx[v], p.g.Value(v).Type)
+		for _, e := range es {
+			fmt.Fprintf(&sig, "|%d %d %d", p.rep[p.groupOf[e.to]], p.memberIdx[e.to], e.slot)
+		}
+		if first, ok := seen[sig.String()]; ok {
+			out.copies[first]++
+			continue
+		}
+		seen[sig.String()] = v
+		out.order = append(out.order, v)
+		out.copies[v] = 1
 	}
 	return out
 }
