@@ -13,18 +13,19 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
 
 // commTally is, per collective kind, how many a device runs in one step and the bytes
 // (B of the alpha–beta formulas: the tensor as the group holds it) they move.
-type commTally map[codegen.Kind]struct {
+type commTally map[program.Kind]struct {
 	N     int
 	Bytes float64
 }
 
-func (c commTally) add(k codegen.Kind, n int, bytes float64) {
+func (c commTally) add(k program.Kind, n int, bytes float64) {
 	e := c[k]
 	e.N += n
 	e.Bytes += float64(n) * bytes
@@ -40,9 +41,9 @@ func (c commTally) String() string {
 	return strings.Join(parts, ", ")
 }
 
-var collectiveKind = map[mesh.Collective]codegen.Kind{
-	mesh.AllReduce: codegen.AllReduce, mesh.AllGather: codegen.AllGather,
-	mesh.ReduceScatter: codegen.ReduceScatter, mesh.AllToAll: codegen.AllToAll,
+var collectiveKind = map[mesh.Collective]program.Kind{
+	mesh.AllReduce: program.AllReduce, mesh.AllGather: program.AllGather,
+	mesh.ReduceScatter: program.ReduceScatter, mesh.AllToAll: program.AllToAll,
 }
 
 // plannedTally is what the plan prices per device of each stage, per step.
@@ -66,7 +67,7 @@ func plannedTally(t *testing.T, p *Plan) []commTally {
 // programTally counts the collectives and transfers a program runs in one step, each
 // instruction as often as the schedule runs its block. With transfers, the collectives
 // that finish a cross-stage transfer count as receives.
-func programTally(prog *codegen.Program, transfers bool) commTally {
+func programTally(prog *program.Program, transfers bool) commTally {
 	out := commTally{}
 	runs := make([]int, len(prog.Blocks))
 	for _, l := range prog.Schedule {
@@ -78,18 +79,18 @@ func programTally(prog *codegen.Program, transfers bool) commTally {
 		for _, in := range prog.Instrs[bl.Start:bl.End] {
 			var bytes int64
 			switch in.Kind {
-			case codegen.AllReduce, codegen.ReduceScatter, codegen.Send:
+			case program.AllReduce, program.ReduceScatter, program.Send:
 				bytes = prog.Buffers[in.Args[0]].Type.Bytes()
-			case codegen.AllToAll: // the group holds n blocks of the local size
+			case program.AllToAll: // the group holds n blocks of the local size
 				bytes = prog.Buffers[in.Args[0]].Type.Bytes() * int64(len(in.Group))
-			case codegen.AllGather, codegen.Recv:
+			case program.AllGather, program.Recv:
 				bytes = prog.Buffers[in.Out].Type.Bytes()
 			default:
 				continue
 			}
 			k := in.Kind
 			if transfers && codegen.IsTransfer(&in) {
-				k = codegen.Recv // part of a cross-stage transfer, as the receives are
+				k = program.Recv // part of a cross-stage transfer, as the receives are
 			}
 			out.add(k, runs[bi], float64(bytes))
 		}
@@ -144,7 +145,7 @@ func TestProgramsEqualPlans(t *testing.T) {
 					for range s.Devices {
 						g := commTally{}
 						for k, e := range got[d] {
-							if k != codegen.Send && k != codegen.Recv {
+							if k != program.Send && k != program.Recv {
 								g[k] = e
 							}
 						}
@@ -160,7 +161,7 @@ func TestProgramsEqualPlans(t *testing.T) {
 
 // runCounts runs one step and checks the runtime's per-kind instruction counts against
 // the programs' tallies.
-func runCounts(t *testing.T, p *Plan, progs []*codegen.Program) {
+func runCounts(t *testing.T, p *Plan, progs []*program.Program) {
 	t.Helper()
 	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
 	require.NoError(t, err)
@@ -176,7 +177,7 @@ func runCounts(t *testing.T, p *Plan, progs []*codegen.Program) {
 	res, err := runtime.Run(context.Background(), progs, feeds, runtime.Options{})
 	require.NoError(t, err)
 	for i, st := range res.Devices {
-		for _, k := range []codegen.Kind{codegen.AllReduce, codegen.AllGather, codegen.ReduceScatter, codegen.AllToAll, codegen.Send, codegen.Recv} {
+		for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll, program.Send, program.Recv} {
 			assert.Equal(t, programTally(progs[i], false)[k].N, st.Count[k], "device %d: %s", progs[i].Device, k)
 		}
 	}
