@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/program"
@@ -104,6 +106,14 @@ func programTally(prog *program.Program, transfers bool) commTally {
 // are not priced by the stage search (it prices stages, not the edges between them); they
 // are counted to match between codegen and the runtime only.
 func TestProgramsEqualPlans(t *testing.T) {
+	model := func(t *testing.T, name string) *ir.Graph {
+		if name == "mlp-dp" { // not a zoo preset: `autopar model mlp --batch 64 --hidden 256 --in 256`
+			g, err := frontend.ParseFile("testdata/step/mlp-dp.ir")
+			require.NoError(t, err)
+			return g
+		}
+		return model(t, name)
+	}
 	dp4 := &Manual{TP: 1, PP: 1, DP: 4}
 	type tc struct {
 		model, cluster string
@@ -132,7 +142,8 @@ func TestProgramsEqualPlans(t *testing.T) {
 		m, cl := c.model, c.cluster
 		{
 			t.Run(fmt.Sprintf("%s/%s/%d/%v", m, cl, c.opts.Microbatches, c.opts.Manual), func(t *testing.T) {
-				p := compile(t, model(t, m), cluster(t, cl), c.opts)
+				g := model(t, m)
+				p := compile(t, g, cluster(t, cl), c.opts)
 				progs, err := p.Programs()
 				require.NoError(t, err)
 				want := plannedTally(t, p)
