@@ -81,16 +81,25 @@ type Stage struct {
 	Time       float64      `json:"time"` // seconds per micro-batch, forward + backward
 	// StepTime is seconds once per step, after the stage's last backward: the gradient sync
 	// (StepComm of it: the collectives that resolve the accumulated gradients and reshard
-	// them for the update) and the optimizer update. Cost.Total = Time + StepTime.
-	StepTime    float64     `json:"step_time"`
-	StepComm    float64     `json:"step_communication"`
-	Cost        Cost        `json:"cost"`
-	WeightBytes int64       `json:"weight_bytes"`
-	ActBytes    int64       `json:"activation_bytes"`
-	InFlight    int         `json:"in_flight"`
-	MemoryBytes int64       `json:"memory_bytes"` // per device at the peak
-	ILP         ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values      []ValuePlan `json:"values"`
+	// them for the update) and the optimizer update. Cost.Total = Time + StepTime, less
+	// any recomputation in Time.
+	StepTime    float64 `json:"step_time"`
+	StepComm    float64 `json:"step_communication"`
+	Cost        Cost    `json:"cost"`
+	WeightBytes int64   `json:"weight_bytes"`
+	ActBytes    int64   `json:"activation_bytes"`
+	InFlight    int     `json:"in_flight"`
+	// Recompute is set when the stage recomputes its activations in the backward: then
+	// ActBytes is what it keeps per micro-batch in flight (its inputs; with
+	// RecomputeLayers, each layer's input too, and it recomputes one layer at a time),
+	// and RecomputeBytes the activations of the micro-batch whose backward runs.
+	// MemoryBytes = WeightBytes + InFlight·ActBytes + RecomputeBytes.
+	Recompute       bool        `json:"recompute,omitempty"`
+	RecomputeLayers bool        `json:"recompute_layers,omitempty"`
+	RecomputeBytes  int64       `json:"recompute_bytes,omitempty"`
+	MemoryBytes     int64       `json:"memory_bytes"` // per device at the peak
+	ILP             ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values          []ValuePlan `json:"values"`
 }
 
 // Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
@@ -338,8 +347,11 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{},
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}, Recompute: s.Recompute,
 			Resolved: map[ir.ValueID]mesh.Spec{}}
+		if s.RecomputeLayers {
+			st.Segment = map[ir.ValueID]int{}
+		}
 		for _, v := range s.Values {
 			id, _ := step.Lookup(v.Name)
 			if owner[id] != si {
@@ -351,6 +363,9 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 			}
 			if len(v.In) > 0 {
 				st.In[id] = v.In
+			}
+			if st.Segment != nil {
+				st.Segment[id] = v.Layer
 			}
 		}
 		cp.Stages = append(cp.Stages, st)
