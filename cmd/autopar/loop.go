@@ -179,11 +179,12 @@ func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 	fmt.Fprintln(tw, "stage\tpredicted compute\tpredicted communication\tmeasured compute\tmeasured communication\tmeasured other")
 	B := float64(p.Microbatches)
 	for i, s := range p.Stages {
-		compute, comm := stageSplit(s)
+		compute, comm := s.MicrobatchSplit()
+		compute, comm = B*compute+s.StepTime-s.StepComm, B*comm+s.StepComm // and the once-per-step part
 		t := m.Stages[i]
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i, units.Seconds(B*compute), units.Seconds(B*comm),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i, units.Seconds(compute), units.Seconds(comm),
 			units.Seconds(t.Compute), units.Seconds(t.Communication), units.Seconds(t.Other))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "per step, mean over each stage's devices; measured communication includes waiting for peers; other: loads, stores, frees")
+	fmt.Fprintln(w, "per step (its micro-batches and the once-per-step part), mean over each stage's devices; measured communication includes waiting for peers; other: loads, stores, frees")
 }
