@@ -2,7 +2,6 @@ package autopar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -157,15 +156,7 @@ type PhaseError struct {
 	Err   error
 }
 
-// Error puts the position first when the cause has one: "m.ir:3:5: autodiff: left ...".
-func (e *PhaseError) Error() string {
-	msg := "left an invalid result: " + e.Err.Error()
-	var ie *ir.Error
-	if errors.As(e.Err, &ie) && ie.Pos.IsValid() && strings.HasPrefix(e.Err.Error(), ie.Pos.String()+": ") {
-		return ie.Pos.String() + ": " + e.Phase + ": left an invalid result: " + strings.TrimPrefix(e.Err.Error(), ie.Pos.String()+": ")
-	}
-	return e.Phase + ": " + msg
-}
+func (e *PhaseError) Error() string { return e.Phase + ": left an invalid result: " + e.Err.Error() }
 
 func (e *PhaseError) Unwrap() error { return e.Err }
 
@@ -192,7 +183,7 @@ func Run(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, cfg *P
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, last: last}
+	r := &runner{table: Phases, cfg: cfg, last: last}
 	if err := r.run(base, ForwardGraph); err != nil {
 		return nil, err
 	}
@@ -242,16 +233,17 @@ func phaseIndex(name string) int {
 	return -1
 }
 
-// runner runs the rows of one scope on a compilation, stopping after row last.
+// runner runs the rows of one scope of a table on a compilation, stopping after row last.
 type runner struct {
-	cfg  *PhaseConfig
-	last int
-	done bool // row last has run
+	table []Phase
+	cfg   *PhaseConfig
+	last  int
+	done  bool // row last has run
 }
 
 func (r *runner) run(s *Compilation, scope Scope) error {
-	for i := range Phases {
-		p := &Phases[i]
+	for i := range r.table {
+		p := &r.table[i]
 		if p.Scope != scope || i > r.last {
 			continue
 		}
