@@ -122,7 +122,7 @@ func compileWith(ctx context.Context, prog *progress, path string, f compileFlag
 	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
 	// takes minutes): interruptible makes Ctrl-C stop the command at once all the same.
 	if cfg == nil {
-		cfg = &autopar.PhaseConfig{UpTo: "search"}
+		cfg = &autopar.PhaseConfig{UpTo: "search", Check: f.checkPhases}
 	}
 	s, err := interruptible(ctx, func() (*autopar.Compilation, error) { return autopar.Run(ctx, g, c, opts, cfg) })
 	if err != nil {
