@@ -160,7 +160,8 @@ func (e *PhaseError) Error() string { return e.Phase + ": left an invalid result
 
 func (e *PhaseError) Unwrap() error { return e.Err }
 
-// checkEveryPhase is set by the package's tests: every Compile then verifies between phases.
+// checkEveryPhase is set by the package's tests (TestMain): every Compile then verifies
+// between phases.
 var checkEveryPhase = false
 
 // Run runs Phases on forward graph g for cluster c, as Compile does, up to and including

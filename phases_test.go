@@ -15,10 +15,8 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
-// Every Compile of this package's tests runs each phase's verifier after it.
-func init() { checkEveryPhase = true }
-
 func TestPhasesTable(t *testing.T) {
+	assert.True(t, checkEveryPhase, "tests verify after every phase (TestMain)")
 	require.NoError(t, checkPhases(Phases))
 	assert.Equal(t, []string{"verify", "rebatch", "autodiff", "optimizer", "cluster", "search", "lower"}, PhaseNames())
 	p, ok := LookupPhase("optimizer")
