@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/units"
 )
 
@@ -25,7 +25,7 @@ type Compilation struct {
 	Model        *ir.Graph        // the forward graph, whole batch; never modified
 	Cluster      *mesh.Cluster    // validated
 	Options      Options          // with defaults filled in
-	Schedule     codegen.Schedule // Options.Schedule, parsed
+	Schedule     program.Schedule // Options.Schedule, parsed
 	Batch        int              // the model's batch
 	Microbatches int              // B; 0 in the compilation the ForwardGraph phases run on
 
@@ -35,7 +35,7 @@ type Compilation struct {
 	Layering   *passes.Layering   // cluster: the layer of every value of Step
 	Search     *dp.Result         // search: stages, submeshes and logical meshes (the DP's answer)
 	Plan       *Plan              // search: the plan, with the sharding of every value (the ILPs')
-	Programs   []*codegen.Program // lower: one program per device
+	Programs   []*program.Program // lower: one program per device
 
 	ctx context.Context
 }
@@ -380,12 +380,10 @@ func dumpStages(w io.Writer, s *Compilation) error {
 }
 
 // verifyPlan checks the plan as ReadPlan checks a plan.json (the stages tile the layers
-// on disjoint devices, numbers finite) and codegen accepts every stage and strategy.
+// on disjoint devices, numbers finite, layouts fit) and codegen accepts every stage and
+// strategy (plan.Plan.Check).
 func verifyPlan(s *Compilation) error {
-	if err := s.Plan.checkMeaning(); err != nil {
-		return err
-	}
-	return s.Plan.checkStep()
+	return s.Plan.Check()
 }
 
 func dumpPrograms(w io.Writer, s *Compilation) error {
