@@ -55,7 +55,7 @@ const (
 // Phase is one row of Phases.
 type Phase struct {
 	Name string
-	// Doc is one line for `autopar compile --help`.
+	// Doc is its line in `autopar compile --help`.
 	Doc   string
 	Scope Scope
 	// Requires names phases that must come earlier in Phases; checked when the package loads.
@@ -74,9 +74,8 @@ type Phase struct {
 // outside it; a new phase is a row here, placed after the phases it requires.
 var Phases = []Phase{
 	{Name: "verify", Doc: "check the forward graph's invariants (types, names, order)", Scope: ForwardGraph,
-		Run: func(s *Compilation) error { return ir.Verify(s.Model) }, Dump: dumpGraph(func(s *Compilation) *ir.Graph { return s.Model }),
-		Verify: func(*Compilation) error { return nil }},
-	{Name: "rebatch", Doc: "the forward graph of one micro-batch (batch ÷ B samples)", Scope: PerMicrobatches,
+		Run: verifyGraph(forward), Dump: dumpGraph(forward), Verify: func(*Compilation) error { return nil }},
+	{Name: "rebatch", Doc: "the forward graph of one micro-batch, for each micro-batch count B tried (this phase to search run per B)", Scope: PerMicrobatches,
 		Requires: []string{"verify"}, Run: runRebatch, Dump: dumpGraph(microBatch), Verify: verifyGraph(microBatch)},
 	{Name: "autodiff", Doc: "append the backward ops: grad.<param> for every param of the loss (first output)",
 		Scope: PerMicrobatches, Requires: []string{"rebatch"}, Run: runAutodiff, Dump: dumpGraph(backward), Verify: verifyGraph(backward)},
@@ -309,6 +308,7 @@ func runLower(s *Compilation) (err error) {
 	return err
 }
 
+func forward(s *Compilation) *ir.Graph    { return s.Model }
 func microBatch(s *Compilation) *ir.Graph { return s.MicroBatch }
 func backward(s *Compilation) *ir.Graph   { return s.Backward }
 func step(s *Compilation) *ir.Graph       { return s.Step }

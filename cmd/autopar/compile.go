@@ -42,7 +42,12 @@ serialized form (deviceN.json).
 
 DIR belongs to autopar: it is replaced as a whole (written beside it, then renamed into
 place), so an interrupted compile leaves the old DIR and no stale files remain. DIR must be
-absent, empty, or hold only plan.json and programs/; anything else there is refused.`,
+absent, empty, or hold only plan.json and programs/; anything else there is refused.
+
+The compiler is a table of phases, run in this order (--dump PHASE prints what one
+produced and stops, --time times each, --check verifies after each):
+
+`+phaseList(),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -58,6 +63,15 @@ absent, empty, or hold only plan.json and programs/; anything else there is refu
 	fl.BoolVar(&f.checkPhases, "check", false, "run each phase's verifier after it")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
+}
+
+// phaseList lists the compiler's phases with their docs, one a line.
+func phaseList() string {
+	var b strings.Builder
+	for _, p := range autopar.Phases {
+		fmt.Fprintf(&b, "  %-10s %s\n", p.Name, p.Doc)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // addPlanFlags declares the flags compile and run share.
