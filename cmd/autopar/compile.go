@@ -47,7 +47,7 @@ absent, empty, or hold only plan.json and programs/; anything else there is refu
 The compiler is a table of phases, run in this order (--dump PHASE prints what one
 produced and stops, --time times each, --check verifies after each):
 
-`+phaseList(),
+` + phaseList(),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
