@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -214,6 +215,10 @@ func Run(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, cfg *P
 	}
 	switch {
 	case first == nil:
+		var me *dp.MemoryError
+		if opts.Remat == RematNone && errors.As(why, &me) {
+			return nil, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
+		}
 		return nil, why
 	case best == nil:
 		return first, nil
