@@ -52,7 +52,7 @@ func ParseSchedule(name string) (Schedule, error) {
 type Plan struct {
 	// Step is the training step of ONE micro-batch: forward, loss, backward and update, as
 	// passes.TrainingStep makes it from passes.Rebatch(fwd, batch/B). Its first output is
-	// the loss; the gradient of param p is the value named "grad.<p>".
+	// the loss; the gradient of param p is the value autodiff marked so (Step.GradOf(p)).
 	Step         *ir.Graph
 	Microbatches int
 	Schedule     Schedule

@@ -23,10 +23,10 @@ func checkStep(ctx context.Context, w io.Writer, full *ir.Graph, feeds interp.Fe
 	}
 	var loss, grads, params diff
 	loss.add(full.Value(full.Outputs[0].Value).Name, got.Stores, want.Outputs[0])
+	gradOf := full.ByRole(ir.RoleGrad)
 	for _, p := range full.Leaves(ir.OpParam) {
-		name := "grad." + full.Value(p).Name
-		if id, ok := full.Lookup(name); ok {
-			grads.add(name, got.Stores, want.Values[id])
+		if id := gradOf[p]; id != ir.NoValue {
+			grads.add(full.Value(id).Name, got.Stores, want.Values[id])
 		}
 	}
 	names := make([]string, 0, len(want.Updates))
