@@ -168,7 +168,7 @@ func classify(g *ir.Graph) (*analysis, error) {
 	for _, p := range g.Leaves(ir.OpParam) {
 		gid, ok := gradOf[p], gradOf[p] != ir.NoValue
 		if !ok {
-			return nil, ir.Errorf(g.Value(p).Pos, "codegen: param %s has no gradient, expected a value marked as its gradient (passes.TrainingStep)", g.Value(p).Name)
+			return nil, ir.Errorf(g.Value(p).Pos, "codegen: param %s has no gradient, expected a value marked role=grad of=%s (passes.TrainingStep marks them)", g.Value(p).Name, g.Value(p).Name)
 		}
 		an.grads = append(an.grads, gid)
 		an.acc[gid] = true
