@@ -207,7 +207,8 @@ type parser struct {
 	args     []ir.ValueID // operand buffer, reused (Append copies it)
 	attrPos  []attrAt     // attribute positions of the current line, reused
 	prov     lineProv     // the provenance written on the current line
-	graphPos ir.Pos       // where the graph line was, if any
+	provs    []pendingProv
+	graphPos ir.Pos // where the graph line was, if any
 	outputs  []pendingOutput
 	updates  []pendingUpdate
 

@@ -9,13 +9,18 @@ import (
 // lineProv is the provenance written after a line's attributes (role=grad of=w slot=m),
 // as ir.Print writes it for the values passes make.
 type lineProv struct {
-	set      bool
-	role     ir.Role
-	of       ir.ValueID
-	slot     string
-	rolePos  ir.Pos
-	ofGiven  bool
-	slotSeen bool
+	set              bool
+	role             ir.Role
+	of               *pendingRef // resolved once the whole file is read: Of may come later
+	slot             string
+	rolePos          ir.Pos
+	ofSeen, slotSeen bool
+}
+
+// pendingProv is a value's provenance whose of= name waits for the end of the file.
+type pendingProv struct {
+	id ir.ValueID
+	of pendingRef
 }
 
 // isProvAttr reports whether name is one of the provenance words ir.Print writes.
@@ -28,45 +33,34 @@ func isProvAttr(name string) bool {
 	return false
 }
 
-// provAttr parses the value of one provenance word, whose name token the caller consumed
-// with its '='. Each value is a bare word: a role name, an earlier value's name, a slot.
+// provAttr parses the value of one provenance word, whose name token and '=' the caller
+// consumed. Each value is a bare word: a role name, a value's name, a slot.
 func (p *parser) provAttr(nameTok token) bool {
 	name, pos := string(nameTok.text), p.pos(nameTok)
 	t, ok := p.expect(tokIdent, "a name after "+name+"=")
 	if !ok {
 		return false
 	}
-	word := string(t.text)
-	lp := &p.prov
+	word, lp := string(t.text), &p.prov
+	seen := map[string]*bool{"role": &lp.set, "of": &lp.ofSeen, "slot": &lp.slotSeen}[name]
+	if *seen {
+		p.errorf(pos, "%s is given twice", name)
+		return false
+	}
 	switch name {
 	case "role":
-		if lp.set {
-			p.errorf(pos, "role is given twice")
-			return false
-		}
 		r, known := ir.ParseRole(word)
 		if !known || r == ir.RoleForward {
 			p.errorf(p.pos(t), "unknown role %s, want one of %s", clip(word), roleList())
 			return false
 		}
-		lp.set, lp.role, lp.rolePos = true, r, pos
+		lp.role, lp.rolePos = r, pos
 	case "of":
-		if lp.ofGiven {
-			p.errorf(pos, "of is given twice")
-			return false
-		}
-		id, found := p.resolve(t)
-		if !found {
-			return false
-		}
-		lp.of, lp.ofGiven = id, true
+		lp.of = &pendingRef{word, p.pos(t)}
 	case "slot":
-		if lp.slotSeen {
-			p.errorf(pos, "slot is given twice")
-			return false
-		}
-		lp.slot, lp.slotSeen = word, true
+		lp.slot = word
 	}
+	*seen = true
 	return true
 }
 
@@ -80,22 +74,38 @@ func roleList() string {
 	}
 }
 
-// applyProv sets the provenance parsed on the current line on value id.
+// applyProv sets the provenance parsed on the current line on value id; the value it is of
+// is set by resolveProvs.
 func (p *parser) applyProv(id ir.ValueID, at ir.Pos) bool {
 	lp := p.prov
-	p.prov = lineProv{of: ir.NoValue}
+	p.prov = lineProv{}
 	if !lp.set {
-		if lp.ofGiven || lp.slotSeen {
+		if lp.ofSeen || lp.slotSeen {
 			p.errorf(at, "of= and slot= say whose a value is and need role= too")
 			return false
 		}
 		return true
 	}
-	pr := ir.Prov{Role: lp.role, Of: lp.of, Slot: lp.slot}
-	if err := ir.CheckProv(id, pr); err != nil {
-		p.errorf(lp.rolePos, "%s %s", p.g.Values[id].Name, err)
-		return false
+	p.g.SetProv(id, ir.Prov{Role: lp.role, Of: ir.NoValue, Slot: lp.slot})
+	if lp.of != nil {
+		p.provs = append(p.provs, pendingProv{id, *lp.of})
 	}
-	p.g.SetProv(id, pr)
 	return true
+}
+
+// resolveProvs sets the of= value of every provenance, checked as ir.Verify checks it.
+func (p *parser) resolveProvs() {
+	for _, pp := range p.provs {
+		of, ok := p.lookupRef(pp.of)
+		if !ok {
+			continue
+		}
+		pr := p.g.Values[pp.id].Prov
+		pr.Of = of
+		if err := ir.CheckProv(p.g, pp.id, pr); err != nil {
+			p.errorf(pp.of.pos, "%s %v", p.g.Values[pp.id].Name, err)
+			continue
+		}
+		p.g.SetProv(pp.id, pr)
+	}
 }

@@ -38,7 +38,7 @@ type bareWord string
 func (p *parser) attrs(op ir.Op) (ir.Attrs, bool) {
 	def := op.Def()
 	p.attrPos = p.attrPos[:0]
-	p.prov = lineProv{of: ir.NoValue}
+	p.prov = lineProv{}
 	var at ir.Attrs
 	ok := true
 	for p.peek().kind != tokEOL {

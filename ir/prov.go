@@ -110,15 +110,19 @@ func (g *Graph) GradOf(x ValueID) (ValueID, bool) {
 // SetProv sets the provenance of value id. It panics if id is out of range.
 func (g *Graph) SetProv(id ValueID, p Prov) { g.Value(id).Prov = p }
 
-// CheckProv says what is wrong with giving value id provenance p, or nil.
-func CheckProv(id ValueID, p Prov) error {
+// CheckProv says what is wrong with giving value id of g provenance p, or nil. Of may
+// name a later value: a stage cut out by passes.Subgraph brings a param in at its first
+// use, which can follow its gradient.
+func CheckProv(g *Graph, id ValueID, p Prov) error {
 	switch {
 	case p.Role >= numRoles:
 		return fmt.Errorf("has unknown role %d", p.Role)
 	case p.Role == RoleForward:
 		return nil
-	case p.Of != NoValue && (p.Of < 0 || p.Of >= id):
-		return fmt.Errorf("is the %s of value %d, which is not an earlier value", p.Role, p.Of)
+	case p.Of != NoValue && (p.Of < 0 || int(p.Of) >= len(g.Values)):
+		return fmt.Errorf("is the %s of value %d, which is not in the graph", p.Role, p.Of)
+	case p.Of == id:
+		return fmt.Errorf("cannot be the %s of itself", p.Role)
 	}
 	return nil
 }
@@ -126,7 +130,7 @@ func CheckProv(id ValueID, p Prov) error {
 // verifyProv checks that a value's Of names an earlier value.
 func verifyProv(g *Graph, id ValueID) *Error {
 	v := &g.Values[id]
-	if err := CheckProv(id, v.Prov); err != nil {
+	if err := CheckProv(g, id, v.Prov); err != nil {
 		return Errorf(v.Pos, "%s %v", v.Name, err)
 	}
 	return nil

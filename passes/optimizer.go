@@ -67,7 +67,9 @@ func orDefault(v, d float64) float64 {
 // one training step, as Alpa compiles it: forward, loss, backward (Grad with respect to
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
-// Adam — and an ir.Update for every param and state it adds. The loss stays the first
+// Adam — and an ir.Update for every param and state it adds. State is marked ir.RoleState
+// of its param (Slot "m", "v"; "t" for the counter), every update op ir.RoleUpdate of its
+// param (of none for Adam's clock). The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
 // state, and rounded back to the param's dtype.
 func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
