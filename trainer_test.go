@@ -15,6 +15,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -217,7 +218,7 @@ func TestTrainerKeepsStateOnDevices(t *testing.T) {
 	for i, p := range progs {
 		var stateBytes int64
 		for _, in := range p.Instrs {
-			if in.Kind == codegen.Load && state[in.Name] {
+			if in.Kind == program.Load && state[in.Name] {
 				stateBytes += p.Buffers[in.Out].Type.Bytes()
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 )
 
 // renamed returns a copy of g whose values are named v000000x, v000001x, ... by ValueID:
@@ -47,7 +48,7 @@ func TestNoRoleFromNames(t *testing.T) {
 		opt  passes.Optimizer
 	}{
 		{"dp", singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate), 2, passes.Optimizer{Kind: "sgd", LR: 0.1, Momentum: 0.9}},
-		{"pp-1f1b", pipeline([][2]int{{1, 1}, {1, 2}}, 4, codegen.OneFOneB, dataParallel(0), propagate), 4, passes.Optimizer{Kind: "adam", LR: 0.01}},
+		{"pp-1f1b", pipeline([][2]int{{1, 1}, {1, 2}}, 4, program.OneFOneB, dataParallel(0), propagate), 4, passes.Optimizer{Kind: "adam", LR: 0.01}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -29,7 +29,7 @@ import (
 //
 // A Session is not safe for concurrent use.
 type Session struct {
-	progs []*codegen.Program
+	progs []*program.Program
 	opts  Options
 	names map[string]bool // every resident or hosted name
 	// blocks[i] holds device i's resident blocks by name.
@@ -42,7 +42,7 @@ type Session struct {
 // blocks it stores of it. The names of init must be exactly the names both loaded and
 // stored by the programs; another name, a missing one or a wrong type is an error naming
 // it. The tensors are copied.
-func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session, error) {
+func NewSession(programs []*program.Program, init Data, opts Options) (*Session, error) {
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
 	}
@@ -51,9 +51,9 @@ func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session,
 		for i := range p.Instrs {
 			in := &p.Instrs[i]
 			switch in.Kind {
-			case codegen.Load:
+			case program.Load:
 				loaded[in.Name] = p.Buffers[in.Out].Type
-			case codegen.Store:
+			case program.Store:
 				stored[in.Name] = in.Full
 			}
 		}
@@ -84,7 +84,7 @@ func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session,
 		s.blocks[i] = map[string][]storeRec{}
 		for k := range p.Instrs {
 			in := &p.Instrs[k]
-			if in.Kind == codegen.Store && s.names[in.Name] {
+			if in.Kind == program.Store && s.names[in.Name] {
 				ext := p.Buffers[in.Args[0]].Type.Shape
 				blk, err := sliceBlock(init[in.Name], in.Offsets, ext)
 				if err != nil {
@@ -99,7 +99,7 @@ func NewSession(programs []*codegen.Program, init Data, opts Options) (*Session,
 		view := s.view(i)
 		for k := range p.Instrs {
 			in := &p.Instrs[k]
-			if in.Kind == codegen.Load && s.names[in.Name] && !covered(view[in.Name], in, p.Buffers[in.Out].Type.Shape) {
+			if in.Kind == program.Load && s.names[in.Name] && !covered(view[in.Name], in, p.Buffers[in.Out].Type.Shape) {
 				hosted[in.Name] = true
 			}
 		}
@@ -140,7 +140,7 @@ func typeOf(x *kernels.Tensor) string {
 
 // covered reports whether every micro-batch's block of load in lies inside one of blocks.
 // Loads of persistent tensors carry no stride, so micro-batch 0's offsets stand for all.
-func covered(blocks []storeRec, in *codegen.Instr, ext ir.Shape) bool {
+func covered(blocks []storeRec, in *program.Instr, ext ir.Shape) bool {
 	if len(in.Stride) > 0 {
 		return false
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/mpi"
@@ -133,7 +134,7 @@ func onMPI(stderr io.Writer, body func(w *mpi.World) error) error {
 }
 
 // runOnRanks trains with this rank as device Rank of progs; only rank 0 writes to out.
-func runOnRanks(ctx context.Context, out io.Writer, w *mpi.World, plan *autopar.Plan, progs []*codegen.Program, f stepFlags) error {
+func runOnRanks(ctx context.Context, out io.Writer, w *mpi.World, plan *autopar.Plan, progs []*program.Program, f stepFlags) error {
 	s, err := w.NewSession(ctx, progs, f.timeout)
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ var deviceFile = regexp.MustCompile(`^device(\d+)\.json$`)
 
 // readProgramDir reads DIR/plan.json and DIR/programs/device*.json, one program per device
 // numbered from 0, and returns them with a hash of every byte read.
-func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, error) {
+func readProgramDir(dir string) (*autopar.Plan, []*program.Program, hashWriter, error) {
 	digest := sha256.New()
 	path := filepath.Join(dir, "plan.json")
 	data, err := os.ReadFile(path)
@@ -174,7 +175,7 @@ func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, 
 	if len(devices) == 0 {
 		return nil, nil, nil, fmt.Errorf("%s: no deviceN.json programs, expected those autopar compile --emit programs writes", pdir)
 	}
-	progs := make([]*codegen.Program, len(devices))
+	progs := make([]*program.Program, len(devices))
 	for i, d := range devices {
 		file := filepath.Join(pdir, fmt.Sprintf("device%d.json", d))
 		if d != i {
@@ -185,10 +186,10 @@ func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, 
 			return nil, nil, nil, err
 		}
 		digest.Write(data)
-		if progs[i], err = codegen.UnmarshalProgram(data); err != nil {
+		if progs[i], err = program.UnmarshalProgram(data); err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-		if progs[i].Device != codegen.DeviceID(d) {
+		if progs[i].Device != program.DeviceID(d) {
 			return nil, nil, nil, fmt.Errorf("%s: holds the program of device %d", file, progs[i].Device)
 		}
 	}
@@ -206,7 +207,7 @@ type stepFunc func(ctx context.Context, feeds runtime.Data, opts runtime.Options
 // and, with --check, the differences from the serial interpreter; then the counters of
 // every device beside codegen's prediction. Only the lead (rank 0) checks and writes the
 // trace; every rank records its part of it.
-func stepLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, progs []*codegen.Program, f stepFlags, run stepFunc, lead bool) error {
+func stepLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, progs []*program.Program, f stepFlags, run stepFunc, lead bool) error {
 	if f.steps < 1 {
 		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
 	}
@@ -257,7 +258,7 @@ func stepLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, progs []*c
 
 // printCounters prints each device's peak bytes and traffic of the last step beside what
 // codegen predicts for its program.
-func printCounters(w io.Writer, progs []*codegen.Program, res *runtime.Result) {
+func printCounters(w io.Writer, progs []*program.Program, res *runtime.Result) {
 	pred := codegen.Predict(nil, progs)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

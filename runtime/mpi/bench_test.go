@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -90,7 +90,7 @@ func BenchmarkAllReduceInProc(b *testing.B) {
 
 // dpStep compiles a data-parallel MLP training step (4 layers of 256, batch 256, f32) for
 // 2 devices and returns its programs and feeds.
-func dpStep(b *testing.B) ([]*codegen.Program, runtime.Data) {
+func dpStep(b *testing.B) ([]*program.Program, runtime.Data) {
 	b.Helper()
 	m := zoo.NewMLP()
 	m.Layers, m.Hidden, m.Batch, m.In, m.Classes = 4, 256, 256, 256, 16

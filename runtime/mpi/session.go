@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -29,7 +29,7 @@ type rankTransport interface {
 // multi-process counterpart of runtime.Run.
 type Session struct {
 	w        *World
-	programs []*codegen.Program
+	programs []*program.Program
 	t        rankTransport
 	fed      bool // the first Run checked that every rank has the same feeds
 	// Wrap, when set, wraps this rank's transport for the runs that follow: a seam for
@@ -42,7 +42,7 @@ type Session struct {
 // device (devices 0 to Size-1) and that every rank's programs hash the same as rank 0's
 // (a rank started from another plan is refused before anything runs), then makes the
 // transport's communicators. timeout bounds each of its waits for the other ranks.
-func (w *World) NewSession(ctx context.Context, programs []*codegen.Program, timeout time.Duration) (*Session, error) {
+func (w *World) NewSession(ctx context.Context, programs []*program.Program, timeout time.Duration) (*Session, error) {
 	if len(programs) != w.Size() {
 		return nil, fmt.Errorf("mpi: the programs are for %d devices, but mpirun started %d ranks: run mpirun -np %d", len(programs), w.Size(), len(programs))
 	}
@@ -231,8 +231,8 @@ type wireStore struct {
 func toWire(r *runtime.DeviceResult) *wireResult {
 	w := &wireResult{Stats: r.Stats, Trace: r.Trace}
 	for _, s := range r.Stores {
-		b := make([]byte, encodedSize(s.Block, codegen.Tag{}))
-		encode(b, s.Block, codegen.Tag{})
+		b := make([]byte, encodedSize(s.Block, program.Tag{}))
+		encode(b, s.Block, program.Tag{})
 		w.Stores = append(w.Stores, wireStore{s.Device, s.Pos, s.Name, s.Full, s.Offsets, b})
 	}
 	return w
