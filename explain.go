@@ -132,7 +132,7 @@ func (p *Plan) ExplainOp(ctx context.Context, name string) (*OpExplanation, erro
 	v, _ := st.sg.g.Lookup(name)
 	e := &OpExplanation{Name: name, Op: vp.Op, Type: st.sg.g.Value(v).Type.String(), Stage: si, Layer: vp.Layer,
 		Mesh: st.res.Mesh.String(), StageCost: st.res.Cost.Total, Notes: st.notes}
-	cands, err := sharding.CandidatesWith(st.sg.g, st.res.Mesh, sharding.Options{Cluster: &p.Cluster, Filter: lowerable(st.res.Mesh)})
+	cands, err := sharding.CandidatesWith(st.sg.g, st.res.Mesh, sharding.Options{Cluster: &p.Cluster})
 	if err != nil {
 		return nil, fmt.Errorf("explain: stage %d: %w", si, err)
 	}
@@ -421,7 +421,7 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
 	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
-		SolveLayersOnce: true, Filter: lowerable(lm), Force: force}
+		SolveLayersOnce: true, Force: force}
 	return sharding.Solve(ctx, st.sg.g, lm, opts)
 }
 

@@ -3,8 +3,9 @@
 // loops).
 //
 // Lower makes the programs of a Plan: the step of one micro-batch, a mesh and the layouts
-// of every value per stage. It checks every strategy (CheckStrategy, which the sharding
-// pass also filters with), lowers resharding step by step into collectives, moves values
+// of every value per stage. It checks every strategy (CheckStrategy, which reads the op's
+// row of the ir op table, as the sharding pass does, so that every candidate the pass offers
+// passes), lowers resharding step by step into collectives, moves values
 // between stages so that each element crosses once, schedules the micro-batch blocks in
 // loops in GPipe or 1F1B order (program.StageLoops) with a deadlock check that does not
 // expand them, accumulates gradients while they are still partial, runs the update once,

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -304,6 +305,10 @@ func (em *stageEm) compute(v ir.ValueID, mb int) {
 		for i, a := range val.Args {
 			args[i] = em.ensure(em.keyOf(a, mb), in[i]).ids
 		}
+		if val.Op == ir.OpGather && in[0].Dims[0] != mesh.AxesNone {
+			ids = em.gatherShard(k, local, args[0], args[1], in[0].Dims[0], localOf(em.m, g.Value(val.Args[0]).Type, in[0]).Shape[0])
+			break
+		}
 		ids = em.newBuf(em.name(k), local)
 		at := localAttrs(val, local)
 		em.each(func(d int) program.Instr {
@@ -439,6 +444,61 @@ func (em *stageEm) scale(x []program.BufferID, t ir.Type, f float64, name string
 	})
 	em.free(x, c)
 	return out
+}
+
+// gatherShard is gather on a shard of the table's rows (rows rows from the shard's offset,
+// split on axes): each device looks up the ids that fall in its rows and gives zeros for
+// the others, so the devices' results sum to the lookup: the partial sum CheckStrategy
+// expects. As instructions, with r = ids − offset:
+//
+//	in = where(r >= 0, r < rows, false)    safe = where(in, r, 0)
+//	res = where(reshape(in, ids' shape + 1s), gather(table, safe), 0)
+func (em *stageEm) gatherShard(k key, local ir.Type, table, idx []program.BufferID, axes mesh.AxisSet, rows int) []program.BufferID {
+	g := em.l.g
+	idT := g.Value(g.Value(k.v).Args[1]).Type.DType
+	idShape := local.Shape[:len(local.Shape)-(len(g.Value(g.Value(k.v).Args[0]).Type.Shape)-1)]
+	scalar := func(name string, dt ir.DType, val func(d int) float64) []program.BufferID {
+		c := em.newBuf(em.name(k)+"."+name, ir.Type{DType: dt})
+		em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: c[d], Value: val(d)} })
+		return c
+	}
+	compute := func(name string, t ir.Type, op ir.Op, at ir.Attrs, args ...[]program.BufferID) []program.BufferID {
+		out := em.newBuf(name, t)
+		em.each(func(d int) program.Instr {
+			ins := program.Instr{Kind: program.Compute, Out: out[d], Op: op, Attrs: at}
+			for _, a := range args {
+				ins.Args = append(ins.Args, a[d])
+			}
+			return ins
+		})
+		return out
+	}
+	ids := ir.Type{DType: idT, Shape: idShape}
+	mask := ir.Type{DType: ir.Bool, Shape: idShape}
+	off := scalar("offset", idT, func(d int) float64 {
+		i, j := em.coord(d)
+		return float64(em.m.ShardIndex(axes, i, j) * rows)
+	})
+	zero := scalar("zero", idT, func(int) float64 { return 0 })
+	limit := scalar("rows", idT, func(int) float64 { return float64(rows) })
+	base := em.name(k)
+	rel := compute(base+".rel", ids, ir.OpSub, nil, idx, off)
+	ge := compute(base+".ge", mask, ir.OpGe, nil, rel, zero)
+	lt := compute(base+".lt", mask, ir.OpLt, nil, rel, limit)
+	em.free(off, limit)
+	in := compute(base+".in", mask, ir.OpWhere, nil, ge, lt, ge)
+	em.free(ge, lt)
+	safe := compute(base+".safe", ids, ir.OpWhere, nil, in, rel, zero)
+	em.free(rel, zero)
+	rowsT := compute(base+".rows", local, ir.OpGather, nil, table, safe)
+	em.free(safe)
+	shape := append(slices.Clone([]int(idShape)), slices.Repeat([]int{1}, len(local.Shape)-len(idShape))...)
+	inR := compute(base+".inb", ir.Type{DType: ir.Bool, Shape: ir.Shape(shape)}, ir.OpReshape, ir.Attrs{}.With("shape", shape), in)
+	em.free(in)
+	fzero := scalar("fzero", local.DType, func(int) float64 { return 0 })
+	res := compute(base, local, ir.OpWhere, nil, inR, rowsT, fzero)
+	em.free(inR, rowsT, fzero)
+	return res
 }
 
 // newBuf declares one buffer of type t on every device of the stage.
