@@ -72,6 +72,7 @@ func (em *stageEm) lower(loops []program.Loop) {
 	})
 	em.block("update", false, func() {
 		em.runTask(task{phaseU, -1})
+		em.receiveUpdates()
 		em.freeAll()
 	})
 	for _, p := range em.progs {
@@ -355,12 +356,12 @@ func (em *stageEm) produced(k key) {
 }
 
 // stores writes what the step returns: updated params and state (under the target's
-// name), outputs, and the scaled gradients.
+// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients.
 func (em *stageEm) stores(k key) {
 	g := em.l.g
 	for _, u := range g.Updates {
 		if u.Value == k.v {
-			em.store(k, g.Value(u.Target).Name)
+			em.storeUpdate(k, u.Target)
 		}
 	}
 	if em.l.isOutput[k.v] || em.l.an.acc[k.v] {

@@ -156,6 +156,11 @@ func (em *stageEm) send(k key, to *stageEm) {
 // sendPiece sends one piece from its sender, slicing it out of the block first unless it
 // is the whole block.
 func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer program.DeviceID) {
+	em.sendPieceTagged(k, src, local, p, peer, em.l.tag(k))
+}
+
+// sendPieceTagged is sendPiece under the given tag.
+func (em *stageEm) sendPieceTagged(k key, src *dbuf, local ir.Type, p piece, peer program.DeviceID, tag program.Tag) {
 	v := em.l.g.Value(k.v)
 	d := p.from
 	i, j := em.coord(d)
@@ -172,7 +177,7 @@ func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer prog
 		em.emit(d, program.Instr{Kind: program.Compute, Out: buf, Op: ir.OpSlice, Args: []program.BufferID{src.ids[d]},
 			Attrs: ir.Attrs{}.With("start", start).With("limit", limit)})
 	}
-	em.emit(d, program.Instr{Kind: program.Send, Out: program.NoBuffer, Args: []program.BufferID{buf}, Peer: peer, Tag: em.l.tag(k)})
+	em.emit(d, program.Instr{Kind: program.Send, Out: program.NoBuffer, Args: []program.BufferID{buf}, Peer: peer, Tag: tag})
 	if !whole {
 		em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: []program.BufferID{buf}})
 	}

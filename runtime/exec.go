@@ -211,9 +211,6 @@ func (d *device) load(in *program.Instr) (*kernels.Tensor, error) {
 				for k := range off {
 					rel[k] = off[k] - b.off[k]
 				}
-				if b.device != d.prog.Device {
-					d.stats.PeerBytes += want.Bytes()
-				}
 				return sliceBlock(b.block, rel, want.Shape)
 			}
 		}

@@ -71,9 +71,6 @@ type DeviceStats struct {
 	// resident params and state count in neither: they stay on the device.
 	FeedBytes  int64
 	StoreBytes int64
-	// PeerBytes are the bytes a Session device's loads took from a replica's resident block
-	// rather than its own (see Session).
-	PeerBytes int64
 	// Instrs is the number of instructions executed.
 	Instrs int
 	// Count and Time are per instruction kind, indexed by program.Kind.

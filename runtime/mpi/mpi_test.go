@@ -269,7 +269,11 @@ func worker(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := runCases(w, dir); err != nil {
+	run := runCases
+	if os.Getenv(trainerEnv) != "" {
+		run = trainerWorker
+	}
+	if err := run(w, dir); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", w.Rank(), err)
 		w.Abort(1)
 	}
