@@ -15,11 +15,11 @@ import (
 // belongs to); other packages read that, never the names below, which are for people.
 //
 // A non-scalar loss is differentiated as the sum of its elements. The adjoint of a forward
-// value x (ir.RoleAdjoint) is named "d.x" (when x feeds several differentiated ops, their contributions are
-// "d.x.1", "d.x.2", ..., summed with add in the order the sweep meets them, which is
-// deterministic); temporaries a rule needs are "d.<value>.<what>". Only values on a path from
-// some wrt to the loss get backward ops: a dead branch gets none, and a wrt the loss does not
-// depend on gets a zero constant.
+// value x (ir.RoleAdjoint) is named "d.x" (when x feeds several differentiated ops, their
+// contributions are "d.x.1", "d.x.2", ..., summed with add in the order the sweep meets
+// them, which is deterministic); temporaries a rule needs are "d.<value>.<what>". Only
+// values on a path from some wrt to the loss get backward ops: a dead branch gets none, and
+// a wrt the loss does not depend on gets a zero constant.
 //
 // Errors, positioned: loss or a wrt that is not a float value of g, a wrt listed twice, and
 // a float the loss depends on that comes from a wrt through an op with no gradient
