@@ -43,6 +43,11 @@ type Options struct {
 	Constraints dp.Constraints
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
+	// Search is how stages are priced: "fast" (the default) solves each distinct layer
+	// once per logical mesh and composes the price of a layer range from its layers'
+	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
+	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
+	Search string
 	// Progress, if set, is called as the search advances, with the micro-batch count being
 	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
 	// search" (the DP). Calls come one at a time.
@@ -140,6 +145,9 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
+	if err := checkSearch(opts.Search); err != nil {
+		return nil, err
+	}
 	sched, err := codegen.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, err
@@ -211,7 +219,27 @@ func (o Options) withDefaults() Options {
 	if o.ILPTimeLimit == 0 {
 		o.ILPTimeLimit = 30 * time.Second
 	}
+	if o.Search == "" {
+		o.Search = DefaultSearch
+	}
 	return o
+}
+
+// Searches are the values Options.Search takes.
+var Searches = []string{SearchFast, SearchExhaustive}
+
+const (
+	SearchFast       = "fast"
+	SearchExhaustive = "exhaustive"
+	// DefaultSearch is the search an empty Options.Search selects.
+	DefaultSearch = SearchExhaustive
+)
+
+func checkSearch(s string) error {
+	if s != SearchFast && s != SearchExhaustive {
+		return fmt.Errorf("compile: search %q: expected fast or exhaustive", s)
+	}
+	return nil
 }
 
 // microbatchCounts lists the B to try: the one asked for, or every divisor of the batch up

@@ -21,6 +21,7 @@ import (
 
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
+	search                                                   string
 	optimizer, dump                                          string
 	batch, layers, microbatchSize                            int
 	lr                                                       float64
@@ -69,6 +70,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+	fl.StringVar(&f.search, "search", autopar.DefaultSearch, "stage search: fast (layer solutions composed, chosen stages solved exactly) or exhaustive (one ILP per layer range and mesh)")
 	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve time limit per sharding ILP (0: the default)")
 }
 
@@ -154,6 +156,10 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--time-limit %v: expected a positive duration, e.g. 30s", f.timeLimit)
 	}
 	o.ILPTimeLimit = f.timeLimit
+	if f.search != "" && f.search != autopar.SearchFast && f.search != autopar.SearchExhaustive {
+		return o, fmt.Errorf("--search %q: expected fast or exhaustive", f.search)
+	}
+	o.Search = f.search
 	if f.schedule != "1f1b" && f.schedule != "gpipe" {
 		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
 	}
