@@ -308,7 +308,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
-	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
+	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
+	o.fast = free && opts.Search == SearchFast
+	if free {
 		var progress func(done, total int)
 		if opts.Progress != nil {
 			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
@@ -319,6 +321,9 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
 	res, err := dp.Solve(ctx, lay.L, dc, o, do)
+	if err == nil && o.fast {
+		res, err = exactly(ctx, lay.L, dc, o, do, res)
+	}
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
 			return nil, fmt.Errorf("%w: %v", err, o.err)
@@ -326,6 +331,39 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		return nil, err
 	}
 	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
+}
+
+// exactly re-costs the stages the fast search chose with their own sharding ILPs (solved
+// on all cores; identical stages share one), by the DP pinned to them, so that the plan's
+// prices are the range ILPs'. When the exact stages do not fit where the composed ones
+// did (the composition's memory is an estimate), it falls back to the exhaustive search.
+func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result) (*dp.Result, error) {
+	o.fast = false
+	var jobs []job
+	pin := dp.Constraints{Boundaries: []int{0}}
+	for _, st := range fast.Stages {
+		pin.Boundaries = append(pin.Boundaries, st.End)
+		pin.StageSubmeshes = append(pin.StageSubmeshes, st.Submesh)
+		pin.StageLogicals = append(pin.StageLogicals, st.Logical)
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			return nil, err
+		}
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ok := o.solved[key]; !ok {
+			o.solved[key] = nil
+			jobs = append(jobs, job{key: key, sg: sg})
+		}
+	}
+	o.run(jobs, nil)
+	pinned := do
+	pinned.Constraints, pinned.Progress = pin, nil
+	res, err := dp.Solve(ctx, layers, dc, o, pinned)
+	if err == nil || ctx.Err() != nil {
+		return res, err
+	}
+	o.prefetch(layers, dc, nil)
+	return dp.Solve(ctx, layers, dc, o, do)
 }
 
 func dpSchedule(s codegen.Schedule) dp.Schedule {

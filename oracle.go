@@ -39,6 +39,18 @@ type oracle struct {
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
+
+	// fast prices ranges by composing their layers' solutions (compose.go).
+	fast        bool
+	infos       []*layerInfo
+	points      map[solveKey][]layerPoint
+	leaned      map[solveKey]bool
+	composedAt  map[rangeKey]composedCost
+	reshardMemo map[reshardMemoKey]float64
+	maxVars     atomic.Int64 // the most variables of any ILP solved
+
+	memoMu sync.Mutex
+	memos  map[meshKey]*sharding.ReshardMemo
 }
 
 type stageGraph struct {
@@ -70,13 +82,19 @@ const pruneFactor = 4
 
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64) *oracle {
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
-		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{}}
+		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{},
+		points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, composedAt: map[rangeKey]composedCost{},
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
 }
 
 // StageCost implements dp.Oracle.
 func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
 	if o.mirrored(s, l) {
 		return dp.StageCost{}, false
+	}
+	if o.fast {
+		c := o.composed(start, end, s, l)
+		return c.cost, c.ok
 	}
 	sol := o.solve(start, end, s, l)
 	return sol.cost, sol.ok
@@ -113,13 +131,12 @@ func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
 // progress, if set, is called after each solve with the count done and the total, one call
 // at a time.
 func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total int)) {
-	type job struct {
-		key solveKey
-		sg  *stageGraph
-	}
 	var jobs []job
 	for k := 0; k < layers; k++ {
 		for i := k + 1; i <= layers; i++ {
+			if o.fast && i > k+1 {
+				break // the fast search solves single layers and composes the rest
+			}
 			sg, err := o.stage(k, i)
 			if err != nil {
 				continue // reported when the DP asks
@@ -132,12 +149,34 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 					key := solveKey{sg.hash, s, l}
 					if _, ok := o.solved[key]; !ok {
 						o.solved[key] = nil
-						jobs = append(jobs, job{key, sg})
+						jobs = append(jobs, job{key: key, sg: sg})
 					}
 				}
 			}
 		}
 	}
+	o.run(jobs, progress)
+	if o.fast {
+		var meshes []meshKey
+		for _, s := range dp.Submeshes(c) {
+			for _, l := range dp.LogicalShapes(s) {
+				if !o.mirrored(s, l) {
+					meshes = append(meshes, meshKey{s, l})
+				}
+			}
+		}
+		o.align(meshes)
+	}
+}
+
+type job struct {
+	key   solveKey
+	sg    *stageGraph
+	force map[ir.ValueID]mesh.Spec // layouts pinned (compose.go's aligned solves)
+}
+
+// run solves jobs on all cores; their keys are in o.solved as nil placeholders.
+func (o *oracle) run(jobs []job, progress func(done, total int)) {
 	sols := make([]*stageSolution, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -146,7 +185,7 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				sols[j] = o.solveStage(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force)
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -168,6 +207,12 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
 func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSolution {
+	return o.solveStageBudget(sg, s, l, o.memory, nil)
+}
+
+// solveStageBudget is solveStage under a memory budget of its own, with the values of
+// force pinned to their layouts.
+func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, memory int64, force map[ir.ValueID]mesh.Spec) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, mesh.Submesh{Hosts: s.Hosts, Devices: s.Devices}, l.DP, l.MP)
 	if err != nil {
 		return &stageSolution{err: err}
@@ -176,10 +221,13 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 	if floor := float64(sg.weights) / n; o.memory > 0 && floor > pruneFactor*float64(o.memory) {
 		return &stageSolution{ok: true, cost: dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}}
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		Filter: lowerable(lm)}
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
+		Filter: lowerable(lm), Reshard: o.memo(s, l), ForceSpec: force}
 	o.solves.Add(1)
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
+	if res != nil {
+		atomicMax(&o.maxVars, int64(res.ILP.Variables))
+	}
 	var me *sharding.MemoryError
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
@@ -202,6 +250,33 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		WeightBytes: float64(weights),
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}}
+}
+
+// memo returns the resharding prices shared by the solves on (s, l).
+func (o *oracle) memo(s dp.Submesh, l dp.Logical) *sharding.ReshardMemo {
+	o.memoMu.Lock()
+	defer o.memoMu.Unlock()
+	k := meshKey{s, l}
+	m, ok := o.memos[k]
+	if !ok {
+		m = &sharding.ReshardMemo{}
+		o.memos[k] = m
+	}
+	return m
+}
+
+type meshKey struct {
+	sub     dp.Submesh
+	logical dp.Logical
+}
+
+func atomicMax(x *atomic.Int64, v int64) {
+	for {
+		old := x.Load()
+		if v <= old || x.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 func (o *oracle) note(err error) {
