@@ -48,9 +48,11 @@ type Options struct {
 	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
 	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
 	Search string
-	// Progress, if set, is called as the search advances, with the micro-batch count being
-	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
-	// search" (the DP). Calls come one at a time.
+	// Progress, if set, is called as the search advances, with the phase: "sharding ILPs"
+	// (every stage priced for every micro-batch count at once, the long part; the count
+	// passed is then 0, and the total may grow once as the fast search adds its aligned
+	// solves) then "stage search" (the DP, with the micro-batch count it runs for). Calls
+	// come one at a time.
 	Progress func(microbatches int, phase string, done, total int)
 }
 
@@ -131,54 +133,105 @@ func (m *Manual) String() string { return fmt.Sprintf("tp=%d,pp=%d,dp=%d", m.TP,
 // option at fault for a batch the micro-batch count does not divide, a manual plan that
 // does not match the cluster, or contradictory constraints.
 func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, error) {
+	p, _, err := compileSearch(ctx, g, c, opts)
+	return p, err
+}
+
+// searchStats says what a compile's search did, for tests and benchmarks.
+type searchStats struct {
+	solves     int // sharding ILPs solved, every micro-batch count together
+	largestILP int // variables of the largest
+	composed   int // layer ranges the fast search priced by composition
+	inexact    int // of them, those whose price is not proven equal to the range's ILP
+}
+
+func (s *shared) stats(atts []*attempt) searchStats {
+	st := searchStats{solves: int(s.solves.Load()), largestILP: int(s.maxVars.Load())}
+	for _, a := range atts {
+		for _, c := range a.o.composedAt {
+			if c.ok {
+				st.composed++
+				if !c.exact {
+					st.inexact++
+				}
+			}
+		}
+	}
+	return st
+}
+
+// compileSearch is Compile, also saying what its search did.
+func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, searchStats, error) {
+	p, atts, sh, err := compileAll(ctx, g, c, opts)
+	if sh == nil {
+		return p, searchStats{}, err
+	}
+	return p, sh.stats(atts), err
+}
+
+func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, []*attempt, *shared, error) {
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if len(g.Updates) > 0 {
-		return nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
+		return nil, nil, nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
 	}
 	if p := opts.From; p != nil {
 		if err := p.CheckFor(g, c); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
 	if err := checkSearch(opts.Search); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	sched, err := codegen.ParseSchedule(opts.Schedule)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	batch, err := passes.BatchSize(g)
 	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
+		return nil, nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	counts, err := microbatchCounts(batch, opts.Microbatches)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if id, ok := passes.BatchCoupled(g); ok {
 		// Micro-batches would change what the model computes: a plan must equal the step.
 		if opts.Microbatches > 1 {
 			v := g.Value(id)
-			return nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
+			return nil, nil, nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
 				opts.Microbatches, v.Name, v.Op)
 		}
 		counts = []int{1}
 	}
-	var best *Plan
+	sh := newShared()
+	var atts []*attempt
 	var why error // when no count gives a plan: the memory error that needs least, or the first
 	for _, b := range counts {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
-		p, err := compileWith(ctx, g, c, opts, sched, batch, b)
+		a, err := prepare(ctx, g, c, opts, sched, batch, b, sh)
+		if err != nil {
+			why = worse(why, err)
+			continue
+		}
+		atts = append(atts, a)
+	}
+	solveAll(atts, opts.Progress)
+	var best *Plan
+	for _, a := range atts {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, nil, err
+		}
+		p, err := a.finish(ctx, g, c, opts, sched, batch)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, atts, sh, ctx.Err()
 			}
 			why = worse(why, err)
 			continue
@@ -188,9 +241,40 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 	}
 	if best == nil {
-		return nil, why
+		return nil, atts, sh, why
 	}
-	return best, nil
+	return best, atts, sh, nil
+}
+
+// solveAll runs the sharding ILPs of every micro-batch count's search at once, on all
+// cores, so that progress covers the whole compile (its micro-batch count is 0) and a
+// solve shared by two counts runs once. The fast search's aligned solves (compose.go)
+// follow; the total grows by their count when they are known.
+func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) {
+	var jobs []job
+	for _, a := range atts {
+		if a.free {
+			jobs = append(jobs, a.o.jobs(a.lay.L, a.dc)...)
+		}
+	}
+	if len(atts) == 0 {
+		return
+	}
+	offset, total := 0, len(jobs)
+	var progress func(done, total int)
+	if report != nil {
+		progress = func(done, _ int) { report(0, "sharding ILPs", offset+done, total) }
+	}
+	run := atts[0].o.run // the oracles share their solutions: any one runs the jobs
+	run(jobs, progress)
+	var aligned []job
+	for _, a := range atts {
+		if a.free && a.o.fast {
+			aligned = append(aligned, a.o.alignJobs(a.o.meshes(a.dc))...)
+		}
+	}
+	offset, total = total, total+len(aligned)
+	atts[0].o.applyAligned(run(aligned, progress))
 }
 
 // worse picks the error to report of two: a memory error, which names the memory that
@@ -232,7 +316,7 @@ const (
 	SearchFast       = "fast"
 	SearchExhaustive = "exhaustive"
 	// DefaultSearch is the search an empty Options.Search selects.
-	DefaultSearch = SearchExhaustive
+	DefaultSearch = SearchFast
 )
 
 func checkSearch(s string) error {
@@ -263,8 +347,19 @@ func microbatchCounts(batch, asked int) ([]int, error) {
 	return out, nil
 }
 
-// compileWith plans with b micro-batches.
-func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch, b int) (*Plan, error) {
+// attempt is the search with one micro-batch count, between prepare and finish.
+type attempt struct {
+	b    int
+	step *ir.Graph
+	lay  *passes.Layering
+	dc   dp.Cluster
+	do   dp.Options
+	o    *oracle
+	free bool // nothing is pinned: every stage is searched (and prefetched)
+}
+
+// prepare builds the training step with b micro-batches, its layers and its oracle.
+func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch, b int, sh *shared) (*attempt, error) {
 	mb, err := passes.Rebatch(g, batch/b)
 	if err != nil {
 		return nil, err
@@ -306,23 +401,22 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
-	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
+	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), sh)
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
 	o.fast = free && opts.Search == SearchFast
-	if free {
-		var progress func(done, total int)
-		if opts.Progress != nil {
-			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
-		}
-		o.prefetch(lay.L, dc, progress)
-	}
+	return &attempt{b: b, step: step, lay: lay, dc: dc, do: do, o: o, free: free}, nil
+}
+
+// finish runs the stage DP on the prefetched prices and assembles the plan.
+func (a *attempt) finish(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch int) (*Plan, error) {
+	do, o, b := a.do, a.o, a.b
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
-	res, err := dp.Solve(ctx, lay.L, dc, o, do)
+	res, err := dp.Solve(ctx, a.lay.L, a.dc, o, do)
 	if err == nil && o.fast {
-		res, err = exactly(ctx, lay.L, dc, o, do, res)
+		res, err = exactly(ctx, a.lay.L, a.dc, o, do, res)
 	}
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
@@ -330,18 +424,55 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 		return nil, err
 	}
-	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
+	return assemble(g, a.step, a.lay, c, opts, sched, batch, b, res, o)
 }
 
-// exactly re-costs the stages the fast search chose with their own sharding ILPs (solved
-// on all cores; identical stages share one), by the DP pinned to them, so that the plan's
-// prices are the range ILPs'. When the exact stages do not fit where the composed ones
-// did (the composition's memory is an estimate), it falls back to the exhaustive search.
+// exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
+// far it can be from the exhaustive search's. The stages the composed prices chose are
+// solved by their own ILPs (on all cores; identical stages share one) and re-costed by the
+// DP pinned to them: the incumbent. Then, branch-and-bound style, the DP runs on optimistic
+// prices (a solved range's ILP, otherwise the sum of its layers' optima, oracle.lower): its
+// value bounds every plan from below. Until the incumbent is within refineTolerance of that
+// bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
+// replaces the incumbent when faster. At most maxRefinements rounds. If the chosen stages
+// do not fit where the composed ones did (the composition's memory is an estimate) and no
+// round finds a plan, the exhaustive search runs instead.
 func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result) (*dp.Result, error) {
+	quiet := do
+	quiet.Progress = nil
+	best, err := o.recost(ctx, layers, dc, quiet, fast)
+	for round := 0; round < maxRefinements && ctx.Err() == nil; round++ {
+		o.optimistic = true
+		opt, oerr := dp.Solve(ctx, layers, dc, o, quiet)
+		o.optimistic = false
+		if oerr != nil || best != nil && best.Time <= opt.Time*(1+refineTolerance) {
+			break
+		}
+		res, rerr := o.recost(ctx, layers, dc, quiet, opt)
+		if rerr == nil && (best == nil || res.Time < best.Time) {
+			best, err = res, nil
+		}
+	}
 	o.fast = false
+	if best != nil || ctx.Err() != nil {
+		return best, err
+	}
+	o.prefetch(layers, dc, nil)
+	return dp.Solve(ctx, layers, dc, o, do)
+}
+
+// refineTolerance is how close to the optimistic bound the fast search's plan must be
+// before exactly stops refining it.
+const refineTolerance = 0.002
+
+// maxRefinements bounds the rounds of exactly.
+const maxRefinements = 12
+
+// recost solves the stages of plan p by their range ILPs and runs the DP pinned to them.
+func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result) (*dp.Result, error) {
 	var jobs []job
 	pin := dp.Constraints{Boundaries: []int{0}}
-	for _, st := range fast.Stages {
+	for _, st := range p.Stages {
 		pin.Boundaries = append(pin.Boundaries, st.End)
 		pin.StageSubmeshes = append(pin.StageSubmeshes, st.Submesh)
 		pin.StageLogicals = append(pin.StageLogicals, st.Logical)
@@ -356,13 +487,12 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 	}
 	o.run(jobs, nil)
-	pinned := do
-	pinned.Constraints, pinned.Progress = pin, nil
-	res, err := dp.Solve(ctx, layers, dc, o, pinned)
-	if err == nil || ctx.Err() != nil {
-		return res, err
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		sol := o.solve(k.start, k.end, k.sub, k.logical)
+		o.exactAt[k] = composedCost{cost: sol.cost, ok: sol.ok, exact: true}
 	}
-	o.prefetch(layers, dc, nil)
+	do.Constraints = pin
 	return dp.Solve(ctx, layers, dc, o, do)
 }
 

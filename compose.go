@@ -22,13 +22,18 @@ import (
 // Exactness. The range ILP's objective is a sum over its layers of each layer's own node
 // and edge costs, edges charged to the consumer's layer. Restricting any range plan to
 // layer k, with each incoming leaf laid out as its producer lays it out, is a plan of
-// layer k's ILP of the same cost; so Σ_k OPT(layer k) ≤ OPT(range). When the layers'
-// optimal solutions agree on every crossing edge (every correction is zero) and no param
-// or state is read by two layers of the range (each layer would pick its own layout of it),
-// the composed plan is a plan of the range of cost Σ_k OPT(layer k): the price is exact.
-// composedCost.exact says so; TestComposeExact checks it against the range ILP. Otherwise
-// the price is that of a real plan of the range, an upper bound within the layers'
-// solutions; TestFastSearchMatchesExhaustive measures the gap on whole compiles.
+// layer k's ILP of the same cost — provided both ILPs group the layer's ops alike, which
+// fails where a follower op (sharding.MayFollow) reads a value across the boundary: the
+// range merges it into its producer's node, the layer cannot. Without such edges,
+// Σ_k OPT(layer k) ≤ OPT(range); and when the layers' optimal solutions agree on every
+// crossing edge (every correction is zero) and no param, state, input or constant is read
+// by two layers of the range (each layer would pick its own layout of it, and pay its own
+// copy of a constant), the composed plan is a plan of the range of cost Σ_k OPT(layer k):
+// the price is exact. composedCost.exact says so; TestComposeExact checks it against the
+// range ILP. Otherwise the price is that of a plan of the range (up to those merges), an
+// estimate; the search only trusts it to choose, and exactly (compile.go) re-prices what it
+// chose with range ILPs and bounds the gap. TestFastSearchMatchesExhaustive measures it on
+// whole compiles.
 //
 // Memory. A range holds the sum of its layers' weights (exact: every param belongs to the
 // layers that read it) and, as activations, the sum of each layer's own peak above its
@@ -46,8 +51,9 @@ import (
 type layerInfo struct {
 	sg    *stageGraph
 	cross []crossEdge // edges into this layer from another layer's op
-	// leaves are the params and states the layer reads, by step ValueID: two layers of a
-	// range that share one make the composition inexact.
+	// leaves are the values the layer's graph holds but another layer (or none) computes —
+	// params, states, inputs, constants — by step ValueID: two layers of a range that share
+	// one make the composition inexact.
 	leaves []ir.ValueID
 }
 
@@ -61,6 +67,9 @@ type crossEdge struct {
 	slot      int
 	shape     []int
 	elemBytes int
+	// follower: the consumer may be merged into its operand's node, so the range's ILP
+	// and this layer's group it differently (see sharding.MayFollow)
+	follower bool
 }
 
 // layerPoint is one solution of one layer on one logical mesh.
@@ -108,8 +117,8 @@ func (o *oracle) layerInfos() []*layerInfo {
 				continue
 			}
 			local[k][id] = ir.ValueID(i)
-			if v.Op == ir.OpParam || v.Op == ir.OpState {
-				o.infos[k].leaves = append(o.infos[k].leaves, id)
+			if o.lay.Of[id] != k {
+				o.infos[k].leaves = append(o.infos[k].leaves, id) // brought in: a leaf, a constant
 			}
 		}
 	}
@@ -128,7 +137,7 @@ func (o *oracle) layerInfos() []*layerInfo {
 					continue
 				}
 				li.cross = append(li.cross, crossEdge{from: from, prod: prod, leaf: a, use: ir.ValueID(i), slot: slot,
-					shape: av.Type.Shape, elemBytes: av.Type.DType.Size()})
+					shape: av.Type.Shape, elemBytes: av.Type.DType.Size(), follower: sharding.MayFollow(g.Values[i].Op)})
 			}
 		}
 	}
@@ -157,7 +166,7 @@ func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []lay
 	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
 	// footprint gets that footprint's plan.
 	peak := pts[0].res.PeakMemory
-	for _, f := range []float64{0.6, 0.35, 0.15} {
+	for _, f := range []float64{0.6, 0.3} {
 		sol := o.solveStageBudget(sg, s, l, int64(f*float64(peak)), nil)
 		if !sol.ok || sol.res == nil {
 			continue
@@ -183,7 +192,7 @@ func paretoAdd(pts []layerPoint, p layerPoint) []layerPoint {
 	return append(pts, p)
 }
 
-// align adds a second solution of each layer whose fastest solution disagrees with a
+// alignJobs lists, as solves to run, a second solution of each layer whose fastest solution disagrees with a
 // neighbour's on the layout of a tensor crossing between them: the layer re-solved with
 // each value it sends to another layer pinned to the layout the receiving layer's fastest
 // solution chose for it (the layout the receiver would like to be handed). The boundary
@@ -192,59 +201,114 @@ func paretoAdd(pts []layerPoint, p layerPoint) []layerPoint {
 // layer's output, which nothing in the layer reads, is otherwise left in whatever layout is
 // cheapest to produce, and its consumer pays a collective to undo it. The solves run on
 // all cores.
-func (o *oracle) align(meshes []meshKey) {
+func (o *oracle) alignJobs(meshes []meshKey) []job {
 	if o.layerInfos() == nil {
-		return
-	}
-	type target struct {
-		base solveKey
+		return nil
 	}
 	var jobs []job
-	var targets []target
 	for _, mk := range meshes {
 		for k := range o.lay.L {
 			pk := o.layerPoints(k, mk.sub, mk.logical, false)
 			if len(pk) == 0 || pk[0].res == nil {
 				continue
 			}
-			force := map[ir.ValueID]mesh.Spec{}
-			var b strings.Builder
-			differ := false
-			for _, j := range nearest(k, o.lay.L) {
-				pj := o.layerPoints(j, mk.sub, mk.logical, false)
-				if len(pj) == 0 || pj[0].res == nil {
-					continue
+			for _, side := range []int{+1, -1, 0} {
+				if j := o.servedJob(k, mk, pk[0], side); j != nil {
+					jobs = append(jobs, *j)
 				}
-				for _, e := range o.infos[j].cross {
-					if e.from != k {
-						continue
-					}
-					if _, ok := force[e.prod]; ok {
-						continue
-					}
-					want := pj[0].res.Specs[e.leaf]
-					force[e.prod] = want
-					fmt.Fprintf(&b, "|%d=%s", e.prod, want)
-					differ = differ || !pk[0].res.Specs[e.prod].Equal(want)
+				if j := o.fedJob(k, mk, pk[0], side); j != nil {
+					jobs = append(jobs, *j)
 				}
 			}
-			sg := o.infos[k].sg
-			key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
-			if _, ok := o.solved[key]; ok || !differ {
-				continue
-			}
-			o.solved[key] = nil
-			jobs = append(jobs, job{key: key, sg: sg, force: force})
-			targets = append(targets, target{solveKey{sg.hash, mk.sub, mk.logical}})
 		}
 	}
-	o.run(jobs, nil)
-	for i, j := range jobs {
+	return jobs
+}
+
+// servedJob is the solve of layer k (whose fastest point is pk) with the values it sends
+// to the layers on one side pinned to the layouts those layers' fastest points chose for
+// them: side +1 the later layers (activations), −1 the earlier ones (gradients), 0 both.
+// A range's first layer sends its gradients out of the range, where their layout is free,
+// and its last layer its activations: each takes the one-sided variant. It returns nil
+// when the variant would change nothing or is already listed.
+func (o *oracle) servedJob(k int, mk meshKey, pk layerPoint, side int) *job {
+	force := map[ir.ValueID]mesh.Spec{}
+	var b strings.Builder
+	differ := false
+	for _, j := range nearest(k, o.lay.L) {
+		if side > 0 && j < k || side < 0 && j > k {
+			continue
+		}
+		pj := o.layerPoints(j, mk.sub, mk.logical, false)
+		if len(pj) == 0 || pj[0].res == nil {
+			continue
+		}
+		for _, e := range o.infos[j].cross {
+			if e.from != k {
+				continue
+			}
+			if _, ok := force[e.prod]; ok {
+				continue
+			}
+			want := pj[0].res.Specs[e.leaf]
+			force[e.prod] = want
+			fmt.Fprintf(&b, "|%d=%s", e.prod, want)
+			differ = differ || !pk.res.Specs[e.prod].Equal(want)
+		}
+	}
+	sg := o.infos[k].sg
+	key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
+	if _, ok := o.solved[key]; ok || !differ {
+		return nil
+	}
+	o.solved[key] = nil
+	return &job{key: key, sg: sg, force: force, base: solveKey{sg.hash, mk.sub, mk.logical}}
+}
+
+// fedJob is the solve of layer k with the leaves that stand for values of the layers on
+// one side pinned to the layouts those layers' fastest points produce them in: where the
+// receiving layer's own solve chose a leaf layout among equals (it costs nothing to hold),
+// this is the variant that agrees with its producer at no cost.
+func (o *oracle) fedJob(k int, mk meshKey, pk layerPoint, side int) *job {
+	force := map[ir.ValueID]mesh.Spec{}
+	var b strings.Builder
+	differ := false
+	for _, e := range o.infos[k].cross {
+		if side > 0 && e.from < k || side < 0 && e.from > k {
+			continue
+		}
+		if _, ok := force[e.leaf]; ok {
+			continue
+		}
+		pj := o.layerPoints(e.from, mk.sub, mk.logical, false)
+		if len(pj) == 0 || pj[0].res == nil {
+			continue
+		}
+		have := pj[0].res.Specs[e.prod]
+		if have.Partial != 0 {
+			continue // a leaf holds whole values
+		}
+		force[e.leaf] = have
+		fmt.Fprintf(&b, "|in%d=%s", e.leaf, have)
+		differ = differ || !pk.res.Specs[e.leaf].Equal(have)
+	}
+	sg := o.infos[k].sg
+	key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
+	if _, ok := o.solved[key]; ok || !differ {
+		return nil
+	}
+	o.solved[key] = nil
+	return &job{key: key, sg: sg, force: force, base: solveKey{sg.hash, mk.sub, mk.logical}}
+}
+
+// applyAligned adds the aligned solutions alignJobs asked for to their layers' points.
+func (o *oracle) applyAligned(jobs []job) {
+	for _, j := range jobs {
 		sol := o.solved[j.key]
 		if sol == nil || !sol.ok || sol.res == nil {
 			continue
 		}
-		o.points[targets[i].base] = append(o.points[targets[i].base], pointOf(j.sg, sol))
+		o.points[j.base] = append(o.points[j.base], pointOf(j.sg, sol))
 	}
 }
 
@@ -394,8 +458,10 @@ func (o *oracle) correction(k int, pk layerPoint, j int, pj layerPoint) float64 
 }
 
 type reshardMemoKey struct {
-	lm       *mesh.LogicalMesh
-	shape    string
+	shape2   [2]int
+	alpha    [2]float64
+	beta     [2]float64
+	shape    string // the tensor's
 	bytes    int
 	from, to string
 }
@@ -404,7 +470,7 @@ func (o *oracle) reshardTime(lm *mesh.LogicalMesh, e crossEdge, from, to mesh.Sp
 	if from.Equal(to) {
 		return 0
 	}
-	k := reshardMemoKey{lm, shapeKey(e.shape), e.elemBytes, from.String(), to.String()}
+	k := reshardMemoKey{lm.Shape, lm.Alpha, lm.Beta, shapeKey(e.shape), e.elemBytes, from.String(), to.String()}
 	if t, ok := o.reshardMemo[k]; ok {
 		return t
 	}
@@ -456,7 +522,7 @@ func (o *oracle) price(start int, pts [][]layerPoint, path []int) composedCost {
 			want := p.res.Strategies[e.use].In[e.slot]
 			d := o.reshardTime(p.res.Mesh, e, pj.res.Specs[e.prod], want) - o.reshardTime(p.res.Mesh, e, p.res.Specs[e.leaf], want)
 			c.cost.Time += d
-			if d != 0 {
+			if d != 0 || e.follower {
 				c.exact = false
 			}
 		}
@@ -474,7 +540,7 @@ func allFastest(path []int) bool {
 	return true
 }
 
-// disjointLeaves reports whether no param or state is read by two layers of [start, end).
+// disjointLeaves reports whether no leaf or constant is read by two layers of [start, end).
 func (o *oracle) disjointLeaves(start, end int) bool {
 	seen := map[ir.ValueID]bool{}
 	for k := start; k < end; k++ {
@@ -486,4 +552,29 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 		}
 	}
 	return true
+}
+
+// lower is the optimistic price of layers [start, end) on (s, l): the sum of its layers'
+// fastest times, a lower bound on the range's ILP (a range plan cut to one layer is a plan
+// of that layer, up to the followers merged across a layer boundary), with its weights and
+// the largest of its layers' activations.
+func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+	if o.layerInfos() == nil {
+		return dp.StageCost{}, false
+	}
+	var c dp.StageCost
+	for k := start; k < end; k++ {
+		pts := o.layerPoints(k, s, l, false)
+		if len(pts) == 0 {
+			return dp.StageCost{}, false
+		}
+		t, act := pts[0].time, pts[0].act
+		for _, p := range pts[1:] {
+			t, act = min(t, p.time), min(act, p.act)
+		}
+		c.Time += t
+		c.WeightBytes += pts[0].weights
+		c.ActBytes = max(c.ActBytes, act)
+	}
+	return c, true
 }

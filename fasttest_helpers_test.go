@@ -35,7 +35,7 @@ func testOracle(t testing.TB, g *ir.Graph, c *mesh.Cluster, b, layers int) (*ora
 		t.Fatal(err)
 	}
 	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
-	o := newOracle(context.Background(), step, lay, c, opts.ILPTimeLimit, c.DeviceMemoryBytes)
+	o := newOracle(context.Background(), step, lay, c, opts.ILPTimeLimit, c.DeviceMemoryBytes, nil)
 	o.canonical = true
 	return o, dc
 }

@@ -33,24 +33,38 @@ type oracle struct {
 	memory int64
 
 	stages map[[2]int]*stageGraph
-	solved map[solveKey]*stageSolution
 	err    error // the first error that was not a question of memory
-	solves atomic.Int64
+	*shared
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
 
 	// fast prices ranges by composing their layers' solutions (compose.go).
-	fast        bool
-	infos       []*layerInfo
+	fast       bool
+	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
+	infos      []*layerInfo
+	composedAt map[rangeKey]composedCost
+	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+}
+
+// shared is what the oracles of one compile (one per micro-batch count) share: solutions
+// are keyed by the structural hash of their graph, which holds its shapes, so a layer whose
+// micro-batch shape repeats across counts is solved once.
+type shared struct {
+	solved      map[solveKey]*stageSolution
 	points      map[solveKey][]layerPoint
 	leaned      map[solveKey]bool
-	composedAt  map[rangeKey]composedCost
 	reshardMemo map[reshardMemoKey]float64
+	solves      atomic.Int64
 	maxVars     atomic.Int64 // the most variables of any ILP solved
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
+}
+
+func newShared() *shared {
+	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
 }
 
 type stageGraph struct {
@@ -80,11 +94,15 @@ type stageSolution struct {
 // priced exactly, so a memory error's minimum is exact up to it.
 const pruneFactor = 4
 
-func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64) *oracle {
+// leanTimeLimit bounds each ILP of a memory-lean layer solution.
+const leanTimeLimit = 3 * time.Second
+
+func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
+	if sh == nil {
+		sh = newShared()
+	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
-		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{},
-		points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, composedAt: map[rangeKey]composedCost{},
-		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
+		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{}}
 }
 
 // StageCost implements dp.Oracle.
@@ -93,6 +111,12 @@ func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.Stage
 		return dp.StageCost{}, false
 	}
 	if o.fast {
+		if c, ok := o.exactAt[rangeKey{start, end, s, l}]; ok {
+			return c.cost, c.ok
+		}
+		if o.optimistic {
+			return o.lower(start, end, s, l)
+		}
 		c := o.composed(start, end, s, l)
 		return c.cost, c.ok
 	}
@@ -126,11 +150,20 @@ func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
 }
 
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
-// logical mesh — on all cores, so that the DP, which asks one at a time, finds them solved.
-// Each solve is deterministic, so the order they run in changes nothing.
-// progress, if set, is called after each solve with the count done and the total, one call
-// at a time.
+// logical mesh; in the fast search every layer — on all cores, so that the DP, which asks
+// one at a time, finds them solved. Each solve is deterministic, so the order they run in
+// changes nothing. progress, if set, is called after each solve with the count done and
+// the total, one call at a time.
 func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total int)) {
+	o.run(o.jobs(layers, c), progress)
+	if o.fast {
+		o.applyAligned(o.run(o.alignJobs(o.meshes(c)), nil))
+	}
+}
+
+// jobs lists the solves prefetch runs, marking them in o.solved so that another oracle of
+// the same compile does not list them again.
+func (o *oracle) jobs(layers int, c dp.Cluster) []job {
 	var jobs []job
 	for k := 0; k < layers; k++ {
 		for i := k + 1; i <= layers; i++ {
@@ -141,42 +174,41 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 			if err != nil {
 				continue // reported when the DP asks
 			}
-			for _, s := range dp.Submeshes(c) {
-				for _, l := range dp.LogicalShapes(s) {
-					if o.mirrored(s, l) {
-						continue
-					}
-					key := solveKey{sg.hash, s, l}
-					if _, ok := o.solved[key]; !ok {
-						o.solved[key] = nil
-						jobs = append(jobs, job{key: key, sg: sg})
-					}
+			for _, mk := range o.meshes(c) {
+				key := solveKey{sg.hash, mk.sub, mk.logical}
+				if _, ok := o.solved[key]; !ok {
+					o.solved[key] = nil
+					jobs = append(jobs, job{key: key, sg: sg})
 				}
 			}
 		}
 	}
-	o.run(jobs, progress)
-	if o.fast {
-		var meshes []meshKey
-		for _, s := range dp.Submeshes(c) {
-			for _, l := range dp.LogicalShapes(s) {
-				if !o.mirrored(s, l) {
-					meshes = append(meshes, meshKey{s, l})
-				}
+	return jobs
+}
+
+// meshes lists the (submesh, logical mesh) pairs the DP may ask for.
+func (o *oracle) meshes(c dp.Cluster) []meshKey {
+	var out []meshKey
+	for _, s := range dp.Submeshes(c) {
+		for _, l := range dp.LogicalShapes(s) {
+			if !o.mirrored(s, l) {
+				out = append(out, meshKey{s, l})
 			}
 		}
-		o.align(meshes)
 	}
+	return out
 }
 
 type job struct {
 	key   solveKey
 	sg    *stageGraph
 	force map[ir.ValueID]mesh.Spec // layouts pinned (compose.go's aligned solves)
+	base  solveKey                 // for an aligned solve, the layer's own key
 }
 
-// run solves jobs on all cores; their keys are in o.solved as nil placeholders.
-func (o *oracle) run(jobs []job, progress func(done, total int)) {
+// run solves jobs on all cores and returns them; their keys are in o.solved as nil
+// placeholders.
+func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	sols := make([]*stageSolution, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -203,6 +235,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) {
 		}
 		o.solved[jobs[j].key] = sol
 	}
+	return jobs
 }
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
@@ -223,6 +256,11 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
 		Filter: lowerable(lm), Reshard: o.memo(s, l), ForceSpec: force}
+	if memory != o.memory {
+		// A memory-lean point of the fast search (compose.go) is an option, not a price
+		// the plan depends on: a feasible plan at a short limit serves.
+		opts.TimeLimit = min(o.limit, leanTimeLimit)
+	}
 	o.solves.Add(1)
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
 	if res != nil {
