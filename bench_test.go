@@ -86,7 +86,7 @@ func benchCompile(b *testing.B, g *ir.Graph, c *mesh.Cluster, opts Options) {
 		b.ReportMetric(float64(len(p.Stages)), "stages")
 		b.ReportMetric(float64(st.solves), "ilps")
 		b.ReportMetric(float64(st.largestILP), "largest-ilp-vars")
-		b.ReportMetric(p.Predicted.StepTime, "pred-step-s")
+		b.ReportMetric(p.Predicted.StepTime*1e6, "pred-step-µs")
 	}
 }
 

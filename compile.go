@@ -1,10 +1,12 @@
 package autopar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,11 +224,19 @@ func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options)
 		}
 		atts = append(atts, a)
 	}
-	solveAll(atts, opts.Progress)
+	progress := solveAll(atts, opts.Progress)
+	order := boundOrder(ctx, atts)
 	var best *Plan
-	for _, a := range atts {
+	for _, a := range order {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, nil, err
+			return nil, atts, sh, err
+		}
+		if best != nil && a.bound >= best.Predicted.StepTime*(1+boundMargin) {
+			a.skipped = true
+			continue // cannot win (see boundOrder)
+		}
+		if a.o.fast {
+			a.o.applyAligned(a.o.run(a.o.alignJobs(a.o.meshes(a.dc)), progress.more()))
 		}
 		p, err := a.finish(ctx, g, c, opts, sched, batch)
 		if err != nil {
@@ -249,32 +259,66 @@ func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options)
 // solveAll runs the sharding ILPs of every micro-batch count's search at once, on all
 // cores, so that progress covers the whole compile (its micro-batch count is 0) and a
 // solve shared by two counts runs once. The fast search's aligned solves (compose.go)
-// follow; the total grows by their count when they are known.
-func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) {
+// follow, count by count, through the progress it returns; the total grows by their
+// number as each count's are known.
+func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) *ilpProgress {
 	var jobs []job
 	for _, a := range atts {
 		if a.free {
 			jobs = append(jobs, a.o.jobs(a.lay.L, a.dc)...)
 		}
 	}
-	if len(atts) == 0 {
-		return
+	pr := &ilpProgress{report: report}
+	if len(atts) > 0 {
+		atts[0].o.run(jobs, pr.more()) // the oracles share their solutions: any one runs them
 	}
-	offset, total := 0, len(jobs)
-	var progress func(done, total int)
-	if report != nil {
-		progress = func(done, _ int) { report(0, "sharding ILPs", offset+done, total) }
+	return pr
+}
+
+// ilpProgress reports the sharding ILPs of a whole compile as one count.
+type ilpProgress struct {
+	report      func(microbatches int, phase string, done, total int)
+	done, total int
+}
+
+// more returns the progress callback of the next batch of solves.
+func (p *ilpProgress) more() func(done, total int) {
+	if p.report == nil {
+		return nil
 	}
-	run := atts[0].o.run // the oracles share their solutions: any one runs the jobs
-	run(jobs, progress)
-	var aligned []job
-	for _, a := range atts {
-		if a.free && a.o.fast {
-			aligned = append(aligned, a.o.alignJobs(a.o.meshes(a.dc))...)
+	base := p.done
+	return func(done, total int) {
+		p.done, p.total = base+done, base+total
+		p.report(0, "sharding ILPs", p.done, p.total)
+	}
+}
+
+// boundMargin: a micro-batch count whose optimistic bound is within this fraction of the
+// best plan found is searched all the same, since the bound is not a proof (oracle.lower).
+const boundMargin = 0.02
+
+// boundOrder prices, in the fast search, each micro-batch count's plan optimistically (the
+// DP on oracle.lower, from the layer solves already run) and orders the counts by it, so
+// that the best plan is found first and the counts whose bound already loses to it by more
+// than boundMargin are skipped (Alpa's bound on t_max, applied to micro-batch counts). The
+// exhaustive search keeps the counts in order and skips none.
+func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
+	order := slices.Clone(atts)
+	for _, a := range order {
+		a.bound = 0
+		if !a.o.fast {
+			continue
 		}
+		a.o.optimistic = true
+		quiet := a.do
+		quiet.Progress = nil
+		if res, err := dp.Solve(ctx, a.lay.L, a.dc, a.o, quiet); err == nil {
+			a.bound = res.Time
+		}
+		a.o.optimistic = false
 	}
-	offset, total = total, total+len(aligned)
-	atts[0].o.applyAligned(run(aligned, progress))
+	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
+	return order
 }
 
 // worse picks the error to report of two: a memory error, which names the memory that
@@ -356,6 +400,10 @@ type attempt struct {
 	do   dp.Options
 	o    *oracle
 	free bool // nothing is pinned: every stage is searched (and prefetched)
+	// bound is the fast search's optimistic step time (0: none); skipped says boundOrder's
+	// bound made the search skip this count.
+	bound   float64
+	skipped bool
 }
 
 // prepare builds the training step with b micro-batches, its layers and its oracle.

@@ -216,9 +216,6 @@ func (o *oracle) alignJobs(meshes []meshKey) []job {
 				if j := o.servedJob(k, mk, pk[0], side); j != nil {
 					jobs = append(jobs, *j)
 				}
-				if j := o.fedJob(k, mk, pk[0], side); j != nil {
-					jobs = append(jobs, *j)
-				}
 			}
 		}
 	}
@@ -255,42 +252,6 @@ func (o *oracle) servedJob(k int, mk meshKey, pk layerPoint, side int) *job {
 			fmt.Fprintf(&b, "|%d=%s", e.prod, want)
 			differ = differ || !pk.res.Specs[e.prod].Equal(want)
 		}
-	}
-	sg := o.infos[k].sg
-	key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
-	if _, ok := o.solved[key]; ok || !differ {
-		return nil
-	}
-	o.solved[key] = nil
-	return &job{key: key, sg: sg, force: force, base: solveKey{sg.hash, mk.sub, mk.logical}}
-}
-
-// fedJob is the solve of layer k with the leaves that stand for values of the layers on
-// one side pinned to the layouts those layers' fastest points produce them in: where the
-// receiving layer's own solve chose a leaf layout among equals (it costs nothing to hold),
-// this is the variant that agrees with its producer at no cost.
-func (o *oracle) fedJob(k int, mk meshKey, pk layerPoint, side int) *job {
-	force := map[ir.ValueID]mesh.Spec{}
-	var b strings.Builder
-	differ := false
-	for _, e := range o.infos[k].cross {
-		if side > 0 && e.from < k || side < 0 && e.from > k {
-			continue
-		}
-		if _, ok := force[e.leaf]; ok {
-			continue
-		}
-		pj := o.layerPoints(e.from, mk.sub, mk.logical, false)
-		if len(pj) == 0 || pj[0].res == nil {
-			continue
-		}
-		have := pj[0].res.Specs[e.prod]
-		if have.Partial != 0 {
-			continue // a leaf holds whole values
-		}
-		force[e.leaf] = have
-		fmt.Fprintf(&b, "|in%d=%s", e.leaf, have)
-		differ = differ || !pk.res.Specs[e.leaf].Equal(have)
 	}
 	sg := o.infos[k].sg
 	key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
