@@ -11,7 +11,7 @@ FUZZFLAGS ?=
 # $(FUZZTIME). A listed target that does not exist fails the run (go test -fuzz would
 # silently pass on it), so a renamed or deleted target is noticed.
 FUZZ_TARGETS := ./frontend:FuzzParse ./mesh:FuzzClusterJSON ./mesh:FuzzFlagValues ./mesh:FuzzParseSpec \
-	.:FuzzParseManual .:FuzzReadPlan .:FuzzPlansLower ./codegen:FuzzProgramJSON ./render:FuzzReadTrace \
+	./plan:FuzzParseManual ./plan:FuzzReadPlan .:FuzzPlansLower ./program:FuzzProgramJSON ./render:FuzzReadTrace \
 	./frontend/onnx:FuzzImportONNX
 # -tags mpi builds runtime/mpi against Open MPI where it is installed (deps installs it);
 # without it the package is a stub that says so. Expanded when a recipe runs, after deps.
@@ -45,9 +45,12 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # Everything but the ILP solver builds without cgo (the plan and program formats, the
-# runtime, rendering); a build without it says how to get the solver back.
+# runtime, rendering); a build without it says how to get the solver back. The second line
+# names the packages that must not need the search at all (plan/deps_test.go checks that
+# they do not import it).
 nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) build ./plan/... ./program/... ./render/... ./runtime/...
 
 test: deps fmt-check vet nocgo
 	$(GO) test $(GOTAGS) -count=1 ./...

@@ -17,6 +17,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
@@ -265,6 +266,17 @@ func BenchmarkTrainerStep(b *testing.B) {
 			}
 			report(b, res)
 		})
+		// What the Trainer may move between host and devices: each device's blocks of the
+		// data inputs, per micro-batch, in; the loss out.
+		var dataBytes int64
+		for _, p := range progs {
+			for _, in := range p.Instrs {
+				if _, ok := data[in.Name]; ok && in.Kind == program.Load {
+					dataBytes += p.Buffers[in.Out].Type.Bytes() * int64(p.Microbatches)
+				}
+			}
+		}
+		lossBytes := full.Value(full.Outputs[0].Value).Type.Bytes()
 		b.Run(fmt.Sprintf("trainer/%s", man), func(b *testing.B) {
 			tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1})
 			if err != nil {
@@ -281,6 +293,14 @@ func BenchmarkTrainerStep(b *testing.B) {
 				}
 			}
 			report(b, tr.LastResult())
+			var in, out int64
+			for _, d := range tr.LastResult().Devices {
+				in += d.FeedBytes
+				out += d.StoreBytes
+			}
+			if in != dataBytes || out != lossBytes || len(tr.Hosted()) > 0 {
+				b.Fatalf("host traffic: %d bytes in, %d out, hosted %v; expected the data's %d in and the loss's %d out", in, out, tr.Hosted(), dataBytes, lossBytes)
+			}
 		})
 	}
 }

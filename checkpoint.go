@@ -1,6 +1,7 @@
 package autopar
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -28,10 +29,15 @@ type Checkpoint struct {
 // step count and the optimizer, to path in safetensors format. The file is written under a
 // temporary name and renamed into place, so path holds the old checkpoint or the new one,
 // never part of one.
+//
+// In a group (TrainerOptions.Group) every process must call it; the lead writes the file.
 func (t *Trainer) Save(path string) error {
-	all, err := t.sess.Gather()
+	all, err := t.sess.Gather(context.Background())
 	if err != nil {
 		return err
+	}
+	if !t.sess.Lead() {
+		return nil
 	}
 	opt, err := json.Marshal(t.plan.Optimizer)
 	if err != nil {

@@ -5,17 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/plan"
+	"github.com/autopar/autopar/program"
 )
 
 // Options steer Compile. The zero value compiles with SGD (momentum 0.9), micro-batches
@@ -61,57 +59,11 @@ type Options struct {
 // MaxAutoMicrobatches bounds the micro-batch counts an automatic search tries.
 const MaxAutoMicrobatches = 64
 
-// Manual is a hand-written plan in Megatron's terms: TP-way tensor parallelism inside each
-// stage, PP pipeline stages of equal layer counts, and DP-way data parallelism.
-type Manual struct{ TP, PP, DP int }
+// Manual is plan.Manual: tp/pp/dp degrees in Megatron's terms.
+type Manual = plan.Manual
 
-// ParseManual reads "tp=8,pp=2,dp=32"; a degree left out is 1. Each degree is a positive
-// decimal integer, given at most once, and their product (the devices the plan uses) is
-// at most math.MaxInt32; anything else (tp=2xyz, tp=2.9, tp=2,tp=4, a trailing comma) is an
-// error that quotes the value.
-func ParseManual(s string) (*Manual, error) {
-	m := &Manual{TP: 1, PP: 1, DP: 1}
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		key, num, ok := strings.Cut(part, "=")
-		var deg *int
-		switch key {
-		case "tp":
-			deg = &m.TP
-		case "pp":
-			deg = &m.PP
-		case "dp":
-			deg = &m.DP
-		default:
-			if !ok {
-				return nil, fmt.Errorf("plan %q: %q is not tp=N, pp=N or dp=N", s, part)
-			}
-			return nil, fmt.Errorf("plan %q: unknown degree %q, expected tp, pp or dp", s, key)
-		}
-		if seen[key] {
-			return nil, fmt.Errorf("plan %q: %s is given twice", s, key)
-		}
-		seen[key] = true
-		n, err := strconv.ParseInt(num, 10, 64)
-		if ok && num != "" && num[0] >= '0' && num[0] <= '9' && (isRange(err) || err == nil && n > math.MaxInt32) {
-			return nil, fmt.Errorf("plan %q: %s=%s is more than %d devices", s, key, num, math.MaxInt32)
-		}
-		if !ok || err != nil || n < 1 || num[0] < '0' || num[0] > '9' {
-			return nil, fmt.Errorf("plan %q: %s=%q: expected a positive integer N, as in %s=2", s, key, num, key)
-		}
-		*deg = int(n)
-	}
-	if int64(m.TP)*int64(m.PP)*int64(m.DP) > math.MaxInt32 {
-		return nil, fmt.Errorf("plan %q: tp×pp×dp is more than %d devices", s, math.MaxInt32)
-	}
-	return m, nil
-}
-
-func isRange(err error) bool {
-	var ne *strconv.NumError
-	return errors.As(err, &ne) && ne.Err == strconv.ErrRange
-}
+// ParseManual reads "tp=8,pp=2,dp=32" (plan.ParseManual).
+func ParseManual(s string) (*Manual, error) { return plan.ParseManual(s) }
 
 // ConstraintsOf pins the stages of plan p: their layer ranges, submeshes and logical
 // meshes, so that Compile re-costs a saved (or hand-edited) plan with the same model. Use it
@@ -126,8 +78,6 @@ func ConstraintsOf(p *Plan) dp.Constraints {
 	}
 	return c
 }
-
-func (m *Manual) String() string { return fmt.Sprintf("tp=%d,pp=%d,dp=%d", m.TP, m.PP, m.DP) }
 
 // Compile plans the training of forward graph g (whose first output is a scalar loss that
 // is a mean over the batch) on cluster c. It returns a *dp.MemoryError-wrapping error when
@@ -189,7 +139,7 @@ func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options)
 	if err := checkSearch(opts.Search); err != nil {
 		return nil, nil, nil, err
 	}
-	sched, err := codegen.ParseSchedule(opts.Schedule)
+	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -407,7 +357,7 @@ type attempt struct {
 }
 
 // prepare builds the training step with b micro-batches, its layers and its oracle.
-func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch, b int, sh *shared) (*attempt, error) {
+func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch, b int, sh *shared) (*attempt, error) {
 	mb, err := passes.Rebatch(g, batch/b)
 	if err != nil {
 		return nil, err
@@ -445,7 +395,7 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sc
 			return nil, err
 		}
 	}
-	do := dp.Options{Microbatches: b, Schedule: dpSchedule(sched), Constraints: cons}
+	do := dp.Options{Microbatches: b, Schedule: sched, Constraints: cons}
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
@@ -457,7 +407,7 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sc
 }
 
 // finish runs the stage DP on the prefetched prices and assembles the plan.
-func (a *attempt) finish(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched codegen.Schedule, batch int) (*Plan, error) {
+func (a *attempt) finish(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch int) (*Plan, error) {
 	do, o, b := a.do, a.o, a.b
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
@@ -542,13 +492,6 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	}
 	do.Constraints = pin
 	return dp.Solve(ctx, layers, dc, o, do)
-}
-
-func dpSchedule(s codegen.Schedule) dp.Schedule {
-	if s == codegen.GPipe {
-		return dp.GPipe
-	}
-	return dp.OneFOneB
 }
 
 // manualConstraints turns tp/pp/dp degrees into pinned stages: PP stages of equal layer

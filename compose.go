@@ -23,7 +23,7 @@ import (
 // and edge costs, edges charged to the consumer's layer. Restricting any range plan to
 // layer k, with each incoming leaf laid out as its producer lays it out, is a plan of
 // layer k's ILP of the same cost — provided both ILPs group the layer's ops alike, which
-// fails where a follower op (sharding.MayFollow) reads a value across the boundary: the
+// fails where a follower op (ir.OpDef.Follower) reads a value across the boundary: the
 // range merges it into its producer's node, the layer cannot. Without such edges,
 // Σ_k OPT(layer k) ≤ OPT(range); and when the layers' optimal solutions agree on every
 // crossing edge (every correction is zero) and no param, state, input or constant is read
@@ -68,7 +68,7 @@ type crossEdge struct {
 	shape     []int
 	elemBytes int
 	// follower: the consumer may be merged into its operand's node, so the range's ILP
-	// and this layer's group it differently (see sharding.MayFollow)
+	// and this layer's group it differently (ir.OpDef.Follower)
 	follower bool
 }
 
@@ -137,7 +137,7 @@ func (o *oracle) layerInfos() []*layerInfo {
 					continue
 				}
 				li.cross = append(li.cross, crossEdge{from: from, prod: prod, leaf: a, use: ir.ValueID(i), slot: slot,
-					shape: av.Type.Shape, elemBytes: av.Type.DType.Size(), follower: sharding.MayFollow(g.Values[i].Op)})
+					shape: av.Type.Shape, elemBytes: av.Type.DType.Size(), follower: g.Values[i].Op.Def().Follower})
 			}
 		}
 	}

@@ -118,7 +118,7 @@ var errNoStep = errors.New("explain: the plan has no training step: compile it o
 // trade from a neighbour's resharding. A leaf listed by several stages is explained in the
 // first, which holds and updates it. An unknown name is an error naming the closest names.
 func (p *Plan) ExplainOp(ctx context.Context, name string) (*OpExplanation, error) {
-	if p.step == nil {
+	if p.Step() == nil {
 		return nil, errNoStep
 	}
 	si, vp := p.findValue(name)
@@ -132,7 +132,7 @@ func (p *Plan) ExplainOp(ctx context.Context, name string) (*OpExplanation, erro
 	v, _ := st.sg.g.Lookup(name)
 	e := &OpExplanation{Name: name, Op: vp.Op, Type: st.sg.g.Value(v).Type.String(), Stage: si, Layer: vp.Layer,
 		Mesh: st.res.Mesh.String(), StageCost: st.res.Cost.Total, Notes: st.notes}
-	cands, err := sharding.CandidatesWith(st.sg.g, st.res.Mesh, sharding.Options{Cluster: &p.Cluster, Filter: lowerable(st.res.Mesh)})
+	cands, err := sharding.CandidatesWith(st.sg.g, st.res.Mesh, sharding.Options{Cluster: &p.Cluster})
 	if err != nil {
 		return nil, fmt.Errorf("explain: stage %d: %w", si, err)
 	}
@@ -221,19 +221,19 @@ type solvedStage struct {
 // memory budget and ILP time limit, and a layering rebuilt from the layer of
 // every value the plan lists, so that its stage cuts are compile's.
 func (p *Plan) explainOracle(ctx context.Context) *oracle {
-	of := make([]int, len(p.step.Values))
+	of := make([]int, len(p.Step().Values))
 	for i := range of {
 		of[i] = -1
 	}
 	for _, s := range p.Stages {
 		for _, v := range s.Values {
-			if id, ok := p.step.Lookup(v.Name); ok {
+			if id, ok := p.Step().Lookup(v.Name); ok {
 				of[id] = v.Layer
 			}
 		}
 	}
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
-	o := newOracle(ctx, p.step, lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
+	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
 	o.canonical = true
 	return o
 }
@@ -421,7 +421,7 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
 	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
-		SolveLayersOnce: true, Filter: lowerable(lm), Force: force}
+		SolveLayersOnce: true, Force: force}
 	return sharding.Solve(ctx, st.sg.g, lm, opts)
 }
 
@@ -539,7 +539,7 @@ type StageAlternative struct {
 // and marks the plan's choice. Like compile, it leaves out the meshes (n, 1) inside a host,
 // which price exactly as (1, n), unless the plan chose one. An unknown stage is an error listing the stages.
 func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, error) {
-	if p.step == nil {
+	if p.Step() == nil {
 		return nil, errNoStep
 	}
 	if n < 0 || n >= len(p.Stages) {
@@ -624,105 +624,4 @@ func (p *Plan) unknownStage(n int) error {
 		fmt.Fprintf(&b, "%d (layers %d-%d)", i, s.FirstLayer, s.LastLayer)
 	}
 	return fmt.Errorf("explain: no stage %d; the plan has %d stages: %s", n, len(p.Stages), b.String())
-}
-
-// DeviceMemory is one device's predicted peak, by kind, in bytes. Total = Weights +
-// Gradients + Optimizer + Activations; it equals its stage's MemoryBytes.
-type DeviceMemory struct {
-	Device      int   `json:"device"`
-	Stage       int   `json:"stage"`
-	Weights     int64 `json:"weights"`     // the local shards of the params under their specs
-	Gradients   int64 `json:"gradients"`   // one accumulator per param, sharded like it
-	Optimizer   int64 `json:"optimizer"`   // the local shards of the optimizer state
-	Activations int64 `json:"activations"` // ActBytes × InFlight
-	Total       int64 `json:"total"`
-	Capacity    int64 `json:"capacity"`
-}
-
-// MemoryBreakdown splits every device's predicted peak into weights, gradients, optimizer
-// state and activations, sorted by device. It counts as compile's memory check does: every
-// param and state a stage lists, sharded under its spec on the stage's logical mesh. It
-// relies on the layouts ReadPlan checked (see checkLayouts).
-func (p *Plan) MemoryBreakdown() []DeviceMemory {
-	g := p.step
-	if g == nil {
-		panic("autopar: MemoryBreakdown on a plan with no training step")
-	}
-	var out []DeviceMemory
-	for si, s := range p.Stages {
-		lm, err := mesh.NewLogicalMesh(&p.Cluster, s.Submesh, s.Logical[0], s.Logical[1])
-		if err != nil {
-			panic(fmt.Sprintf("autopar: stage %d: %v", si, err))
-		}
-		dm := DeviceMemory{Stage: si, Activations: s.ActBytes * int64(s.InFlight), Capacity: p.Predicted.DeviceMemory}
-		for _, v := range s.Values {
-			if v.Op != ir.OpParam.String() && v.Op != ir.OpState.String() {
-				continue
-			}
-			b, err := localBytes(g, lm, v)
-			if err != nil {
-				panic(fmt.Sprintf("autopar: stage %d: %v", si, err))
-			}
-			if v.Op == ir.OpState.String() {
-				dm.Optimizer += b
-			} else {
-				dm.Weights += b
-				dm.Gradients += b
-			}
-		}
-		dm.Total = dm.Weights + dm.Gradients + dm.Optimizer + dm.Activations
-		for _, d := range s.Devices {
-			dm.Device = d
-			out = append(out, dm)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Device < out[j].Device })
-	return out
-}
-
-// checkLayouts returns an error unless every stage's devices and logical mesh exist on the
-// plan's cluster and every spec is valid and divides its value's shape: a hand-edited
-// plan.json can parse and still describe layouts nothing can hold. ReadPlan runs it.
-func (p *Plan) checkLayouts() error {
-	g := p.step
-	if g == nil {
-		return errNoStep
-	}
-	for si, s := range p.Stages {
-		if len(s.Devices) == 0 || len(s.Devices) != s.Submesh.NumDevices() {
-			return fmt.Errorf("plan: stage %d lists %d devices for submesh %s", si, len(s.Devices), s.Submesh)
-		}
-		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
-		if err != nil {
-			return fmt.Errorf("plan: stage %d: %w", si, err)
-		}
-		for k, d := range lm.Devices {
-			if int(d) != s.Devices[k] {
-				return fmt.Errorf("plan: stage %d lists devices %v, but submesh %s from device %d holds %v", si, s.Devices, s.Submesh, s.Devices[0], lm.Devices)
-			}
-		}
-		for _, v := range s.Values {
-			if err := v.Spec.Validate(); err != nil {
-				return fmt.Errorf("plan: stage %d: %s: %w", si, v.Name, err)
-			}
-			if _, err := localBytes(g, lm, v); err != nil {
-				return fmt.Errorf("plan: stage %d: %w", si, err)
-			}
-		}
-	}
-	return nil
-}
-
-// localBytes is the bytes one device holds of value v of g under its spec.
-func localBytes(g *ir.Graph, lm *mesh.LogicalMesh, v ValuePlan) (int64, error) {
-	id, ok := g.Lookup(v.Name)
-	if !ok {
-		return 0, fmt.Errorf("value %s is not in the graph", v.Name)
-	}
-	t := g.Value(id).Type
-	b, err := lm.LocalBytes(t.Shape, t.DType.Size(), v.Spec)
-	if err != nil {
-		return 0, fmt.Errorf("%s %s under %s: %w", v.Name, t, v.Spec, err)
-	}
-	return b, nil
 }

@@ -16,14 +16,14 @@ import (
 // must have been read with ReadPlan or made by Compile. source names the plan in the
 // exported file's header ("" for none).
 func (p *Plan) Export(source string) (*export.Plan, error) {
-	if p.step == nil || p.model == nil {
+	if p.Step() == nil || p.Forward() == nil {
 		return nil, fmt.Errorf("plan: no training step: read the plan with ReadPlan")
 	}
 	ep := &export.Plan{Model: p.Model, Source: source, Batch: p.Batch, Microbatches: p.Microbatches, Schedule: p.Schedule,
 		Optimizer: export.Optimizer{Kind: p.Optimizer.Kind, LR: p.Optimizer.LR, Momentum: p.Optimizer.Momentum,
 			Beta1: p.Optimizer.Beta1, Beta2: p.Optimizer.Beta2, Eps: p.Optimizer.Eps, WeightDecay: p.Optimizer.WeightDecay}}
-	users := p.model.Users()
-	held := make([]*export.Value, len(p.step.Values)) // by ValueID: the exported leaf
+	users := p.Forward().Users()
+	held := make([]*export.Value, len(p.Step().Values)) // by ValueID: the exported leaf
 	for si, s := range p.Stages {
 		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
 		if err != nil {
@@ -34,7 +34,7 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 			es.Devices = append(es.Devices, int(d))
 		}
 		for _, v := range s.Values {
-			id, ok := p.step.Lookup(v.Name)
+			id, ok := p.Step().Lookup(v.Name)
 			if !ok {
 				continue
 			}
@@ -42,14 +42,14 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 				first.AlsoOn = append(first.AlsoOn, export.Use{Stage: si, Spec: v.Spec})
 				continue
 			}
-			val := p.step.Value(id)
+			val := p.Step().Value(id)
 			es.Values = append(es.Values, export.Value{Name: v.Name, Op: v.Op, Role: p.roleOf(val),
 				DType: val.Type.DType.String(), Shape: val.Type.Shape.Clone(), BatchDim: val.BatchDim(), Spec: v.Spec,
 				Users: p.forwardUsers(v.Name, users)})
 		}
 		ep.Stages = append(ep.Stages, es)
 		for i := range es.Values {
-			id, _ := p.step.Lookup(es.Values[i].Name)
+			id, _ := p.Step().Lookup(es.Values[i].Name)
 			held[id] = &ep.Stages[si].Values[i]
 		}
 	}
@@ -59,13 +59,13 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 // forwardUsers lists the ops of the forward graph that read the param name, in graph
 // order without repeats; nil for anything but a param of the forward graph.
 func (p *Plan) forwardUsers(name string, users [][]ir.ValueID) []string {
-	id, ok := p.model.Lookup(name)
-	if !ok || p.model.Value(id).Op != ir.OpParam {
+	id, ok := p.Forward().Lookup(name)
+	if !ok || p.Forward().Value(id).Op != ir.OpParam {
 		return nil
 	}
 	var ops []string
 	for _, u := range users[id] {
-		if op := p.model.Value(u).Op.String(); !slices.Contains(ops, op) {
+		if op := p.Forward().Value(u).Op.String(); !slices.Contains(ops, op) {
 			ops = append(ops, op)
 		}
 	}
@@ -83,7 +83,7 @@ func (p *Plan) roleOf(v *ir.Value) export.Role {
 	case ir.OpState:
 		return export.State
 	}
-	if id, ok := p.model.Lookup(v.Name); ok && p.model.Value(id).Op == v.Op {
+	if id, ok := p.Forward().Lookup(v.Name); ok && p.Forward().Value(id).Op == v.Op {
 		return export.Activation
 	}
 	return export.Backward

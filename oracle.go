@@ -255,7 +255,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 		return &stageSolution{ok: true, cost: dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		Filter: lowerable(lm), Reshard: o.memo(s, l), ForceSpec: force}
+		Reshard: o.memo(s, l), ForceSpec: force}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.

@@ -93,7 +93,7 @@ func TestReadPlanRefusesNonsense(t *testing.T) {
 	_, err = ReadPlan(bytes.NewReader(append(append([]byte{}, good...), "{}"...)))
 	require.ErrorContains(t, err, "data after the plan")
 	_, err = ReadPlan(strings.NewReader(strings.Repeat(" ", MaxPlanBytes+1)))
-	require.ErrorContains(t, err, "autopar.MaxPlanBytes")
+	require.ErrorContains(t, err, "plan.MaxPlanBytes")
 }
 
 // CheckFor names what differs: the model, its batch, or the first field of the cluster.

@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -34,7 +35,8 @@ type TrainerOptions struct {
 	Checkpoint *Checkpoint
 	// CheckSerial runs the serial interpreter beside every step, on the same params and
 	// batch, and fails the step when the loss or an updated tensor differs by more than
-	// Tolerance relative to the largest magnitude of that tensor.
+	// Tolerance relative to the largest magnitude of that tensor. Over a Group the lead
+	// runs the serial step; the other processes only take part in the gathers.
 	CheckSerial bool
 	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order).
 	Tolerance float64
@@ -42,6 +44,13 @@ type TrainerOptions struct {
 	Timeout time.Duration
 	// Transport carries the steps' collectives; nil means a fresh in-process one per step.
 	Transport runtime.Transport
+	// Group, if set, runs the steps with this process holding only its own devices (one
+	// MPI rank per device: runtime/mpi's Session). Every process of the group makes the
+	// same calls on its Trainer with the same batches; Save writes from the group's lead.
+	Group runtime.Group
+	// Programs, if set, are the plan's programs as saved (autopar compile --emit
+	// programs); nil lowers the plan.
+	Programs []*program.Program
 	// Weights, if set, replace the initial values of the params they name (as autopar
 	// import's safetensors hold them); each must be a param of the model with its type.
 	Weights map[string]*kernels.Tensor
@@ -113,9 +122,11 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	progs, err := plan.Programs()
-	if err != nil {
-		return nil, err
+	progs := opts.Programs
+	if progs == nil {
+		if progs, err = plan.Programs(); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -136,7 +147,7 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 		}
 		step = ck.Step
 	}
-	sess, err := runtime.NewSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport})
+	sess, err := runtime.NewGroupSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport}, opts.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +201,9 @@ func (t *Trainer) TraceNext() { t.traceNext = true }
 // nil before the first.
 func (t *Trainer) LastResult() *runtime.Result { return t.last }
 
-// Hosted returns the params and state the plan cannot keep on the devices (see
-// runtime.Session), which move through the host every step.
+// Hosted returns the params and state the programs cannot keep on the devices (see
+// runtime.Session), which move through the host every step: none for programs codegen
+// lowers today, which store every update where the next step loads it.
 func (t *Trainer) Hosted() []string { return t.sess.Hosted() }
 
 // Step runs one training step on batch and returns its loss. On an error the params and
@@ -205,13 +217,15 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	var want *interp.Result
 	outputs := []string{t.loss}
 	if t.opts.CheckSerial {
-		feeds, err := t.sess.Gather()
+		feeds, err := t.sess.Gather(ctx)
 		if err != nil {
 			return 0, err
 		}
 		maps.Copy(feeds, data)
-		if want, err = interp.RunKeep(ctx, t.full, interp.Feeds(feeds)); err != nil {
-			return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
+		if t.sess.Lead() {
+			if want, err = interp.RunKeep(ctx, t.full, interp.Feeds(feeds)); err != nil {
+				return 0, fmt.Errorf("trainer: step %d: serial check: %w", t.step+1, err)
+			}
 		}
 		outputs = append(outputs, t.gradNames()...)
 	}
@@ -227,8 +241,8 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 	}
 	t.step++
 	t.last = res
-	if want != nil {
-		if err := t.checkSerial(res.Stores, want); err != nil {
+	if t.opts.CheckSerial {
+		if err := t.checkSerial(ctx, res.Stores, want); err != nil {
 			return 0, err
 		}
 	}
@@ -246,14 +260,18 @@ func (t *Trainer) gradNames() []string {
 	return out
 }
 
-// LastCheck returns what CheckSerial measured on the last step (nil without CheckSerial).
+// LastCheck returns what CheckSerial measured on the last step (nil without CheckSerial, and
+// on the processes of a group other than its lead, which alone runs the serial step).
 func (t *Trainer) LastCheck() *SerialCheck { return t.check }
 
 // checkSerial compares the step's loss, gradients and updated tensors with the serial
 // run's, records the differences, and fails past the tolerance.
-func (t *Trainer) checkSerial(stores map[string]*kernels.Tensor, want *interp.Result) error {
-	got, err := t.sess.Gather()
-	if err != nil {
+//
+// Over a group every process takes part in the gathers, and the lead alone (want != nil)
+// runs the serial step and compares.
+func (t *Trainer) checkSerial(ctx context.Context, stores map[string]*kernels.Tensor, want *interp.Result) error {
+	got, err := t.sess.Gather(ctx)
+	if err != nil || want == nil {
 		return err
 	}
 	loss := stores[t.loss]
@@ -418,9 +436,10 @@ func toTensor(v *ir.Value, x any) (*kernels.Tensor, error) {
 	return out, nil
 }
 
-// Params gathers the params from the devices, whole, by name.
+// Params gathers the params from the devices, whole, by name. In a group every process
+// must call it.
 func (t *Trainer) Params() (map[string]*kernels.Tensor, error) {
-	all, err := t.sess.Gather()
+	all, err := t.sess.Gather(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -431,9 +450,10 @@ func (t *Trainer) Params() (map[string]*kernels.Tensor, error) {
 	return out, nil
 }
 
-// State gathers the params and the optimizer state, whole, by name.
+// State gathers the params and the optimizer state, whole, by name. In a group every
+// process must call it.
 func (t *Trainer) State() (map[string]*kernels.Tensor, error) {
-	all, err := t.sess.Gather()
+	all, err := t.sess.Gather(context.Background())
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package codegen
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/autopar/autopar/program"
+)
 
 // Check runs the checks Lower runs before it emits anything: the plan's shape, every
 // strategy (CheckStrategy), and that the schedule does not deadlock with the stage
@@ -13,17 +17,17 @@ func Check(p *Plan) error {
 
 // check is Check, returning what Lower goes on with: the plan's analysis and each stage's
 // schedule.
-func check(p *Plan) (*analysis, [][]Loop, error) {
+func check(p *Plan) (*analysis, [][]program.Loop, error) {
 	an, err := checkPlan(p)
 	if err != nil {
 		return nil, nil, err
 	}
-	if p.Microbatches > MaxMicrobatches {
-		return nil, nil, fmt.Errorf("codegen: %d micro-batches, expected at most %d", p.Microbatches, MaxMicrobatches)
+	if p.Microbatches > program.MaxMicrobatches {
+		return nil, nil, fmt.Errorf("codegen: %d micro-batches, expected at most %d", p.Microbatches, program.MaxMicrobatches)
 	}
-	loops := make([][]Loop, len(p.Stages))
+	loops := make([][]program.Loop, len(p.Stages))
 	for i := range p.Stages {
-		loops[i] = StageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
+		loops[i] = program.StageLoops(p.Schedule, len(p.Stages), i, p.Microbatches)
 	}
 	if err := checkDeadlock(p, an, loops); err != nil {
 		return nil, nil, err

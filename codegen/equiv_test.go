@@ -2,10 +2,12 @@ package codegen_test
 
 import (
 	"fmt"
-	"github.com/autopar/autopar/codegen"
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +42,7 @@ func mlpOf(dtype string, layers int) func(t testing.TB) *ir.Graph {
 // singleStage plans the whole step on one mesh with the given leaf rule and chooser.
 func singleStage(n0, n1, b int, leaf leafRule, choose chooser) func(t testing.TB, step *ir.Graph) *codegen.Plan {
 	return func(t testing.TB, step *ir.Graph) *codegen.Plan {
-		return buildPlan(step, b, codegen.GPipe, []*mesh.LogicalMesh{meshAt(t, n0, n1, 0)}, oneStage(step), leaf, choose)
+		return buildPlan(step, b, program.GPipe, []*mesh.LogicalMesh{meshAt(t, n0, n1, 0)}, oneStage(step), leaf, choose)
 	}
 }
 
@@ -108,7 +110,7 @@ func TestEquivRandomStrategies(t *testing.T) {
 	// updates of ±lr whose sign no two summation orders agree on.
 	models := []model{{"mlp", mlp(2), adam}, {"gpt", gpt, sgd}}
 	shapes := [][2]int{{1, 2}, {2, 2}, {1, 4}}
-	var kinds [codegen.NumKinds]int
+	var kinds [program.NumKinds]int
 	for _, md := range models {
 		for si, sh := range shapes {
 			for seed := range 2 {
@@ -128,7 +130,7 @@ func TestEquivRandomStrategies(t *testing.T) {
 		}
 	}
 	// The random plans must exercise every collective, or the test proves little.
-	for _, k := range []codegen.Kind{codegen.AllReduce, codegen.AllGather, codegen.ReduceScatter, codegen.AllToAll} {
+	for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll} {
 		require.Positive(t, kinds[k], "no %s in any random plan", k)
 	}
 }
@@ -140,15 +142,15 @@ func TestEquivPipeline(t *testing.T) {
 	odd := [][2]int{{1, 2}, {2, 1}}
 	rng := rand.New(rand.NewSource(7))
 	cases := []equivCase{
-		{name: "2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(two, 2, codegen.GPipe, dataParallel(0), propagate)},
-		{name: "2-stage-1f1b", fwd: mlp(1), opt: adam, b: 4, plan: pipeline(two, 4, codegen.OneFOneB, dataParallel(0), propagate)},
-		{name: "2-stage-dp-1f1b", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
-		{name: "4-stage-gpipe", fwd: mlp(3), opt: adam, b: 4, plan: pipeline(four, 4, codegen.GPipe, dataParallel(0), propagate)},
-		{name: "4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: pipeline(four, 4, codegen.OneFOneB, dataParallel(0), propagate)},
-		{name: "4-stage-1f1b-16mb", fwd: mlp(3), opt: adam, b: 16, plan: pipeline(four, 16, codegen.OneFOneB, dataParallel(0), propagate)},
-		{name: "4-stage-gpipe-16mb", fwd: mlp(3), opt: sgd, b: 16, plan: pipeline(four, 16, codegen.GPipe, dataParallel(0), propagate)},
-		{name: "2-stage-random-cross-mesh", fwd: mlp(1), opt: adam, b: 2, plan: pipeline(odd, 2, codegen.OneFOneB, randomLeaves(rng), randomChooser(rng))},
-		{name: "2-stage-gpt-1f1b", fwd: gpt, opt: sgd, b: 2, plan: pipeline(twoDP, 2, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)},
+		{name: "2-stage-gpipe", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(two, 2, program.GPipe, dataParallel(0), propagate)},
+		{name: "2-stage-1f1b", fwd: mlp(1), opt: adam, b: 4, plan: pipeline(two, 4, program.OneFOneB, dataParallel(0), propagate)},
+		{name: "2-stage-dp-1f1b", fwd: mlp(1), opt: sgd, b: 2, plan: pipeline(twoDP, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate)},
+		{name: "4-stage-gpipe", fwd: mlp(3), opt: adam, b: 4, plan: pipeline(four, 4, program.GPipe, dataParallel(0), propagate)},
+		{name: "4-stage-1f1b", fwd: mlp(3), opt: sgd, b: 4, plan: pipeline(four, 4, program.OneFOneB, dataParallel(0), propagate)},
+		{name: "4-stage-1f1b-16mb", fwd: mlp(3), opt: adam, b: 16, plan: pipeline(four, 16, program.OneFOneB, dataParallel(0), propagate)},
+		{name: "4-stage-gpipe-16mb", fwd: mlp(3), opt: sgd, b: 16, plan: pipeline(four, 16, program.GPipe, dataParallel(0), propagate)},
+		{name: "2-stage-random-cross-mesh", fwd: mlp(1), opt: adam, b: 2, plan: pipeline(odd, 2, program.OneFOneB, randomLeaves(rng), randomChooser(rng))},
+		{name: "2-stage-gpt-1f1b", fwd: gpt, opt: sgd, b: 2, plan: pipeline(twoDP, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runEquiv(t, c) })

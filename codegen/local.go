@@ -23,24 +23,22 @@ import (
 //   - reduce_mean over a split axis: the local mean times local/global count, then partial;
 //   - iota: computed as cumsum of ones minus ones, plus the shard's offset along the axis
 //     when that axis is split (the instruction set has no compute without operands);
-//   - constant: a constant instruction of the local type.
+//   - constant: a constant instruction of the local type;
+//   - gather with its table's rows split: a masked lookup at the shard's row offset, zeros
+//     for the ids other shards hold, partial (a sum) over the rows' axes (gatherShard).
 //
 // What cannot be lowered is refused by CheckStrategy, naming the op, the strategy and why:
 // a fixed label that is split (softmax's row, a cut slice dim, gather's vocabulary, cross
-// entropy's classes), a split contracted label of an op whose partial is not a sum
-// (reduce_max), dropout on a split dim (its mask depends on the global element index).
-
-// sumPartialOps are the ops whose result over a split contracted label is a partial sum
-// of the local results.
-var sumPartialOps = map[ir.Op]bool{
-	ir.OpMatMul: true, ir.OpEinsum: true, ir.OpReduceSum: true, ir.OpReduceMean: true,
-	ir.OpConv2D: true, ir.OpConv2DInputGrad: true, ir.OpConv2DFilterGrad: true, ir.OpScatterAdd: true,
-}
+// entropy's classes, any dim of dropout, whose mask depends on the global element index),
+// a split contracted label of an op whose row's Partial is not lowerable (reduce_max;
+// ir.Partial.Lowerable, which the sharding pass reads too). The sharding pass reads the same
+// row and signature, so it offers none of these.
 
 // CheckStrategy reports whether Lower can run value id of g with operand layouts in and
 // result layout out on mesh m, and if not, why: the error names the op, the strategy and
-// the reason. The sharding pass filters its candidates with it. Leaves (param, input, state)
-// take no operand layouts; their out layout is how they are stored (inputs: loaded).
+// the reason. Every candidate the sharding pass offers passes it (TestCandidatesLower in the
+// root package checks it). Leaves (param, input, state) take no operand layouts; their out
+// layout is how they are stored (inputs: loaded).
 func CheckStrategy(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec, m *mesh.LogicalMesh) error {
 	v := g.Value(id)
 	fail := func(format string, args ...any) error {
@@ -124,15 +122,12 @@ func checkLabels(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) erro
 	for _, l := range d.Contracted() {
 		partial |= axes[l]
 	}
-	if partial != 0 && !sumPartialOps[v.Op] {
-		return fmt.Errorf("splitting a contracted dim of %s on %s leaves a partial that is not a sum", v.Op, partial)
+	if p := v.Op.Def().Partial; partial != 0 && !p.Lowerable() {
+		return fmt.Errorf("splitting a contracted dim of %s on %s leaves a partial (%s) that the collectives cannot finish", v.Op, partial, p)
 	}
 	if partial != out.Partial {
 		return fmt.Errorf("result is partial on %q, expected %q (the axes of the split contracted dims)",
 			out.Partial.Digits(), partial.Digits())
-	}
-	if v.Op == ir.OpDropout && slices.ContainsFunc(out.Dims, func(a mesh.AxisSet) bool { return a != 0 }) {
-		return fmt.Errorf("dropout on a split dim needs the global element index, which local compute lacks")
 	}
 	return nil
 }

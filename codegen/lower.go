@@ -2,9 +2,11 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // Lower turns a plan into one Program per device, in Plan.Devices order.
@@ -33,7 +35,7 @@ import (
 // Errors: a plan that is malformed, names a strategy CheckStrategy refuses, or whose
 // stage assignment deadlocks the schedule. The same plan gives the same programs, byte
 // for byte.
-func Lower(p *Plan) (progs []*Program, err error) {
+func Lower(p *Plan) (progs []*program.Program, err error) {
 	an, loops, err := check(p)
 	if err != nil {
 		return nil, err
@@ -60,17 +62,8 @@ func Lower(p *Plan) (progs []*Program, err error) {
 	return progs, nil
 }
 
-// The blocks of every lowered program, by index in Program.Blocks: what a schedule's
-// calls (StageLoops) and a trace's instructions (Program.BlockOf) refer to.
-const (
-	BlockPrologue = iota
-	BlockForward
-	BlockBackward
-	BlockUpdate
-)
-
 // lower emits the stage's blocks and gives its programs the schedule loops.
-func (em *stageEm) lower(loops []Loop) {
+func (em *stageEm) lower(loops []program.Loop) {
 	em.block("prologue", false, em.prologue)
 	em.block("forward", true, func() { em.runTask(task{phaseF, 0}) })
 	em.block("backward", true, func() {
@@ -79,6 +72,7 @@ func (em *stageEm) lower(loops []Loop) {
 	})
 	em.block("update", false, func() {
 		em.runTask(task{phaseU, -1})
+		em.receiveUpdates()
 		em.freeAll()
 	})
 	for _, p := range em.progs {
@@ -100,7 +94,7 @@ func (em *stageEm) block(name string, perMB bool, f func()) {
 	f()
 	em.perMB = false
 	for d, p := range em.progs {
-		p.Blocks = append(p.Blocks, Block{Name: name, Start: start[d], End: len(p.Instrs), PerMicrobatch: perMB})
+		p.Blocks = append(p.Blocks, program.Block{Name: name, Start: start[d], End: len(p.Instrs), PerMicrobatch: perMB})
 	}
 }
 
@@ -129,7 +123,7 @@ func (em *stageEm) prologue() {
 			}
 			spec := em.st.Out[v]
 			acc := &dbuf{spec: spec, ids: em.newBuf(g.Value(v).Name+".acc", localOf(em.m, g.Value(v).Type, spec))}
-			em.each(func(d int) Instr { return Instr{Kind: Constant, Out: acc.ids[d]} })
+			em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: acc.ids[d]} })
 			em.accs[v] = acc
 		}
 	}
@@ -138,14 +132,14 @@ func (em *stageEm) prologue() {
 // freeMicrobatch frees what of the micro-batch is still live at the end of its backward.
 func (em *stageEm) freeMicrobatch() {
 	for d, p := range em.progs {
-		var args []BufferID
+		var args []program.BufferID
 		for b, live := range em.live[d] {
 			if live && p.Buffers[b].PerMicrobatch {
-				args = append(args, BufferID(b))
+				args = append(args, program.BufferID(b))
 			}
 		}
 		if len(args) > 0 {
-			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+			em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: args})
 		}
 	}
 	for k := range em.have {
@@ -201,7 +195,7 @@ type key struct {
 // device's block, by device index in the stage's mesh.
 type dbuf struct {
 	spec mesh.Spec
-	ids  []BufferID
+	ids  []program.BufferID
 }
 
 // stageEm emits the programs of one stage. Its devices run the same instructions on their
@@ -211,7 +205,7 @@ type stageEm struct {
 	id    StageID
 	st    *Stage
 	m     *mesh.LogicalMesh
-	progs []*Program
+	progs []*program.Program
 	live  [][]bool // per device, per buffer
 	have  map[key][]*dbuf
 	left  map[key]int // remaining uses; absent: kept until the update
@@ -230,7 +224,7 @@ func newStageEm(l *lowerer, id StageID) *stageEm {
 	em := &stageEm{l: l, id: id, st: st, m: st.Mesh, have: map[key][]*dbuf{}, left: map[key]int{},
 		accs: map[ir.ValueID]*dbuf{}, usesM: make([]int, n), usesU: make([]int, n)}
 	for _, d := range st.Mesh.Devices {
-		em.progs = append(em.progs, &Program{Device: d})
+		em.progs = append(em.progs, &program.Program{Device: d})
 		em.live = append(em.live, nil)
 	}
 	for vid := range l.g.Values {
@@ -297,23 +291,29 @@ func (em *stageEm) compute(v ir.ValueID, mb int) {
 	k := key{v, mb}
 	out := em.st.Out[v]
 	local := localOf(em.m, val.Type, out)
-	var ids []BufferID
+	var ids []program.BufferID
 	switch val.Op {
 	case ir.OpConstant:
 		ids = em.newBuf(em.name(k), local)
-		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ids[d], Value: val.Attrs.Float("value")} })
+		em.each(func(d int) program.Instr {
+			return program.Instr{Kind: program.Constant, Out: ids[d], Value: val.Attrs.Float("value")}
+		})
 	case ir.OpIota:
 		ids = em.iota(k, local, out)
 	default:
 		in := em.st.In[v]
-		args := make([][]BufferID, len(val.Args))
+		args := make([][]program.BufferID, len(val.Args))
 		for i, a := range val.Args {
 			args[i] = em.ensure(em.keyOf(a, mb), in[i]).ids
 		}
+		if val.Op == ir.OpGather && in[0].Dims[0] != mesh.AxesNone {
+			ids = em.gatherShard(k, local, args[0], args[1], in[0].Dims[0], localOf(em.m, g.Value(val.Args[0]).Type, in[0]).Shape[0])
+			break
+		}
 		ids = em.newBuf(em.name(k), local)
 		at := localAttrs(val, local)
-		em.each(func(d int) Instr {
-			ins := Instr{Kind: Compute, Out: ids[d], Op: val.Op, Attrs: at}
+		em.each(func(d int) program.Instr {
+			ins := program.Instr{Kind: program.Compute, Out: ids[d], Op: val.Op, Attrs: at}
 			for _, a := range args {
 				ins.Args = append(ins.Args, a[d])
 			}
@@ -356,12 +356,12 @@ func (em *stageEm) produced(k key) {
 }
 
 // stores writes what the step returns: updated params and state (under the target's
-// name), outputs, and the scaled gradients.
+// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients.
 func (em *stageEm) stores(k key) {
 	g := em.l.g
 	for _, u := range g.Updates {
 		if u.Value == k.v {
-			em.store(k, g.Value(u.Target).Name)
+			em.storeUpdate(k, u.Target)
 		}
 	}
 	if em.l.isOutput[k.v] || em.l.an.acc[k.v] {
@@ -384,7 +384,7 @@ func (em *stageEm) use(k key) {
 
 // release frees every version of k on every device.
 func (em *stageEm) release(k key) {
-	var bufs [][]BufferID
+	var bufs [][]program.BufferID
 	for _, b := range em.have[k] {
 		bufs = append(bufs, b.ids)
 	}
@@ -430,26 +430,81 @@ func (em *stageEm) accumulate(k key) {
 	if !ok || !acc.spec.Equal(cur.spec) {
 		panic("codegen: no accumulator in the layout of " + em.l.g.Value(k.v).Name)
 	}
-	em.each(func(d int) Instr {
-		return Instr{Kind: Accumulate, Out: NoBuffer, Args: []BufferID{acc.ids[d], cur.ids[d]}}
+	em.each(func(d int) program.Instr {
+		return program.Instr{Kind: program.Accumulate, Out: program.NoBuffer, Args: []program.BufferID{acc.ids[d], cur.ids[d]}}
 	})
 }
 
 // scale returns x·f in new buffers and frees x.
-func (em *stageEm) scale(x []BufferID, t ir.Type, f float64, name string) []BufferID {
+func (em *stageEm) scale(x []program.BufferID, t ir.Type, f float64, name string) []program.BufferID {
 	c := em.newBuf(name+".factor", t)
-	em.each(func(d int) Instr { return Instr{Kind: Constant, Out: c[d], Value: f} })
+	em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: c[d], Value: f} })
 	out := em.newBuf(name, t)
-	em.each(func(d int) Instr {
-		return Instr{Kind: Compute, Out: out[d], Op: ir.OpMul, Args: []BufferID{x[d], c[d]}}
+	em.each(func(d int) program.Instr {
+		return program.Instr{Kind: program.Compute, Out: out[d], Op: ir.OpMul, Args: []program.BufferID{x[d], c[d]}}
 	})
 	em.free(x, c)
 	return out
 }
 
+// gatherShard is gather on a shard of the table's rows (rows rows from the shard's offset,
+// split on axes): each device looks up the ids that fall in its rows and gives zeros for
+// the others, so the devices' results sum to the lookup: the partial sum CheckStrategy
+// expects. As instructions, with r = ids − offset:
+//
+//	in = where(r >= 0, r < rows, false)    safe = where(in, r, 0)
+//	res = where(reshape(in, ids' shape + 1s), gather(table, safe), 0)
+func (em *stageEm) gatherShard(k key, local ir.Type, table, idx []program.BufferID, axes mesh.AxisSet, rows int) []program.BufferID {
+	g := em.l.g
+	idT := g.Value(g.Value(k.v).Args[1]).Type.DType
+	idShape := local.Shape[:len(local.Shape)-(len(g.Value(g.Value(k.v).Args[0]).Type.Shape)-1)]
+	scalar := func(name string, dt ir.DType, val func(d int) float64) []program.BufferID {
+		c := em.newBuf(em.name(k)+"."+name, ir.Type{DType: dt})
+		em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: c[d], Value: val(d)} })
+		return c
+	}
+	compute := func(name string, t ir.Type, op ir.Op, at ir.Attrs, args ...[]program.BufferID) []program.BufferID {
+		out := em.newBuf(name, t)
+		em.each(func(d int) program.Instr {
+			ins := program.Instr{Kind: program.Compute, Out: out[d], Op: op, Attrs: at}
+			for _, a := range args {
+				ins.Args = append(ins.Args, a[d])
+			}
+			return ins
+		})
+		return out
+	}
+	ids := ir.Type{DType: idT, Shape: idShape}
+	mask := ir.Type{DType: ir.Bool, Shape: idShape}
+	off := scalar("offset", idT, func(d int) float64 {
+		i, j := em.coord(d)
+		return float64(em.m.ShardIndex(axes, i, j) * rows)
+	})
+	zero := scalar("zero", idT, func(int) float64 { return 0 })
+	limit := scalar("rows", idT, func(int) float64 { return float64(rows) })
+	base := em.name(k)
+	rel := compute(base+".rel", ids, ir.OpSub, nil, idx, off)
+	ge := compute(base+".ge", mask, ir.OpGe, nil, rel, zero)
+	lt := compute(base+".lt", mask, ir.OpLt, nil, rel, limit)
+	em.free(off, limit)
+	in := compute(base+".in", mask, ir.OpWhere, nil, ge, lt, ge)
+	em.free(ge, lt)
+	safe := compute(base+".safe", ids, ir.OpWhere, nil, in, rel, zero)
+	em.free(rel, zero)
+	rowsT := compute(base+".rows", local, ir.OpGather, nil, table, safe)
+	em.free(safe)
+	shape := append(slices.Clone([]int(idShape)), slices.Repeat([]int{1}, len(local.Shape)-len(idShape))...)
+	inR := compute(base+".inb", ir.Type{DType: ir.Bool, Shape: ir.Shape(shape)}, ir.OpReshape, ir.Attrs{}.With("shape", shape), in)
+	em.free(in)
+	fzero := scalar("fzero", local.DType, func(int) float64 { return 0 })
+	res := compute(base, local, ir.OpWhere, nil, inR, rowsT, fzero)
+	em.free(inR, rowsT, fzero)
+	return res
+}
+
 // newBuf declares one buffer of type t on every device of the stage.
-func (em *stageEm) newBuf(name string, t ir.Type) []BufferID {
-	ids := make([]BufferID, len(em.progs))
+func (em *stageEm) newBuf(name string, t ir.Type) []program.BufferID {
+	ids := make([]program.BufferID, len(em.progs))
 	for d := range em.progs {
 		ids[d] = em.addBuf(d, name, t)
 	}
@@ -458,19 +513,19 @@ func (em *stageEm) newBuf(name string, t ir.Type) []BufferID {
 
 // addBuf declares a buffer on device index d: of the micro-batch in a micro-batch block,
 // else of the step.
-func (em *stageEm) addBuf(d int, name string, t ir.Type) BufferID {
+func (em *stageEm) addBuf(d int, name string, t ir.Type) program.BufferID {
 	p := em.progs[d]
-	p.Buffers = append(p.Buffers, BufferDecl{Name: name, Type: t, PerMicrobatch: em.perMB})
+	p.Buffers = append(p.Buffers, program.BufferDecl{Name: name, Type: t, PerMicrobatch: em.perMB})
 	em.live[d] = append(em.live[d], false)
-	return BufferID(len(p.Buffers) - 1)
+	return program.BufferID(len(p.Buffers) - 1)
 }
 
 // emit appends one instruction to device d's program, tracking liveness.
-func (em *stageEm) emit(d int, in Instr) {
-	if in.Out != NoBuffer && in.Kind != AllReduce {
+func (em *stageEm) emit(d int, in program.Instr) {
+	if in.Out != program.NoBuffer && in.Kind != program.AllReduce {
 		em.live[d][in.Out] = true
 	}
-	if in.Kind == Free {
+	if in.Kind == program.Free {
 		for _, b := range in.Args {
 			em.live[d][b] = false
 		}
@@ -479,23 +534,23 @@ func (em *stageEm) emit(d int, in Instr) {
 }
 
 // each emits f(d) on every device d of the stage.
-func (em *stageEm) each(f func(d int) Instr) {
+func (em *stageEm) each(f func(d int) program.Instr) {
 	for d := range em.progs {
 		em.emit(d, f(d))
 	}
 }
 
 // free releases the given per-device buffer sets in one instruction per device.
-func (em *stageEm) free(sets ...[]BufferID) {
+func (em *stageEm) free(sets ...[]program.BufferID) {
 	for d := range em.progs {
-		var args []BufferID
+		var args []program.BufferID
 		for _, s := range sets {
 			if s != nil && em.live[d][s[d]] && !contains(args, s[d]) {
 				args = append(args, s[d])
 			}
 		}
 		if len(args) > 0 {
-			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+			em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: args})
 		}
 	}
 }
@@ -503,14 +558,14 @@ func (em *stageEm) free(sets ...[]BufferID) {
 // freeAll frees every buffer still live at the end of the program.
 func (em *stageEm) freeAll() {
 	for d := range em.progs {
-		var args []BufferID
+		var args []program.BufferID
 		for b, live := range em.live[d] {
 			if live {
-				args = append(args, BufferID(b))
+				args = append(args, program.BufferID(b))
 			}
 		}
 		if len(args) > 0 {
-			em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: args})
+			em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: args})
 		}
 	}
 }
@@ -518,7 +573,7 @@ func (em *stageEm) freeAll() {
 // coord returns the mesh coordinate of device index d.
 func (em *stageEm) coord(d int) (int, int) { return d / em.m.Shape[1], d % em.m.Shape[1] }
 
-func contains(bs []BufferID, b BufferID) bool {
+func contains(bs []program.BufferID, b program.BufferID) bool {
 	for _, x := range bs {
 		if x == b {
 			return true

@@ -11,6 +11,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 )
 
 // BenchmarkLower times Lower on GPT steps of growing depth: data parallel on a 2×2 mesh,
@@ -28,7 +29,7 @@ func BenchmarkLower(b *testing.B) {
 		require.NoError(b, err)
 		plans := map[string]func(testing.TB, *ir.Graph) *codegen.Plan{
 			"dp-2x2":         singleStage(2, 2, 4, dataParallel(mesh.AxesBoth), propagate),
-			"pipeline-2x1x2": pipeline([][2]int{{1, 2}, {1, 2}}, 4, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate),
+			"pipeline-2x1x2": pipeline([][2]int{{1, 2}, {1, 2}}, 4, program.OneFOneB, dataParallel(mesh.Axis1), propagate),
 		}
 		for _, name := range []string{"dp-2x2", "pipeline-2x1x2"} {
 			p := plans[name](b, step)
@@ -62,7 +63,7 @@ func BenchmarkLowerMicrobatches(b *testing.B) {
 	step, err := passes.TrainingStep(fwd, passes.Optimizer{Kind: "adam", LR: 0.01})
 	require.NoError(b, err)
 	for _, mbs := range []int{4, 64, 1024, 4096} {
-		p := pipeline([][2]int{{1, 2}, {1, 2}}, mbs, codegen.OneFOneB, dataParallel(mesh.Axis1), propagate)(b, step)
+		p := pipeline([][2]int{{1, 2}, {1, 2}}, mbs, program.OneFOneB, dataParallel(mesh.Axis1), propagate)(b, step)
 		b.Run(fmt.Sprintf("microbatches=%d", mbs), func(b *testing.B) {
 			size := 0
 			for b.Loop() {

@@ -1,9 +1,11 @@
 package codegen
 
+import "github.com/autopar/autopar/program"
+
 // DeviceCounters are the counters a run of one program should measure: the runtime's
 // DeviceStats PeakBytes, BytesSent and BytesReceived.
 type DeviceCounters struct {
-	Device        DeviceID
+	Device        program.DeviceID
 	PeakBytes     int64
 	BytesSent     int64
 	BytesReceived int64
@@ -25,7 +27,7 @@ type DeviceCounters struct {
 //
 // The plan p is not read beyond the programs; it is taken so that callers predict for
 // the plan the programs came from.
-func Predict(_ *Plan, progs []*Program) []DeviceCounters {
+func Predict(_ *Plan, progs []*program.Program) []DeviceCounters {
 	out := make([]DeviceCounters, len(progs))
 	for i, p := range progs {
 		out[i] = predictOne(p)
@@ -33,14 +35,14 @@ func Predict(_ *Plan, progs []*Program) []DeviceCounters {
 	return out
 }
 
-func predictOne(p *Program) DeviceCounters {
+func predictOne(p *program.Program) DeviceCounters {
 	// Per block: the bytes it moves, the change of the live bytes over it, and the highest
 	// live bytes after one of its defining instructions, relative to the start.
 	type effect struct {
 		sent, recv, delta, peak int64
 		defines                 bool
 	}
-	blocks, _ := p.blocks()
+	blocks, _ := p.BlockSchedule()
 	eff := make([]effect, len(blocks))
 	for j, bl := range blocks {
 		e := &eff[j]
@@ -50,11 +52,11 @@ func predictOne(p *Program) DeviceCounters {
 			e.sent += sent
 			e.recv += recv
 			switch {
-			case in.Kind == Free:
+			case in.Kind == program.Free:
 				for _, b := range in.Args {
 					e.delta -= p.Buffers[b].Type.Bytes()
 				}
-			case in.Out != NoBuffer && in.Kind != AllReduce:
+			case in.Out != program.NoBuffer && in.Kind != program.AllReduce:
 				e.delta += p.Buffers[in.Out].Type.Bytes()
 				if !e.defines || e.delta > e.peak {
 					e.peak = e.delta
@@ -67,7 +69,7 @@ func predictOne(p *Program) DeviceCounters {
 	// amount, so its highest point is in its first or its last iteration.
 	c := DeviceCounters{Device: p.Device}
 	var live int64
-	_, sched := p.blocks()
+	_, sched := p.BlockSchedule()
 	for _, l := range sched {
 		n := int64(l.To - l.From)
 		if n <= 0 {
@@ -94,27 +96,27 @@ func predictOne(p *Program) DeviceCounters {
 }
 
 // traffic returns the bytes one instruction sends and receives.
-func traffic(p *Program, in *Instr) (sent, recv int64) {
+func traffic(p *program.Program, in *program.Instr) (sent, recv int64) {
 	n := int64(len(in.Group))
 	var x int64
 	if len(in.Args) > 0 {
 		x = p.Buffers[in.Args[0]].Type.Bytes()
 	}
 	switch in.Kind {
-	case Send:
+	case program.Send:
 		return x, 0
-	case Recv:
+	case program.Recv:
 		b := p.Buffers[in.Out].Type.Bytes()
 		return 0, b
-	case AllGather:
+	case program.AllGather:
 		return (n - 1) * x, (n - 1) * x
-	case ReduceScatter, AllToAll:
+	case program.ReduceScatter, program.AllToAll:
 		return (n - 1) * (x / n), (n - 1) * (x / n)
-	case AllReduce:
+	case program.AllReduce:
 		t := p.Buffers[in.Args[0]].Type
 		size := int64(t.DType.Size())
 		l := t.Shape.NumElements()
-		r := int64(Rank(in.Group, p.Device))
+		r := int64(program.Rank(in.Group, p.Device))
 		c := (r+1)*l/n - r*l/n
 		moved := (l - c + (n-1)*c) * size
 		return moved, moved

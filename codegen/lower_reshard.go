@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // ensure returns a version of k in layout want, making it from the cheapest version the
@@ -51,7 +52,9 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 		em.load(k, want)
 	case madeWhereUsed(v) && l.p.StageOf[k.v] != em.id:
 		ids := em.newBuf(em.name(k), localOf(em.m, v.Type, want))
-		em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ids[d], Value: v.Attrs.Float("value")} })
+		em.each(func(d int) program.Instr {
+			return program.Instr{Kind: program.Constant, Out: ids[d], Value: v.Attrs.Float("value")}
+		})
 		em.have[k] = []*dbuf{{spec: want, ids: ids}}
 	case l.p.StageOf[k.v] != em.id:
 		em.receive(k, l.stages[l.p.StageOf[k.v]])
@@ -73,13 +76,13 @@ func (em *stageEm) load(k key, s mesh.Spec) {
 	v := em.l.g.Value(k.v)
 	local := localOf(em.m, v.Type, s)
 	ids := em.newBuf(em.name(k), local)
-	em.each(func(d int) Instr {
+	em.each(func(d int) program.Instr {
 		i, j := em.coord(d)
 		off, err := em.m.LocalOffsets(v.Type.Shape, s, i, j)
 		if err != nil {
 			panic("codegen: offsets of a checked layout: " + err.Error())
 		}
-		in := Instr{Kind: Load, Out: ids[d], Name: v.Name, Offsets: off}
+		in := program.Instr{Kind: program.Load, Out: ids[d], Name: v.Name, Offsets: off}
 		if b := v.BatchDim(); b >= 0 && k.mb >= 0 {
 			in.Stride = make([]int, len(off))
 			in.Stride[b] = v.Type.Shape[b]
@@ -110,8 +113,8 @@ func (em *stageEm) reshard(k key, src *dbuf, t ir.Type, want mesh.Spec) *dbuf {
 // step lowers one resharding step on every device.
 func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
 	if st.Kind == mesh.AllReduce {
-		em.each(func(d int) Instr {
-			return Instr{Kind: AllReduce, Out: NoBuffer, Args: []BufferID{cur.ids[d]},
+		em.each(func(d int) program.Instr {
+			return program.Instr{Kind: program.AllReduce, Out: program.NoBuffer, Args: []program.BufferID{cur.ids[d]},
 				Group: em.group(st.Axes, d), Note: em.l.g.Value(k.v).Name}
 		})
 		cur.spec = st.After
@@ -120,8 +123,8 @@ func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
 	oldLocal := localOf(em.m, t, cur.spec)
 	local := localOf(em.m, t, st.After)
 	next := &dbuf{spec: st.After, ids: em.newBuf(em.name(k)+"."+specText(st.After), local)}
-	em.each(func(d int) Instr {
-		in := Instr{Out: next.ids[d], Args: []BufferID{cur.ids[d]}}
+	em.each(func(d int) program.Instr {
+		in := program.Instr{Out: next.ids[d], Args: []program.BufferID{cur.ids[d]}}
 		switch st.Kind {
 		case mesh.Slice:
 			i, j := em.coord(d)
@@ -129,14 +132,14 @@ func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
 			limit := append([]int(nil), oldLocal.Shape...)
 			start[st.Dim] = em.m.ShardIndex(st.Axes, i, j) * local.Shape[st.Dim]
 			limit[st.Dim] = start[st.Dim] + local.Shape[st.Dim]
-			in.Kind, in.Op = Compute, ir.OpSlice
+			in.Kind, in.Op = program.Compute, ir.OpSlice
 			in.Attrs = ir.Attrs{}.With("start", start).With("limit", limit)
 		case mesh.AllGather:
-			in.Kind, in.Axis, in.Group = AllGather, st.Dim, em.group(st.Axes, d)
+			in.Kind, in.Axis, in.Group = program.AllGather, st.Dim, em.group(st.Axes, d)
 		case mesh.ReduceScatter:
-			in.Kind, in.Axis, in.Group = ReduceScatter, st.Dim, em.group(st.Axes, d)
+			in.Kind, in.Axis, in.Group = program.ReduceScatter, st.Dim, em.group(st.Axes, d)
 		case mesh.AllToAll:
-			in.Kind, in.Axis, in.ConcatAxis, in.Group = AllToAll, st.ToDim, st.Dim, em.group(st.Axes, d)
+			in.Kind, in.Axis, in.ConcatAxis, in.Group = program.AllToAll, st.ToDim, st.Dim, em.group(st.Axes, d)
 		default:
 			panic("codegen: unknown resharding step " + st.String())
 		}
@@ -146,10 +149,10 @@ func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
 }
 
 // group returns the group of device index d along axes, in rank order.
-func (em *stageEm) group(axes mesh.AxisSet, d int) []DeviceID {
+func (em *stageEm) group(axes mesh.AxisSet, d int) []program.DeviceID {
 	me := em.m.Devices[d]
 	for _, g := range em.m.Groups(axes) {
-		if Rank(g, me) >= 0 {
+		if program.Rank(g, me) >= 0 {
 			return g
 		}
 	}
@@ -173,37 +176,37 @@ func (em *stageEm) store(k key, name string) {
 		if err != nil {
 			panic("codegen: offsets of a checked layout: " + err.Error())
 		}
-		em.emit(d, Instr{Kind: Store, Out: NoBuffer, Args: []BufferID{b.ids[d]}, Name: name,
+		em.emit(d, program.Instr{Kind: program.Store, Out: program.NoBuffer, Args: []program.BufferID{b.ids[d]}, Name: name,
 			Offsets: off, Full: v.Type})
 	}
 }
 
 // iota computes an iota block as cumsum(ones) − ones along its axis, plus the block's
 // offset when the axis is split, in f64 (exact for any realistic extent), then cast.
-func (em *stageEm) iota(k key, local ir.Type, out mesh.Spec) []BufferID {
+func (em *stageEm) iota(k key, local ir.Type, out mesh.Spec) []program.BufferID {
 	v := em.l.g.Value(k.v)
 	axis := v.Attrs.Int("axis")
 	f := ir.Type{DType: ir.F64, Shape: local.Shape}
 	ones := em.newBuf(em.name(k)+".ones", f)
-	em.each(func(d int) Instr { return Instr{Kind: Constant, Out: ones[d], Value: 1} })
+	em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: ones[d], Value: 1} })
 	cs := em.newBuf(em.name(k)+".cumsum", f)
-	em.each(func(d int) Instr {
-		return Instr{Kind: Compute, Out: cs[d], Op: ir.OpCumsum, Args: []BufferID{ones[d]}, Attrs: ir.Attrs{}.With("axis", axis)}
+	em.each(func(d int) program.Instr {
+		return program.Instr{Kind: program.Compute, Out: cs[d], Op: ir.OpCumsum, Args: []program.BufferID{ones[d]}, Attrs: ir.Attrs{}.With("axis", axis)}
 	})
 	idx := em.newBuf(em.name(k)+".f64", f)
-	em.each(func(d int) Instr {
-		return Instr{Kind: Compute, Out: idx[d], Op: ir.OpSub, Args: []BufferID{cs[d], ones[d]}}
+	em.each(func(d int) program.Instr {
+		return program.Instr{Kind: program.Compute, Out: idx[d], Op: ir.OpSub, Args: []program.BufferID{cs[d], ones[d]}}
 	})
 	em.free(ones, cs)
 	if a := out.Dims[axis]; a != mesh.AxesNone {
 		off := em.newBuf(em.name(k)+".offset", f)
-		em.each(func(d int) Instr {
+		em.each(func(d int) program.Instr {
 			i, j := em.coord(d)
-			return Instr{Kind: Constant, Out: off[d], Value: float64(em.m.ShardIndex(a, i, j) * local.Shape[axis])}
+			return program.Instr{Kind: program.Constant, Out: off[d], Value: float64(em.m.ShardIndex(a, i, j) * local.Shape[axis])}
 		})
 		sum := em.newBuf(em.name(k)+".shifted", f)
-		em.each(func(d int) Instr {
-			return Instr{Kind: Compute, Out: sum[d], Op: ir.OpAdd, Args: []BufferID{idx[d], off[d]}}
+		em.each(func(d int) program.Instr {
+			return program.Instr{Kind: program.Compute, Out: sum[d], Op: ir.OpAdd, Args: []program.BufferID{idx[d], off[d]}}
 		})
 		em.free(idx, off)
 		idx = sum
@@ -212,8 +215,8 @@ func (em *stageEm) iota(k key, local ir.Type, out mesh.Spec) []BufferID {
 		return idx
 	}
 	res := em.newBuf(em.name(k), local)
-	em.each(func(d int) Instr {
-		return Instr{Kind: Compute, Out: res[d], Op: ir.OpCast, Args: []BufferID{idx[d]}, Attrs: ir.Attrs{}.With("to", local.DType)}
+	em.each(func(d int) program.Instr {
+		return program.Instr{Kind: program.Compute, Out: res[d], Op: ir.OpCast, Args: []program.BufferID{idx[d]}, Attrs: ir.Attrs{}.With("to", local.DType)}
 	})
 	em.free(idx)
 	return res

@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 )
 
 // microStep is the micro-batch training step of a small f64 MLP.
@@ -26,7 +27,7 @@ func microStep(t testing.TB, layers, b int, opt passes.Optimizer) *ir.Graph {
 	return step
 }
 
-func programsText(progs []*codegen.Program) string {
+func programsText(progs []*program.Program) string {
 	var b strings.Builder
 	for _, p := range progs {
 		b.WriteString(p.String())
@@ -42,7 +43,7 @@ func TestLowerGolden(t *testing.T) {
 		b    int
 	}{
 		{"lower_dp_1x2.golden", singleStage(1, 2, 2, dataParallel(mesh.Axis1), propagate), 2},
-		{"lower_pp_1f1b.golden", pipeline([][2]int{{1, 1}, {1, 1}}, 4, codegen.OneFOneB, dataParallel(0), propagate), 4},
+		{"lower_pp_1f1b.golden", pipeline([][2]int{{1, 1}, {1, 1}}, 4, program.OneFOneB, dataParallel(0), propagate), 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -119,7 +120,7 @@ func TestLowerMissingGradient(t *testing.T) {
 
 func TestLowerDeadlockRefused(t *testing.T) {
 	step := microStep(t, 1, 2, passes.Optimizer{Kind: "sgd", LR: 0.1})
-	p := pipeline([][2]int{{1, 1}, {1, 1}}, 2, codegen.GPipe, dataParallel(0), propagate)(t, step)
+	p := pipeline([][2]int{{1, 1}, {1, 1}}, 2, program.GPipe, dataParallel(0), propagate)(t, step)
 	for i, s := range p.StageOf { // run the pipeline backwards
 		p.StageOf[i] = 1 - s
 	}
@@ -140,13 +141,13 @@ func TestLowerDeadlockRefused(t *testing.T) {
 func TestOneFOneBHoldsLess(t *testing.T) {
 	step := microStep(t, 3, 8, passes.Optimizer{Kind: "sgd", LR: 0.1})
 	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
-	peak := func(s codegen.Schedule) int64 {
+	peak := func(s program.Schedule) int64 {
 		p := pipeline(four, 8, s, dataParallel(0), propagate)(t, step)
 		progs, err := codegen.Lower(p)
 		require.NoError(t, err)
 		return codegen.Predict(p, progs)[0].PeakBytes
 	}
-	require.Less(t, peak(codegen.OneFOneB), peak(codegen.GPipe))
+	require.Less(t, peak(program.OneFOneB), peak(program.GPipe))
 }
 
 // A program's size does not grow with the micro-batch count: the same micro-batch step
@@ -156,13 +157,13 @@ func TestOneFOneBHoldsLess(t *testing.T) {
 func TestProgramSizeIndependentOfMicrobatches(t *testing.T) {
 	step := microStep(t, 3, 1, passes.Optimizer{Kind: "sgd", LR: 0.1})
 	four := [][2]int{{1, 1}, {1, 1}, {1, 1}, {1, 1}}
-	lower := func(s codegen.Schedule, b int) ([]*codegen.Program, []codegen.DeviceCounters) {
+	lower := func(s program.Schedule, b int) ([]*program.Program, []codegen.DeviceCounters) {
 		p := pipeline(four, b, s, dataParallel(0), propagate)(t, step)
 		progs, err := codegen.Lower(p)
 		require.NoError(t, err)
 		return progs, codegen.Predict(p, progs)
 	}
-	for _, s := range []codegen.Schedule{codegen.GPipe, codegen.OneFOneB} {
+	for _, s := range []program.Schedule{program.GPipe, program.OneFOneB} {
 		small, cs := lower(s, 4)
 		mid, cm := lower(s, 64)
 		big, cb := lower(s, 1024)
@@ -181,11 +182,11 @@ func TestProgramSizeIndependentOfMicrobatches(t *testing.T) {
 			require.Less(t, len(text), 64<<10, "%s device %d: %d bytes of JSON", s, d, len(text))
 			perMB := cb[d].BytesSent - cm[d].BytesSent
 			require.Equal(t, perMB*60, (cm[d].BytesSent-cs[d].BytesSent)*960, "%s device %d: bytes sent per micro-batch", s, d)
-			if s == codegen.OneFOneB {
+			if s == program.OneFOneB {
 				require.Equal(t, cm[d].PeakBytes, cb[d].PeakBytes, "1f1b device %d holds more with more micro-batches", d)
 			}
 		}
-		if s == codegen.GPipe {
+		if s == program.GPipe {
 			require.Greater(t, cb[0].PeakBytes, cm[0].PeakBytes, "gpipe holds every micro-batch's activations")
 		}
 	}

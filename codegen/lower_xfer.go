@@ -5,6 +5,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // Cross-stage transfers, as Alpa's cross-mesh resharding. The sender holds the value in
@@ -134,7 +135,9 @@ func (l *lowerer) sendSpec(v ir.ValueID) mesh.Spec {
 	return mesh.Spec{Dims: s.Dims}
 }
 
-func (l *lowerer) tag(k key) Tag { return Tag{Value: l.g.Value(k.v).Name, MicroBatch: k.mb} }
+func (l *lowerer) tag(k key) program.Tag {
+	return program.Tag{Value: l.g.Value(k.v).Name, MicroBatch: k.mb}
+}
 
 // send emits this stage's side of the transfer of k to stage to.
 func (em *stageEm) send(k key, to *stageEm) {
@@ -152,7 +155,12 @@ func (em *stageEm) send(k key, to *stageEm) {
 
 // sendPiece sends one piece from its sender, slicing it out of the block first unless it
 // is the whole block.
-func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer DeviceID) {
+func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer program.DeviceID) {
+	em.sendPieceTagged(k, src, local, p, peer, em.l.tag(k))
+}
+
+// sendPieceTagged is sendPiece under the given tag.
+func (em *stageEm) sendPieceTagged(k key, src *dbuf, local ir.Type, p piece, peer program.DeviceID, tag program.Tag) {
 	v := em.l.g.Value(k.v)
 	d := p.from
 	i, j := em.coord(d)
@@ -166,12 +174,12 @@ func (em *stageEm) sendPiece(k key, src *dbuf, local ir.Type, p piece, peer Devi
 			limit[x] = start[x] + p.ext[x]
 		}
 		buf = em.addBuf(d, em.name(k)+".piece", ir.Type{DType: v.Type.DType, Shape: p.ext})
-		em.emit(d, Instr{Kind: Compute, Out: buf, Op: ir.OpSlice, Args: []BufferID{src.ids[d]},
+		em.emit(d, program.Instr{Kind: program.Compute, Out: buf, Op: ir.OpSlice, Args: []program.BufferID{src.ids[d]},
 			Attrs: ir.Attrs{}.With("start", start).With("limit", limit)})
 	}
-	em.emit(d, Instr{Kind: Send, Out: NoBuffer, Args: []BufferID{buf}, Peer: peer, Tag: em.l.tag(k)})
+	em.emit(d, program.Instr{Kind: program.Send, Out: program.NoBuffer, Args: []program.BufferID{buf}, Peer: peer, Tag: tag})
 	if !whole {
-		em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: []BufferID{buf}})
+		em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: []program.BufferID{buf}})
 	}
 }
 
@@ -183,13 +191,13 @@ func (em *stageEm) receive(k key, from *stageEm) {
 	r := l.landing(k, em)
 	pieces, grids := transferPieces(from.m, l.sendSpec(k.v), em.m, r, v.Type.Shape)
 	local := localOf(em.m, v.Type, r)
-	ids := make([]BufferID, len(em.progs))
+	ids := make([]program.BufferID, len(em.progs))
 	for d := range em.progs {
-		var got []BufferID
+		var got []program.BufferID
 		for _, p := range pieces[d] {
 			t := ir.Type{DType: v.Type.DType, Shape: p.ext}
 			b := em.addBuf(d, em.name(k)+".recv", t)
-			em.emit(d, Instr{Kind: Recv, Out: b, Peer: from.m.Devices[p.from], Tag: l.tag(k)})
+			em.emit(d, program.Instr{Kind: program.Recv, Out: b, Peer: from.m.Devices[p.from], Tag: l.tag(k)})
 			got = append(got, b)
 		}
 		ids[d] = em.assemble(d, k, got, grids[d], 0)
@@ -202,13 +210,13 @@ func (em *stageEm) receive(k key, from *stageEm) {
 
 // assemble concatenates a row-major grid of received pieces, dim by dim from dim d,
 // freeing the parts it joins.
-func (em *stageEm) assemble(d int, k key, parts []BufferID, grid []int, dim int) BufferID {
+func (em *stageEm) assemble(d int, k key, parts []program.BufferID, grid []int, dim int) program.BufferID {
 	if len(parts) == 1 {
 		return parts[0]
 	}
 	n := grid[dim]
 	stride := len(parts) / n
-	var joined []BufferID
+	var joined []program.BufferID
 	for x := range n {
 		joined = append(joined, em.assemble(d, k, parts[x*stride:(x+1)*stride], grid, dim+1))
 	}
@@ -221,7 +229,7 @@ func (em *stageEm) assemble(d int, k key, parts []BufferID, grid []int, dim int)
 		shape[dim] += p.Buffers[b].Type.Shape[dim]
 	}
 	out := em.addBuf(d, em.name(k)+".joined", ir.Type{DType: p.Buffers[joined[0]].Type.DType, Shape: shape})
-	em.emit(d, Instr{Kind: Compute, Out: out, Op: ir.OpConcat, Args: joined, Attrs: ir.Attrs{}.With("axis", dim)})
-	em.emit(d, Instr{Kind: Free, Out: NoBuffer, Args: joined})
+	em.emit(d, program.Instr{Kind: program.Compute, Out: out, Op: ir.OpConcat, Args: joined, Attrs: ir.Attrs{}.With("axis", dim)})
+	em.emit(d, program.Instr{Kind: program.Free, Out: program.NoBuffer, Args: joined})
 	return out
 }

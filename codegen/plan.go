@@ -1,50 +1,13 @@
 package codegen
 
 import (
-	"fmt"
-
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // StageID numbers a pipeline stage of a Plan: Plan.Stages[id].
 type StageID int
-
-// Schedule is the order in which a stage runs the forward and backward halves of its
-// micro-batches.
-type Schedule int
-
-// The schedules.
-const (
-	// GPipe runs every forward, then every backward: simple, and it holds the activations
-	// of all B micro-batches at once.
-	GPipe Schedule = iota
-	// OneFOneB is PipeDream-flush: stage i of S warms up with S−1−i forwards, then
-	// alternates one forward and one backward, then drains the backwards. It holds at most
-	// S−i micro-batches' activations.
-	OneFOneB
-)
-
-func (s Schedule) String() string {
-	switch s {
-	case GPipe:
-		return "gpipe"
-	case OneFOneB:
-		return "1f1b"
-	}
-	return fmt.Sprintf("schedule(%d)", int(s))
-}
-
-// ParseSchedule reads the name String writes.
-func ParseSchedule(name string) (Schedule, error) {
-	switch name {
-	case "gpipe":
-		return GPipe, nil
-	case "1f1b":
-		return OneFOneB, nil
-	}
-	return 0, fmt.Errorf("codegen: unknown schedule %q, expected gpipe or 1f1b", name)
-}
 
 // Plan is everything Lower needs to emit one Program per device: the step graph of one
 // micro-batch, how many micro-batches make the step, the pipeline schedule, and for every
@@ -55,7 +18,7 @@ type Plan struct {
 	// the loss; the gradient of param p is the value named "grad.<p>".
 	Step         *ir.Graph
 	Microbatches int
-	Schedule     Schedule
+	Schedule     program.Schedule
 	Stages       []Stage
 	// StageOf gives, per ir.ValueID of Step, the stage that computes it (for params and
 	// state: the stage that holds and updates it).
@@ -76,8 +39,8 @@ type Stage struct {
 
 // Devices lists every device of the plan, stage by stage, in mesh order: the order of the
 // programs Lower returns.
-func (p *Plan) Devices() []DeviceID {
-	var out []DeviceID
+func (p *Plan) Devices() []program.DeviceID {
+	var out []program.DeviceID
 	for _, s := range p.Stages {
 		out = append(out, s.Mesh.Devices...)
 	}

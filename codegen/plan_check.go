@@ -5,6 +5,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // phase is the part of the step a value belongs to.
@@ -44,7 +45,7 @@ func checkPlan(p *Plan) (*analysis, error) {
 	if p.Microbatches < 1 {
 		return nil, fmt.Errorf("codegen: plan has %d micro-batches, expected at least 1", p.Microbatches)
 	}
-	if p.Schedule != GPipe && p.Schedule != OneFOneB {
+	if p.Schedule != program.GPipe && p.Schedule != program.OneFOneB {
 		return nil, fmt.Errorf("codegen: unknown schedule %d, expected gpipe or 1f1b", int(p.Schedule))
 	}
 	if err := checkStages(p); err != nil {
@@ -82,7 +83,7 @@ func checkStages(p *Plan) error {
 		return fmt.Errorf("codegen: StageOf has %d entries, expected one per value of the step (%d)",
 			len(p.StageOf), len(p.Step.Values))
 	}
-	owner := map[DeviceID]int{}
+	owner := map[program.DeviceID]int{}
 	for i, s := range p.Stages {
 		m := s.Mesh
 		if m == nil || m.Shape[0] < 1 || m.Shape[1] < 1 || len(m.Devices) != m.Size() {

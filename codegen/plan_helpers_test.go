@@ -3,10 +3,12 @@ package codegen_test
 import (
 	"context"
 	"fmt"
-	"github.com/autopar/autopar/codegen"
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 
 	"github.com/stretchr/testify/require"
 
@@ -142,7 +144,7 @@ func dataParallel(axes mesh.AxisSet) leafRule {
 }
 
 // buildPlan lays out every value of step on its stage's mesh with leaf and choose.
-func buildPlan(step *ir.Graph, b int, sched codegen.Schedule, meshes []*mesh.LogicalMesh, stageOf []codegen.StageID,
+func buildPlan(step *ir.Graph, b int, sched program.Schedule, meshes []*mesh.LogicalMesh, stageOf []codegen.StageID,
 	leaf leafRule, choose chooser) *codegen.Plan {
 	p := &codegen.Plan{Step: step, Microbatches: b, Schedule: sched, StageOf: stageOf}
 	for _, m := range meshes {
@@ -215,7 +217,7 @@ func relErr(a, b *kernels.Tensor) float64 {
 // runEquiv lowers the case's plan, runs three training steps on the runtime and on the
 // serial interpreter (full batch), and checks loss, gradients, updated params and state,
 // and the predicted counters after every step.
-func runEquiv(t *testing.T, c equivCase) []*codegen.Program {
+func runEquiv(t *testing.T, c equivCase) []*program.Program {
 	t.Helper()
 	ctx := context.Background()
 	fwd := c.fwd(t)
@@ -341,7 +343,7 @@ func layerStages(g *ir.Graph, s int) []codegen.StageID {
 }
 
 // pipeline plans s stages, stage i on its own mesh shapes[i] after the previous ones'.
-func pipeline(shapes [][2]int, b int, sched codegen.Schedule, leaf leafRule, choose chooser) func(t testing.TB, step *ir.Graph) *codegen.Plan {
+func pipeline(shapes [][2]int, b int, sched program.Schedule, leaf leafRule, choose chooser) func(t testing.TB, step *ir.Graph) *codegen.Plan {
 	return func(t testing.TB, step *ir.Graph) *codegen.Plan {
 		var meshes []*mesh.LogicalMesh
 		first := 0

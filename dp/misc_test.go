@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/autopar/autopar/program"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,9 +24,9 @@ func TestLogicalShapes(t *testing.T) {
 }
 
 func TestInFlight(t *testing.T) {
-	assert.Equal(t, 3, InFlight(OneFOneB, 3, 8))
-	assert.Equal(t, 2, InFlight(OneFOneB, 3, 2), "no more in flight than there are micro-batches")
-	assert.Equal(t, 8, InFlight(GPipe, 1, 8))
+	assert.Equal(t, 3, InFlight(program.OneFOneB, 3, 8))
+	assert.Equal(t, 2, InFlight(program.OneFOneB, 3, 2), "no more in flight than there are micro-batches")
+	assert.Equal(t, 8, InFlight(program.GPipe, 1, 8))
 }
 
 // uniform: a layer costs 1 on one device; any range runs 0.6 per layer on two.
@@ -68,9 +69,9 @@ func TestMemoryError(t *testing.T) {
 	var me *MemoryError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, 11.0, me.Need)
-	assert.EqualError(t, err, "dp: no pipeline plan fits in memory: 2 layers on 1×2 devices with 10.5 bytes per device under 1F1B with 8 micro-batches; the smallest per-device memory that would fit is 11 bytes")
+	assert.EqualError(t, err, "dp: no pipeline plan fits in memory: 2 layers on 1×2 devices with 10.5 bytes per device under 1f1b with 8 micro-batches; the smallest per-device memory that would fit is 11 bytes")
 
-	_, err = Solve(context.Background(), 2, c, oracleFunc(uniform), Options{Microbatches: 8, Schedule: GPipe})
+	_, err = Solve(context.Background(), 2, c, oracleFunc(uniform), Options{Microbatches: 8, Schedule: program.GPipe})
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, 18.0, me.Need)
 

@@ -3,13 +3,15 @@ package dp
 import (
 	"fmt"
 	"slices"
+
+	"github.com/autopar/autopar/program"
 )
 
 // Options steer [Solve].
 type Options struct {
-	Microbatches int      // B ≥ 1
-	Schedule     Schedule // decides the activations a stage holds (see [InFlight])
-	MaxStages    int      // 0 = no limit
+	Microbatches int              // B ≥ 1
+	Schedule     program.Schedule // decides the activations a stage holds (see [InFlight])
+	MaxStages    int              // 0 = no limit
 	Constraints  Constraints
 	// Progress, if set, is called from Solve's goroutine as t_max candidates are
 	// processed, with done ≤ total; the last call has done == total.
@@ -46,7 +48,7 @@ func (o Options) validate(layers int, c Cluster) error {
 	if o.Microbatches <= 0 {
 		return fmt.Errorf("dp: %d micro-batches, want at least 1", o.Microbatches)
 	}
-	if o.Schedule != OneFOneB && o.Schedule != GPipe {
+	if o.Schedule != program.OneFOneB && o.Schedule != program.GPipe {
 		return fmt.Errorf("dp: unknown pipeline schedule %d", int(o.Schedule))
 	}
 	if o.MaxStages < 0 {

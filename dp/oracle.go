@@ -1,6 +1,10 @@
 package dp
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/autopar/autopar/program"
+)
 
 // Oracle prices one pipeline stage. In production it is the intra-operator sharding pass
 // (one ILP per call); in tests, synthetic tables. [Solve] calls it once per (layer range,
@@ -36,34 +40,12 @@ func (c StageCost) validate() error {
 
 const maxFinite = 1.7976931348623157e308
 
-// Schedule is the pipeline schedule; it decides how many micro-batches' activations a stage
-// holds at its peak.
-type Schedule int
-
-const (
-	// OneFOneB is 1F1B (PipeDream-flush): stage i of S starts at most S−i micro-batches before
-	// their backward runs. It is the zero value because it is the one to use.
-	OneFOneB Schedule = iota
-	// GPipe runs every forward before any backward, so every stage holds all B micro-batches.
-	GPipe
-)
-
-func (s Schedule) String() string {
-	switch s {
-	case OneFOneB:
-		return "1F1B"
-	case GPipe:
-		return "GPipe"
-	}
-	return fmt.Sprintf("Schedule(%d)", int(s))
-}
-
 // InFlight is the number of micro-batches whose activations a stage keeps alive at its peak
 // when it has remaining stages at and after it (S−i for stage i of S, 0-based) and the
 // iteration runs b micro-batches. Under 1F1B it is min(remaining, b): a stage cannot hold
 // more micro-batches than exist. Under GPipe it is b.
-func InFlight(s Schedule, remaining, b int) int {
-	if s == GPipe || remaining > b {
+func InFlight(s program.Schedule, remaining, b int) int {
+	if s == program.GPipe || remaining > b {
 		return b
 	}
 	return remaining

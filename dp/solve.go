@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/autopar/autopar/program"
 )
 
 // Stage is one pipeline stage of a plan.
@@ -41,7 +43,7 @@ type Stats struct {
 type MemoryError struct {
 	Layers       int
 	Cluster      Cluster
-	Schedule     Schedule
+	Schedule     program.Schedule
 	Microbatches int
 	Need         float64 // the least MemoryPerDevice for which some plan fits
 }

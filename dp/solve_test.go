@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/autopar/autopar/program"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +34,7 @@ func randomInstance(rng *rand.Rand, seed uint64, adversarialCosts bool) instance
 	if adversarialCosts {
 		in.o = adversarial{seed}
 	}
-	in.opts = Options{Microbatches: []int{1, 4, 8}[rng.IntN(3)], Schedule: Schedule(rng.IntN(2))}
+	in.opts = Options{Microbatches: []int{1, 4, 8}[rng.IntN(3)], Schedule: program.Schedule(rng.IntN(2))}
 	if rng.IntN(4) == 0 {
 		in.opts.MaxStages = 1 + rng.IntN(3)
 	}
@@ -139,7 +140,7 @@ func TestStepSearchMatchesPlainLoop(t *testing.T) {
 		if seed%3 == 0 {
 			o = adversarial{seed}
 		}
-		opts := Options{Microbatches: []int{1, 2, 4, 8, 32}[rng.IntN(5)], Schedule: Schedule(rng.IntN(2))}
+		opts := Options{Microbatches: []int{1, 2, 4, 8, 32}[rng.IntN(5)], Schedule: program.Schedule(rng.IntN(2))}
 		got, err := Solve(context.Background(), layers, c, o, opts)
 		want, werr := solve(context.Background(), layers, c, o, opts, true)
 		if werr != nil {

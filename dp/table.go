@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/autopar/autopar/program"
 )
 
 // levels describes the first index of the recurrence, s = stages remaining. Memory depends
@@ -29,7 +31,7 @@ func newLevels(layers int, c Cluster, o Options) levels {
 		lv.top = len(o.Constraints.Boundaries) - 1
 	case o.MaxStages > 0:
 		lv.top = min(o.MaxStages, most)
-	case o.Schedule == GPipe:
+	case o.Schedule == program.GPipe:
 		lv.top, lv.open = 1, true
 	default:
 		lv.top, lv.open = min(o.Microbatches, most), true

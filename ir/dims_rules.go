@@ -48,6 +48,16 @@ func dimsBroadcasting(args []Type, _ Attrs, res Type) Dims {
 	return b.d
 }
 
+// dimsDropout fixes every dim: an element's mask depends on its global element index, which
+// the local compute of a shard does not have.
+func dimsDropout(args []Type, at Attrs, res Type) Dims {
+	d := dimsBroadcasting(args, at, res)
+	for l := range d.Fixed {
+		d.Fixed[l] = true
+	}
+	return d
+}
+
 func dimsMatMul(args []Type, _ Attrs, _ Type) Dims {
 	var b dimsBuilder
 	m := b.label(args[0].Shape[0], false)
@@ -227,11 +237,13 @@ func dimsReshape(args []Type, _ Attrs, res Type) Dims {
 }
 
 // dimsGather: the ids' dims lead the result, the table's trailing dims end it. The vocabulary
-// dim is fixed here; a sharding rule may split it with a masked lookup and a sum.
+// dim is contracted: a shard of the table's rows looks up the ids it holds (at its offset)
+// and gives zeros for the others, so the shards' results sum to the lookup (Megatron's
+// vocab-parallel embedding; the row's Partial is a sum and codegen emits the mask).
 func dimsGather(args []Type, _ Attrs, _ Type) Dims {
 	var b dimsBuilder
 	table, ids := args[0].Shape, args[1].Shape
-	v := b.label(table[0], true)
+	v := b.label(table[0], false)
 	idl := b.labels(ids)
 	rest := b.labels(table[1:])
 	b.d.Operands = [][]int{append([]int{v}, rest...), idl}

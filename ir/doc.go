@@ -4,8 +4,14 @@
 // A Graph is a list of Values in topological order; each Value is produced by one op from
 // earlier Values. Every op is one row of the op table (see OpDef): its name, arity,
 // attributes, shape rule, einsum-style dims signature and FLOP count. Everything downstream —
-// the parser, the builder, autodiff, the sharding strategies, the interpreter — reads the row
-// rather than switching over ops, so a new op is one row plus its kernel.
+// the parser, the builder, autodiff, the sharding strategies, the layer clustering, codegen,
+// the interpreter — reads the row rather than switching over ops. The row also holds the
+// facts the parallelizer needs beyond the dims signature: how partial results combine
+// (Partial: none, sum or max; Partial.Lowerable says which the program's collectives finish),
+// whether the op is Heavy (counted by clustering, never replicated under Alpa's cost
+// convention) and whether it is a Follower (merged into its operand by the sharding ILP). A
+// new op is its constant and row (table.go), its kernel and, if differentiable, its
+// gradient rule.
 //
 // ir knows nothing about devices, meshes or costs beyond FLOPs.
 //

@@ -87,3 +87,56 @@ func TestAppendRefusesResultsPastMaxElements(t *testing.T) {
 	_, err = g.Declare(OpParam, "big", Type{F64, Shape{1 << 40, 1 << 20}}, -1, Pos{})
 	require.ErrorContains(t, err, "has more than 2^50 elements")
 }
+
+// TestTableFacts checks the per-op facts against each other: a heavy op is a contraction
+// or convolution whose partials sum, a follower is never heavy, a leaf has no facts, and
+// an op with a partial kind has a label its dims signature contracts (here on a small
+// instance of each).
+func TestTableFacts(t *testing.T) {
+	for _, op := range AllOps() {
+		d := op.Def()
+		if d.Heavy {
+			assert.Equal(t, PartialSum, d.Partial, "%s is heavy: its partials must sum", op)
+			assert.False(t, d.Follower, "%s is heavy and a follower", op)
+		}
+		if d.Category == CatLeaf {
+			assert.False(t, d.Heavy || d.Follower || d.Partial != PartialNone, "leaf %s has per-op facts", op)
+		}
+	}
+	assert.True(t, PartialSum.Lowerable())
+	assert.False(t, PartialMax.Lowerable())
+	assert.False(t, PartialNone.Lowerable())
+	assert.Equal(t, "max", OpReduceMax.Def().Partial.String())
+	// An op whose dims contract an unfixed label must say how its partials combine.
+	x := Type{F32, Shape{4, 6}}
+	ids := Type{I32, Shape{4}}
+	for _, c := range []struct {
+		op   Op
+		args []Type
+		at   Attrs
+	}{
+		{OpMatMul, []Type{x, {F32, Shape{6, 2}}}, nil},
+		{OpReduceSum, []Type{x}, Attrs{}.With("axes", []int{1})},
+		{OpReduceMax, []Type{x}, Attrs{}.With("axes", []int{1})},
+		{OpGather, []Type{{F32, Shape{10, 3}}, ids}, nil},
+		{OpScatterAdd, []Type{ids, {F32, Shape{4, 3}}}, Attrs{}.With("rows", 10)},
+		{OpSoftmax, []Type{x}, Attrs{}.With("axis", 1)},
+		{OpSparseCrossEntropy, []Type{x, ids}, nil},
+		{OpRelu, []Type{x}, nil},
+	} {
+		args := make([]Arg, len(c.args))
+		for i, a := range c.args {
+			args[i] = Arg{Name: "a", Type: a}
+		}
+		res, at, err := InferType(c.op, args, c.at)
+		require.NoError(t, err, c.op.String())
+		dims := c.op.Def().Dims(c.args, at, res)
+		free := 0
+		for _, l := range dims.Contracted() {
+			if !dims.Fixed[l] {
+				free++
+			}
+		}
+		assert.Equal(t, free > 0, c.op.Def().Partial != PartialNone, "%s: dims %s, partial %s", c.op, dims, c.op.Def().Partial)
+	}
+}

@@ -5,91 +5,15 @@ import (
 	"strings"
 )
 
-// Op names one row of the op table.
-type Op uint8
-
-// The ops. The order is the table's order and is not part of any file format: the text form
-// uses names.
-const (
-	OpInvalid Op = iota
-
-	// Leaves.
-	OpParam    // a trained parameter, declared with its type
-	OpInput    // a data input, declared with its type and batch dim
-	OpState    // optimizer state, declared with its type
-	OpConstant // a tensor filled with one value
-	OpIota     // index along one axis, for masks and one-hots
-
-	// Elementwise, numpy broadcasting.
-	OpAdd
-	OpSub
-	OpMul
-	OpDiv
-	OpMax
-	OpEq
-	OpNe
-	OpLt
-	OpLe
-	OpGt
-	OpGe
-	OpWhere
-	OpNeg
-	OpExp
-	OpLog
-	OpTanh
-	OpRelu
-	OpGelu
-	OpSigmoid
-	OpSqrt
-	OpRsqrt
-	OpCast
-	OpDropout
-
-	// Contractions.
-	OpMatMul
-	OpEinsum
-
-	// Reductions and row-wise ops.
-	OpReduceSum
-	OpReduceMax
-	OpReduceMean
-	OpSoftmax
-	OpLogSoftmax
-	OpCumsum
-	OpLayerNorm
-	OpBatchNorm
-
-	// Layout.
-	OpReshape
-	OpTranspose
-	OpBroadcast
-	OpSlice
-	OpConcat
-
-	// Special.
-	OpGather
-	OpScatterAdd
-	OpSparseCrossEntropy
-	OpConv2D
-	OpConv2DInputGrad
-	OpConv2DFilterGrad
-	OpMaxPool
-	OpMaxPoolGrad
-	OpAvgPool
-	OpAvgPoolGrad
-
-	numOps
-)
-
-// Category groups ops by how they behave downstream: which ones are followers to merge,
-// which carry the heavy FLOPs, which need a special sharding rule.
+// Category groups ops into the families of the table's sections. Downstream passes read the
+// row's own facts (Partial, Heavy, Follower), not the category.
 type Category uint8
 
 // The op categories.
 const (
 	CatLeaf        Category = iota + 1 // param, input, state, constant, iota
 	CatElementwise                     // one output element per aligned input elements
-	CatContraction                     // matmul, einsum: the heavy ops
+	CatContraction                     // matmul, einsum
 	CatReduce                          // reductions and row-wise normalizations
 	CatLayout                          // moves data without arithmetic
 	CatSpecial                         // gather, cross-entropy, conv, pooling and their grads
@@ -123,7 +47,48 @@ type OpDef struct {
 	Dims func(args []Type, at Attrs, res Type) Dims
 	// FLOPs counts the floating-point operations of one instance.
 	FLOPs func(args []Type, at Attrs, res Type) float64
+
+	// Partial says how the op's results on the shards of a split contracted label (a label
+	// of Dims in some operand but not in the result, and not Fixed) combine into the whole
+	// result. PartialNone: such a split is not valid.
+	Partial Partial
+	// Heavy marks the ops that carry a model's FLOPs (contractions, convolutions): the
+	// layer clustering counts them, and under Alpa's cost convention the sharding pass
+	// never lets them replicate work on a mesh axis.
+	Heavy bool
+	// Follower marks the ops the sharding pass merges into their largest operand (Alpa's
+	// followers): elementwise, reduction and row-wise ops, and the layout ops that only
+	// rename dims.
+	Follower bool
 }
+
+// Partial is how the results of one op on the shards of a split contracted label combine.
+type Partial uint8
+
+// The partial kinds.
+const (
+	// PartialNone: the op cannot run on shards of a contracted label.
+	PartialNone Partial = iota
+	// PartialSum: the results add up (contractions, sums, convolutions, scatter_add, gather
+	// on a shard of its table's rows, masked: codegen/local.go); a sum-all-reduce or a
+	// reduce-scatter finishes them. reduce_mean, run locally, is rescaled by its local over
+	// global count first.
+	PartialSum
+	// PartialMax: the result is the elementwise max of the shards' results (reduce_max).
+	// Finishing it needs a max all-reduce, which the program's instruction set does not
+	// have (its all_reduce and reduce_scatter sum), so the sharding pass does not offer it
+	// and codegen refuses it: see Lowerable.
+	PartialMax
+)
+
+var partialNames = [...]string{PartialNone: "none", PartialSum: "sum", PartialMax: "max"}
+
+func (p Partial) String() string { return partialNames[p] }
+
+// Lowerable reports whether a partial of this kind can be finished by the collectives of
+// the program's instruction set, which sum: the one statement of it that the sharding pass
+// (which offers a contracted split only then) and codegen (which refuses any other) read.
+func (p Partial) Lowerable() bool { return p == PartialSum }
 
 func (d *OpDef) attrSpec(name string) *AttrSpec {
 	for i := range d.Attrs {

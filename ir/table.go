@@ -1,7 +1,87 @@
 package ir
 
-// The op table: one row per op. A new op is a row here plus its kernel (runtime/kernels)
-// and, if differentiable, its gradient rule (passes).
+// The op table: one row per op, holding every fact about the op that the compiler uses:
+// its shape rule, dims signature and FLOPs, how its partial results combine (Partial),
+// whether it is heavy and whether it follows its operand in the sharding ILP. The sharding
+// pass, the layer clustering and codegen read these rows rather than lists of their own. A
+// new op is its constant and its row here, its kernel (runtime/kernels, registered once by
+// op) and, if differentiable, its gradient rule (passes); docs/DECISIONS.md counts the files.
+
+// Op names one row of the op table.
+type Op uint8
+
+// The ops, one per row of opTable below (same order). The order is not part of any file
+// format: the text form uses names.
+const (
+	OpInvalid Op = iota
+
+	// Leaves.
+	OpParam    // a trained parameter, declared with its type
+	OpInput    // a data input, declared with its type and batch dim
+	OpState    // optimizer state, declared with its type
+	OpConstant // a tensor filled with one value
+	OpIota     // index along one axis, for masks and one-hots
+
+	// Elementwise, numpy broadcasting.
+	OpAdd
+	OpSub
+	OpMul
+	OpDiv
+	OpMax
+	OpEq
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+	OpWhere
+	OpNeg
+	OpExp
+	OpLog
+	OpTanh
+	OpRelu
+	OpGelu
+	OpSigmoid
+	OpSqrt
+	OpRsqrt
+	OpCast
+	OpDropout
+
+	// Contractions.
+	OpMatMul
+	OpEinsum
+
+	// Reductions and row-wise ops.
+	OpReduceSum
+	OpReduceMax
+	OpReduceMean
+	OpSoftmax
+	OpLogSoftmax
+	OpCumsum
+	OpLayerNorm
+	OpBatchNorm
+
+	// Layout.
+	OpReshape
+	OpTranspose
+	OpBroadcast
+	OpSlice
+	OpConcat
+
+	// Special.
+	OpGather
+	OpScatterAdd
+	OpSparseCrossEntropy
+	OpConv2D
+	OpConv2DInputGrad
+	OpConv2DFilterGrad
+	OpMaxPool
+	OpMaxPoolGrad
+	OpAvgPool
+	OpAvgPoolGrad
+
+	numOps
+)
 
 var (
 	stateAttrs = []AttrSpec{{Name: "type", Kind: AttrType}}
@@ -29,23 +109,24 @@ func leaf(name string, attrs []AttrSpec) OpDef {
 }
 
 func arith(name string) OpDef {
-	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferArith(name), Dims: dimsBroadcasting, FLOPs: perResult(1)}
+	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferArith(name), Dims: dimsBroadcasting, FLOPs: perResult(1), Follower: true}
 }
 
 func compare(name string) OpDef {
-	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferCompare(name), Dims: dimsBroadcasting, FLOPs: perResult(1)}
+	return OpDef{Name: name, Category: CatElementwise, Arity: 2, Infer: inferCompare(name), Dims: dimsBroadcasting, FLOPs: perResult(1), Follower: true}
 }
 
 func unary(name string, flops float64) OpDef {
-	return OpDef{Name: name, Category: CatElementwise, Arity: 1, Infer: inferUnaryFloat(name), Dims: dimsBroadcasting, FLOPs: perResult(flops)}
+	return OpDef{Name: name, Category: CatElementwise, Arity: 1, Infer: inferUnaryFloat(name), Dims: dimsBroadcasting, FLOPs: perResult(flops), Follower: true}
 }
 
-func reduce(name string, floatOnly bool) OpDef {
-	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axesAttr, Infer: inferReduce(name, floatOnly), Dims: dimsReduce, FLOPs: perOperand(1)}
+func reduce(name string, floatOnly bool, partial Partial) OpDef {
+	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axesAttr, Infer: inferReduce(name, floatOnly), Dims: dimsReduce, FLOPs: perOperand(1),
+		Partial: partial, Follower: true}
 }
 
 func alongAxis(name string, flops float64) OpDef {
-	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axisAttr, Infer: inferAlongAxis(name), Dims: dimsAlongAxis, FLOPs: perResult(flops)}
+	return OpDef{Name: name, Category: CatReduce, Arity: 1, Attrs: axisAttr, Infer: inferAlongAxis(name), Dims: dimsAlongAxis, FLOPs: perResult(flops), Follower: true}
 }
 
 func pool(name string) OpDef {
@@ -70,8 +151,8 @@ var opTable = [numOps]OpDef{
 	OpLe:      compare("le"),
 	OpGt:      compare("gt"),
 	OpGe:      compare("ge"),
-	OpWhere:   {Name: "where", Category: CatElementwise, Arity: 3, Infer: inferWhere, Dims: dimsBroadcasting, FLOPs: perResult(1)},
-	OpNeg:     {Name: "neg", Category: CatElementwise, Arity: 1, Infer: inferNeg, Dims: dimsBroadcasting, FLOPs: perResult(1)},
+	OpWhere:   {Name: "where", Category: CatElementwise, Arity: 3, Infer: inferWhere, Dims: dimsBroadcasting, FLOPs: perResult(1), Follower: true},
+	OpNeg:     {Name: "neg", Category: CatElementwise, Arity: 1, Infer: inferNeg, Dims: dimsBroadcasting, FLOPs: perResult(1), Follower: true},
 	OpExp:     unary("exp", 4),
 	OpLog:     unary("log", 4),
 	OpTanh:    unary("tanh", 6),
@@ -80,33 +161,33 @@ var opTable = [numOps]OpDef{
 	OpSigmoid: unary("sigmoid", 5),
 	OpSqrt:    unary("sqrt", 2),
 	OpRsqrt:   unary("rsqrt", 2),
-	OpCast:    {Name: "cast", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "to", Kind: AttrDType}}, Infer: inferCast, Dims: dimsBroadcasting, FLOPs: noFLOPs},
-	OpDropout: {Name: "dropout", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "rate", Kind: AttrFloat}, {Name: "seed", Kind: AttrInt}}, Infer: inferDropout, Dims: dimsBroadcasting, FLOPs: perResult(2)},
+	OpCast:    {Name: "cast", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "to", Kind: AttrDType}}, Infer: inferCast, Dims: dimsBroadcasting, FLOPs: noFLOPs, Follower: true},
+	OpDropout: {Name: "dropout", Category: CatElementwise, Arity: 1, Attrs: []AttrSpec{{Name: "rate", Kind: AttrFloat}, {Name: "seed", Kind: AttrInt}}, Infer: inferDropout, Dims: dimsDropout, FLOPs: perResult(2), Follower: true},
 
-	OpMatMul: {Name: "matmul", Category: CatContraction, Arity: 2, Infer: inferMatMul, Dims: dimsMatMul, FLOPs: contractionFLOPs(dimsMatMul)},
-	OpEinsum: {Name: "einsum", Category: CatContraction, Arity: 1, Variadic: true, Attrs: []AttrSpec{{Name: "spec", Kind: AttrString}}, Infer: inferEinsum, Dims: dimsEinsum, FLOPs: contractionFLOPs(dimsEinsum)},
+	OpMatMul: {Name: "matmul", Category: CatContraction, Arity: 2, Infer: inferMatMul, Dims: dimsMatMul, FLOPs: contractionFLOPs(dimsMatMul), Partial: PartialSum, Heavy: true},
+	OpEinsum: {Name: "einsum", Category: CatContraction, Arity: 1, Variadic: true, Attrs: []AttrSpec{{Name: "spec", Kind: AttrString}}, Infer: inferEinsum, Dims: dimsEinsum, FLOPs: contractionFLOPs(dimsEinsum), Partial: PartialSum, Heavy: true},
 
-	OpReduceSum:  reduce("reduce_sum", false),
-	OpReduceMax:  reduce("reduce_max", false),
-	OpReduceMean: reduce("reduce_mean", true),
+	OpReduceSum:  reduce("reduce_sum", false, PartialSum),
+	OpReduceMax:  reduce("reduce_max", false, PartialMax),
+	OpReduceMean: reduce("reduce_mean", true, PartialSum),
 	OpSoftmax:    alongAxis("softmax", 5),
 	OpLogSoftmax: alongAxis("log_softmax", 5),
 	OpCumsum:     alongAxis("cumsum", 1),
-	OpLayerNorm:  {Name: "layer_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("layer_norm", layerNormChannel), Dims: dimsNorm(layerNormChannel, false), FLOPs: perResult(8)},
-	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsNorm(batchNormChannel, true), FLOPs: perResult(8)},
+	OpLayerNorm:  {Name: "layer_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("layer_norm", layerNormChannel), Dims: dimsNorm(layerNormChannel, false), FLOPs: perResult(8), Follower: true},
+	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsNorm(batchNormChannel, true), FLOPs: perResult(8), Follower: true},
 
-	OpReshape:   {Name: "reshape", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts}}, Infer: inferReshape, Dims: dimsReshape, FLOPs: noFLOPs},
-	OpTranspose: {Name: "transpose", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}}, Infer: inferTranspose, Dims: dimsTranspose, FLOPs: noFLOPs},
-	OpBroadcast: {Name: "broadcast", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "dims", Kind: AttrInts}, {Name: "shape", Kind: AttrInts}}, Infer: inferBroadcast, Dims: dimsBroadcast, FLOPs: noFLOPs},
+	OpReshape:   {Name: "reshape", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts}}, Infer: inferReshape, Dims: dimsReshape, FLOPs: noFLOPs, Follower: true},
+	OpTranspose: {Name: "transpose", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}}, Infer: inferTranspose, Dims: dimsTranspose, FLOPs: noFLOPs, Follower: true},
+	OpBroadcast: {Name: "broadcast", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "dims", Kind: AttrInts}, {Name: "shape", Kind: AttrInts}}, Infer: inferBroadcast, Dims: dimsBroadcast, FLOPs: noFLOPs, Follower: true},
 	OpSlice:     {Name: "slice", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "limit", Kind: AttrInts}, {Name: "start", Kind: AttrInts}}, Infer: inferSlice, Dims: dimsSlice, FLOPs: noFLOPs},
 	OpConcat:    {Name: "concat", Category: CatLayout, Arity: 1, Variadic: true, Attrs: axisAttr, Infer: inferConcat, Dims: dimsConcat, FLOPs: noFLOPs},
 
-	OpGather:             {Name: "gather", Category: CatSpecial, Arity: 2, Infer: inferGather, Dims: dimsGather, FLOPs: perResult(1)},
-	OpScatterAdd:         {Name: "scatter_add", Category: CatSpecial, Arity: 2, Attrs: []AttrSpec{{Name: "rows", Kind: AttrInt}}, Infer: inferScatterAdd, Dims: dimsScatterAdd, FLOPs: perOperandN(1, 1)},
+	OpGather:             {Name: "gather", Category: CatSpecial, Arity: 2, Infer: inferGather, Dims: dimsGather, FLOPs: perResult(1), Partial: PartialSum},
+	OpScatterAdd:         {Name: "scatter_add", Category: CatSpecial, Arity: 2, Attrs: []AttrSpec{{Name: "rows", Kind: AttrInt}}, Infer: inferScatterAdd, Dims: dimsScatterAdd, FLOPs: perOperandN(1, 1), Partial: PartialSum},
 	OpSparseCrossEntropy: {Name: "sparse_cross_entropy", Category: CatSpecial, Arity: 2, Infer: inferCrossEntropy, Dims: dimsCrossEntropy, FLOPs: perOperand(5)},
-	OpConv2D:             {Name: "conv2d", Category: CatSpecial, Arity: 2, Attrs: convAttrs, Infer: inferConv, Dims: dimsConv, FLOPs: convFLOPs},
-	OpConv2DInputGrad:    {Name: "conv2d_input_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "shape", Kind: AttrInts}), Infer: inferConvInputGrad, Dims: dimsConvInputGrad, FLOPs: convInputGradFLOPs},
-	OpConv2DFilterGrad:   {Name: "conv2d_filter_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "kernel", Kind: AttrInts}), Infer: inferConvFilterGrad, Dims: dimsConvFilterGrad, FLOPs: convFilterGradFLOPs},
+	OpConv2D:             {Name: "conv2d", Category: CatSpecial, Arity: 2, Attrs: convAttrs, Infer: inferConv, Dims: dimsConv, FLOPs: convFLOPs, Partial: PartialSum, Heavy: true},
+	OpConv2DInputGrad:    {Name: "conv2d_input_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "shape", Kind: AttrInts}), Infer: inferConvInputGrad, Dims: dimsConvInputGrad, FLOPs: convInputGradFLOPs, Partial: PartialSum, Heavy: true},
+	OpConv2DFilterGrad:   {Name: "conv2d_filter_grad", Category: CatSpecial, Arity: 2, Attrs: withAttrs(convAttrs, AttrSpec{Name: "kernel", Kind: AttrInts}), Infer: inferConvFilterGrad, Dims: dimsConvFilterGrad, FLOPs: convFilterGradFLOPs, Partial: PartialSum, Heavy: true},
 	OpMaxPool:            pool("max_pool"),
 	OpMaxPoolGrad:        {Name: "max_pool_grad", Category: CatSpecial, Arity: 2, Attrs: poolAttrs, Infer: inferMaxPoolGrad, Dims: dimsPool, FLOPs: poolFLOPs},
 	OpAvgPool:            pool("avg_pool"),

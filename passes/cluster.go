@@ -94,11 +94,12 @@ func forwardOps(g *ir.Graph) []ir.ValueID {
 	return fwd
 }
 
+// defaultLayers is one layer per heavy forward op (the op table's Heavy: contractions and
+// convolutions), between 1 and 16.
 func defaultLayers(g *ir.Graph, fwd []ir.ValueID) int {
 	n := 0
 	for _, id := range fwd {
-		switch g.Values[id].Op {
-		case ir.OpMatMul, ir.OpEinsum, ir.OpConv2D:
+		if g.Values[id].Op.Def().Heavy {
 			n++
 		}
 	}

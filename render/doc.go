@@ -1,7 +1,7 @@
 // Package render draws a compiled plan so that a person can check it: the sharded training
 // step as a Graphviz graph, and the pipeline schedule as an SVG Gantt chart.
 //
-// Graph turns an autopar.Plan into a *dot.Graph (github.com/emicklei/dot): one cluster per
+// Graph turns a plan.Plan into a *dot.Graph (github.com/emicklei/dot): one cluster per
 // pipeline stage labelled with its submesh, logical mesh, devices and time; ops coloured by
 // stage; every value showing its sharding spec; the resharding collectives a consumer
 // needs written on the edge that needs them, priced with mesh.ReshardCost; send/recv on

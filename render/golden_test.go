@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/plan"
 )
 
 // planCase is a small plan compiled in the test, so the goldens follow the compiler.
@@ -32,7 +33,7 @@ var compiled sync.Map
 
 // compilePlan returns a fresh copy of the case's plan (tests may break it), read back from
 // the plan.json the compiler wrote.
-func compilePlan(t testing.TB, c planCase) *autopar.Plan {
+func compilePlan(t testing.TB, c planCase) *plan.Plan {
 	t.Helper()
 	data, ok := compiled.Load(c.name)
 	if !ok {
@@ -40,13 +41,13 @@ func compilePlan(t testing.TB, c planCase) *autopar.Plan {
 		require.NoError(t, compileFresh(t, c).WriteJSON(&buf))
 		data, _ = compiled.LoadOrStore(c.name, buf.Bytes())
 	}
-	p, err := autopar.ReadPlan(bytes.NewReader(data.([]byte)))
+	p, err := plan.ReadPlan(bytes.NewReader(data.([]byte)))
 	require.NoError(t, err)
 	return p
 }
 
 // compileFresh compiles the case's plan.
-func compileFresh(t testing.TB, c planCase) *autopar.Plan {
+func compileFresh(t testing.TB, c planCase) *plan.Plan {
 	t.Helper()
 	g, err := frontend.ParseFile(filepath.Join("..", "testdata", "models", c.model+".ir"))
 	require.NoError(t, err)
@@ -54,5 +55,5 @@ func compileFresh(t testing.TB, c planCase) *autopar.Plan {
 	require.NoError(t, err)
 	p, err := autopar.Compile(context.Background(), g, cl, c.opts)
 	require.NoError(t, err)
-	return p
+	return &p.Plan
 }

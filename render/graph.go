@@ -7,9 +7,9 @@ import (
 
 	"github.com/emicklei/dot"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/units"
 )
 
@@ -44,10 +44,10 @@ const (
 // colour. Edges carry the resharding collectives between a producer's spec and the spec its
 // consumer reads, and send/recv across stages. The same plan gives byte-identical DOT.
 //
-// p must come from autopar.Compile or autopar.ReadPlan (it needs the training step). A
+// p must come from autopar.Compile or plan.ReadPlan (it needs the training step). A
 // plan whose values do not fit the step (a spec of the wrong rank, an operand no stage
 // holds, a split the mesh cannot divide) is an error, never a picture.
-func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
+func Graph(p *plan.Plan, opts Options) (*dot.Graph, error) {
 	ix, err := newIndex(p)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func Graph(p *autopar.Plan, opts Options) (*dot.Graph, error) {
 }
 
 // planTitle is the graph's caption: the model, the cluster and the predicted step.
-func planTitle(p *autopar.Plan) string {
+func planTitle(p *plan.Plan) string {
 	return fmt.Sprintf("%s on %s (%d×%d devices), batch %d in %d micro-batches (%s): predicted step %s\n"+
 		"edges: forward values and gradients crossing, per micro-batch (dashed: no forward value), the update's per step; red: send/recv between stages",
 		p.Model, p.Cluster.Name, p.Cluster.Hosts, p.Cluster.DevicesPerHost, p.Batch, p.Microbatches,
@@ -90,7 +90,7 @@ func planTitle(p *autopar.Plan) string {
 }
 
 // stageLabel is a stage cluster's caption: submesh, logical mesh, devices and time.
-func stageLabel(p *autopar.Plan, s int) string {
+func stageLabel(p *plan.Plan, s int) string {
 	st := &p.Stages[s]
 	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device",
 		s, st.FirstLayer, st.LastLayer, st.Submesh.Hosts, st.Submesh.Devices, st.Logical[0], st.Logical[1],
@@ -158,7 +158,7 @@ func drawOps(g *dot.Graph, clusters []*dot.Graph, ix *index, edges []edge, opts 
 }
 
 // checkFilters rejects a stage or layer the plan does not have.
-func checkFilters(p *autopar.Plan, opts Options) error {
+func checkFilters(p *plan.Plan, opts Options) error {
 	if s := opts.Stage; s != nil && (*s < 0 || *s >= len(p.Stages)) {
 		return fmt.Errorf("render: --stage %d: the plan has %d stages, expected 0 to %d", *s, len(p.Stages), len(p.Stages)-1)
 	}
@@ -202,7 +202,7 @@ func localShape(lm *mesh.LogicalMesh, t ir.Type, spec mesh.Spec) string {
 // opNode draws value v of stage s: its name, op and global type, and its spec with the
 // shape each device holds. Graph inputs and
 // constants are ellipses, ops boxes; the tooltip holds the strategy and its costs.
-func opNode(c *dot.Graph, s int, val *ir.Value, v autopar.ValuePlan, lm *mesh.LogicalMesh, nt mesh.Notation) dot.Node {
+func opNode(c *dot.Graph, s int, val *ir.Value, v plan.ValuePlan, lm *mesh.LogicalMesh, nt mesh.Notation) dot.Node {
 	n := c.Node(fmt.Sprintf("s%d:%s", s, v.Name))
 	n.Label(fmt.Sprintf("%s\n%s %s\n%s%s", v.Name, v.Op, val.Type, specText(v.Spec, nt), localShape(lm, val.Type, v.Spec)))
 	shape := "box"

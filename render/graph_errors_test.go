@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/plan"
 )
 
 // The same plan, compiled twice or written and read back, gives byte-identical DOT.
@@ -18,7 +18,7 @@ func TestGraphIsDeterministic(t *testing.T) {
 	a, b := compileFresh(t, c), compileFresh(t, c)
 	var buf bytes.Buffer
 	require.NoError(t, a.WriteJSON(&buf))
-	back, err := autopar.ReadPlan(&buf)
+	back, err := plan.ReadPlan(&buf)
 	require.NoError(t, err)
 	for _, ops := range []bool{false, true} {
 		ga, err := Graph(a, Options{Ops: ops})
@@ -67,14 +67,14 @@ func TestGraphCrossStageEdges(t *testing.T) {
 func TestGraphRejectsBadPlans(t *testing.T) {
 	tests := []struct {
 		name   string
-		break_ func(p *autopar.Plan)
+		break_ func(p *plan.Plan)
 		opts   Options
 		want   string
 	}{
-		{"spec of the wrong rank", func(p *autopar.Plan) {
+		{"spec of the wrong rank", func(p *plan.Plan) {
 			p.Stages[0].Values[0].Spec = mesh.MustParseSpec("RRR")
 		}, Options{}, "has 3 dims, expected 2"},
-		{"operand specs missing one", func(p *autopar.Plan) {
+		{"operand specs missing one", func(p *plan.Plan) {
 			for i, v := range p.Stages[0].Values {
 				if len(v.In) > 1 {
 					p.Stages[0].Values[i].In = v.In[:1]
@@ -82,7 +82,7 @@ func TestGraphRejectsBadPlans(t *testing.T) {
 				}
 			}
 		}, Options{}, "operand specs, expected"},
-		{"operand nobody holds", func(p *autopar.Plan) {
+		{"operand nobody holds", func(p *plan.Plan) {
 			for s := range p.Stages {
 				vals := p.Stages[s].Values
 				for i, v := range vals {
@@ -92,7 +92,7 @@ func TestGraphRejectsBadPlans(t *testing.T) {
 				}
 			}
 		}, Options{Ops: true}, "which no stage of the plan lists"},
-		{"spec using an axis twice", func(p *autopar.Plan) {
+		{"spec using an axis twice", func(p *plan.Plan) {
 			for s, st := range p.Stages {
 				for i, v := range st.Values {
 					if v.Name == "l1.fc.matmul" {
@@ -101,11 +101,11 @@ func TestGraphRejectsBadPlans(t *testing.T) {
 				}
 			}
 		}, Options{}, "l1.fc.matmul operand 0"},
-		{"too many nodes", func(p *autopar.Plan) {}, Options{Ops: true, MaxNodes: 10}, "op view of mlp (every stage, every layer) has 80 nodes, more than the limit of 10"},
-		{"too many nodes in a stage", func(p *autopar.Plan) {}, Options{Ops: true, MaxNodes: 10, Stage: ptr(0)}, "(stage 0, every layer) has"},
-		{"no such stage", func(p *autopar.Plan) {}, Options{Ops: true, Stage: ptr(7)}, "--stage 7: the plan has 3 stages, expected 0 to 2"},
-		{"no such layer", func(p *autopar.Plan) {}, Options{Ops: true, Layer: ptr(-1)}, "--layer -1: the plan has"},
-		{"layer of another stage", func(p *autopar.Plan) {}, Options{Ops: true, Stage: ptr(0), Layer: ptr(3)}, "--layer 3 is not in stage 0"},
+		{"too many nodes", func(p *plan.Plan) {}, Options{Ops: true, MaxNodes: 10}, "op view of mlp (every stage, every layer) has 80 nodes, more than the limit of 10"},
+		{"too many nodes in a stage", func(p *plan.Plan) {}, Options{Ops: true, MaxNodes: 10, Stage: ptr(0)}, "(stage 0, every layer) has"},
+		{"no such stage", func(p *plan.Plan) {}, Options{Ops: true, Stage: ptr(7)}, "--stage 7: the plan has 3 stages, expected 0 to 2"},
+		{"no such layer", func(p *plan.Plan) {}, Options{Ops: true, Layer: ptr(-1)}, "--layer -1: the plan has"},
+		{"layer of another stage", func(p *plan.Plan) {}, Options{Ops: true, Stage: ptr(0), Layer: ptr(3)}, "--layer 3 is not in stage 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +116,7 @@ func TestGraphRejectsBadPlans(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := Graph(&autopar.Plan{}, Options{})
+	_, err := Graph(&plan.Plan{}, Options{})
 	assert.ErrorIs(t, err, errNoStep)
 	_, err = Graph(nil, Options{})
 	assert.ErrorIs(t, err, errNoStep)

@@ -4,15 +4,15 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/plan"
 )
 
 // index is what the graph views need to know about a plan: where each of the step's
 // values is listed and on which logical mesh each stage runs.
 type index struct {
-	p      *autopar.Plan
+	p      *plan.Plan
 	step   *ir.Graph
 	meshes []*mesh.LogicalMesh
 	// pos[s][id] is the position of value id in p.Stages[s].Values, or -1.
@@ -25,9 +25,9 @@ type index struct {
 }
 
 // errNoStep is returned for a plan built by hand rather than read or compiled.
-var errNoStep = errors.New("render: the plan has no training step, expected one from autopar.Compile or autopar.ReadPlan")
+var errNoStep = errors.New("render: the plan has no training step, expected one from autopar.Compile or plan.ReadPlan")
 
-func newIndex(p *autopar.Plan) (*index, error) {
+func newIndex(p *plan.Plan) (*index, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
@@ -65,7 +65,7 @@ func newIndex(p *autopar.Plan) (*index, error) {
 	return ix, nil
 }
 
-func firstDevice(st *autopar.Stage) mesh.DeviceID {
+func firstDevice(st *plan.Stage) mesh.DeviceID {
 	if len(st.Devices) == 0 {
 		return 0 // NewLogicalMeshAt then reports the submesh; Devices is only its origin
 	}
@@ -74,7 +74,7 @@ func firstDevice(st *autopar.Stage) mesh.DeviceID {
 
 // checkSpecs rejects a value whose specs do not match its tensor's rank or its operand
 // count: drawing such a plan would draw something the plan does not say.
-func checkSpecs(g *ir.Graph, id ir.ValueID, v autopar.ValuePlan) error {
+func checkSpecs(g *ir.Graph, id ir.ValueID, v plan.ValuePlan) error {
 	val := g.Value(id)
 	if err := specFits(v.Spec, val.Type); err != nil {
 		return fmt.Errorf("value %s: %w", v.Name, err)
@@ -101,7 +101,7 @@ func specFits(s mesh.Spec, t ir.Type) error {
 }
 
 // value returns the plan entry of value id in stage s; id must be listed there.
-func (ix *index) value(s int, id ir.ValueID) *autopar.ValuePlan {
+func (ix *index) value(s int, id ir.ValueID) *plan.ValuePlan {
 	k := ix.pos[s][id]
 	if k < 0 {
 		panic(fmt.Sprintf("render: value %s is not listed in stage %d", ix.step.Value(id).Name, s))

@@ -3,8 +3,8 @@ package render
 import (
 	"fmt"
 
-	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/plan"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/units"
 )
 
@@ -23,7 +23,7 @@ type stageTimes struct {
 // (a backward computes two matmuls per forward one: the gradients of the input and of the
 // weight). The communication share of each block is the stage's (communication +
 // resharding) / total cost.
-func timesOf(p *autopar.Plan, s int, ph []phase) stageTimes {
+func timesOf(p *plan.Plan, s int, ph []phase) stageTimes {
 	st := &p.Stages[s]
 	var t stageTimes
 	for _, v := range st.Values {
@@ -46,12 +46,12 @@ func timesOf(p *autopar.Plan, s int, ph []phase) stageTimes {
 // its backward of k likewise waits for the next stage's backward of k. Every device of a
 // stage gets the stage's blocks. The gaps are the pipeline bubbles.
 //
-// p must come from autopar.Compile or autopar.ReadPlan.
-func Predict(p *autopar.Plan) (*Schedule, error) {
+// p must come from autopar.Compile or plan.ReadPlan.
+func Predict(p *plan.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
-	sched, err := codegen.ParseSchedule(p.Schedule)
+	sched, err := program.ParseSchedule(p.Schedule)
 	if err != nil {
 		return nil, fmt.Errorf("render: plan: %w", err)
 	}
@@ -86,7 +86,7 @@ type span struct {
 // simulate runs the stages' task orders against each other: a task starts once its
 // stage's previous task and the task it receives from have ended. It panics if the orders
 // deadlock, which stageOrder's orders never do.
-func simulate(sched codegen.Schedule, S, B int, times []stageTimes) [][]span {
+func simulate(sched program.Schedule, S, B int, times []stageTimes) [][]span {
 	orders := make([][]task, S)
 	for s := range orders {
 		orders[s] = stageOrder(sched, S, s, B)

@@ -4,16 +4,15 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/autopar/autopar/program"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/autopar/autopar/codegen"
 )
 
 // With S equal stages and B micro-batches, both schedules take (B+S−1)(f+b) and then the
 // update: the textbook pipeline with its (S−1)(f+b) bubble.
 func TestSimulateUniformStages(t *testing.T) {
-	for _, sched := range []codegen.Schedule{codegen.GPipe, codegen.OneFOneB} {
+	for _, sched := range []program.Schedule{program.GPipe, program.OneFOneB} {
 		for _, sb := range [][2]int{{1, 1}, {1, 4}, {2, 4}, {4, 4}, {4, 8}, {3, 2}} {
 			S, B := sb[0], sb[1]
 			t.Run(fmt.Sprintf("%s/S%d/B%d", sched, S, B), func(t *testing.T) {
@@ -36,7 +35,7 @@ func TestSimulateUniformStages(t *testing.T) {
 // receives from, on unequal stages too.
 func TestSimulateRespectsDependencies(t *testing.T) {
 	times := []stageTimes{{fwd: 1, bwd: 2}, {fwd: 3, bwd: 6, update: 1}, {fwd: 0.5, bwd: 1}}
-	for _, sched := range []codegen.Schedule{codegen.GPipe, codegen.OneFOneB} {
+	for _, sched := range []program.Schedule{program.GPipe, program.OneFOneB} {
 		spans := simulate(sched, len(times), 5, times)
 		ends := map[[3]int]float64{}
 		for s, ss := range spans {

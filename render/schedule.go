@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/plan"
+	"github.com/autopar/autopar/program"
 )
 
 // BlockKind is what a block of a timeline shows.
@@ -70,7 +70,7 @@ func (s *Schedule) End() float64 {
 
 // rowsOf lists every device of p's cluster with the stage that runs on it, stage by
 // stage so that the pipeline reads top to bottom; devices no stage uses come last.
-func rowsOf(p *autopar.Plan) []Row {
+func rowsOf(p *plan.Plan) []Row {
 	n := p.Cluster.Hosts * p.Cluster.DevicesPerHost
 	rows := make([]Row, n)
 	for d := range rows {
@@ -159,10 +159,10 @@ type task struct {
 }
 
 // stageOrder is the order stage i of s runs its tasks in: codegen's own schedule loops
-// (codegen.StageLoops) expanded, the prologue left out (it holds no task's work).
-func stageOrder(sched codegen.Schedule, s, i, b int) []task {
+// (program.StageLoops) expanded, the prologue left out (it holds no task's work).
+func stageOrder(sched program.Schedule, s, i, b int) []task {
 	var out []task
-	for _, l := range codegen.StageLoops(sched, s, i, b) {
+	for _, l := range program.StageLoops(sched, s, i, b) {
 		for k := l.From; k < l.To; k++ {
 			for _, c := range l.Body {
 				if t, ok := blockTask(c.Block, k+c.Shift); ok {
@@ -178,11 +178,11 @@ func stageOrder(sched codegen.Schedule, s, i, b int) []task {
 // prologue is none.
 func blockTask(block, mb int) (task, bool) {
 	switch block {
-	case codegen.BlockForward:
+	case program.BlockForward:
 		return task{Forward, mb}, true
-	case codegen.BlockBackward:
+	case program.BlockBackward:
 		return task{Backward, mb}, true
-	case codegen.BlockUpdate:
+	case program.BlockUpdate:
 		return task{Update, -1}, true
 	}
 	return task{}, false

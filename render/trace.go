@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/plan"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/units"
 )
@@ -34,7 +34,7 @@ type traceEvent struct {
 //
 // A trace that is not JSON, has no instruction events, or whose instructions are not the
 // ones p's programs have at those places (a trace of another plan) is an error.
-func ReadTrace(r io.Reader, p *autopar.Plan) (*Schedule, error) {
+func ReadTrace(r io.Reader, p *plan.Plan) (*Schedule, error) {
 	if p == nil || p.Step() == nil {
 		return nil, errNoStep
 	}
@@ -76,8 +76,8 @@ func decodeTrace(r io.Reader) ([]traceEvent, error) {
 }
 
 // traceSchedule folds decoded events into the Schedule of plan p, whose programs are progs.
-func traceSchedule(evs []traceEvent, p *autopar.Plan, progs []*codegen.Program) (*Schedule, error) {
-	byDev := map[int]*codegen.Program{}
+func traceSchedule(evs []traceEvent, p *plan.Plan, progs []*program.Program) (*Schedule, error) {
+	byDev := map[int]*program.Program{}
 	for _, prog := range progs {
 		byDev[int(prog.Device)] = prog
 	}
@@ -101,7 +101,7 @@ const maxTraceMicros = 365 * 24 * 3600 * 1e6
 
 // checkEvents keeps the instruction events, checks each against the plan's programs, and
 // returns them per device in time order with times in seconds from the first event.
-func checkEvents(evs []traceEvent, progs map[int]*codegen.Program) (map[int][]traceEvent, error) {
+func checkEvents(evs []traceEvent, progs map[int]*program.Program) (map[int][]traceEvent, error) {
 	out := map[int][]traceEvent{}
 	t0 := math.Inf(1)
 	n := 0
@@ -173,19 +173,19 @@ func argText(v int, ok bool) string {
 	return strconv.Itoa(v)
 }
 
-func isComm(k codegen.Kind) bool {
-	return k.IsCollective() || k == codegen.Send || k == codegen.Recv
+func isComm(k program.Kind) bool {
+	return k.IsCollective() || k == program.Send || k == program.Recv
 }
 
 // eventTask is the task an executed instruction belongs to: its block's (the prologue
 // counts as the forward of micro-batch 0, which it opens), with the micro-batch the event
 // says the block ran for.
-func eventTask(prog *codegen.Program, e traceEvent) task {
+func eventTask(prog *program.Program, e traceEvent) task {
 	j := prog.BlockOf(e.Args["instr"])
 	if j < 0 || len(prog.Blocks) == 0 {
 		return task{Update, -1}
 	}
-	if j == codegen.BlockPrologue { // its loads are the first forward's
+	if j == program.BlockPrologue { // its loads are the first forward's
 		return task{Forward, 0}
 	}
 	if t, ok := blockTask(j, e.Args["mb"]); ok {
@@ -201,7 +201,7 @@ func eventTask(prog *codegen.Program, e traceEvent) task {
 // with are waits for the previous stage more than transfers (in-process, a transfer is a
 // copy), so the bar starts after them and their time shows as a gap: the bubble; the
 // tooltip says how long the task waited.
-func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
+func traceBlocks(row int, evs []traceEvent, prog *program.Program) []Block {
 	var out []Block
 	var bar, comm *Block
 	var cur task
@@ -239,10 +239,10 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 		instrs++
 		bar.End = max(bar.End, e.Ts+e.Dur)
 		switch {
-		case leading && in.Kind == codegen.Recv:
+		case leading && in.Kind == program.Recv:
 			waited += e.Dur
 			bar.Start = bar.End
-		case leading && in.Kind == codegen.Free:
+		case leading && in.Kind == program.Free:
 		case leading:
 			leading = false
 			fallthrough
@@ -256,7 +256,7 @@ func traceBlocks(row int, evs []traceEvent, prog *codegen.Program) []Block {
 
 // commRun extends the run of communication instructions with e, starts one, or (for an
 // instruction other than a free) closes it.
-func commRun(comm **Block, comms *int, row int, t task, in *codegen.Instr, e traceEvent, closeComm func()) {
+func commRun(comm **Block, comms *int, row int, t task, in *program.Instr, e traceEvent, closeComm func()) {
 	switch {
 	case isComm(in.Kind) && *comm == nil:
 		*comm = &Block{Row: row, Kind: Comm, Microbatch: t.mb, Start: e.Ts, End: e.Ts + e.Dur}
@@ -264,7 +264,7 @@ func commRun(comm **Block, comms *int, row int, t task, in *codegen.Instr, e tra
 	case isComm(in.Kind):
 		(*comm).End = max((*comm).End, e.Ts+e.Dur)
 		*comms++
-	case in.Kind != codegen.Free:
+	case in.Kind != program.Free:
 		closeComm()
 	}
 }

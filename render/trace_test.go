@@ -12,15 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/internal/golden"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/plan"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
 
 // runTrace runs one step of p on the runtime with tracing on and returns its trace JSON.
-func runTrace(t *testing.T, p *autopar.Plan) []byte {
+func runTrace(t *testing.T, p *plan.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -60,7 +61,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 			p := compilePlan(t, c)
 			s, err := ReadTrace(bytes.NewReader(runTrace(t, p)), p)
 			require.NoError(t, err)
-			sched, err := codegen.ParseSchedule(p.Schedule)
+			sched, err := program.ParseSchedule(p.Schedule)
 			require.NoError(t, err)
 			bars := taskBars(s)
 			for r, row := range s.Rows {
@@ -79,7 +80,7 @@ func TestReadTraceFollowsTheSchedule(t *testing.T) {
 // syntheticTrace is a trace of p's programs where the i-th executed instruction of every
 // device starts at i µs and lasts 1 µs (3 µs for a recv, to show a wait): deterministic,
 // for goldens.
-func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
+func syntheticTrace(t testing.TB, p *plan.Plan) []byte {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -97,11 +98,11 @@ func syntheticTrace(t testing.TB, p *autopar.Plan) []byte {
 		ts := 0.0
 		for i, mb := range prog.Execution {
 			in := &prog.Instrs[i]
-			if in.Kind == codegen.Free {
+			if in.Kind == program.Free {
 				continue // as runtime.WriteTrace leaves them out
 			}
 			dur := 1.0
-			if in.Kind == codegen.Recv {
+			if in.Kind == program.Recv {
 				dur = 3
 			}
 			evs = append(evs, ev{Name: runtime.EventName(prog, i, mb), Cat: in.Kind.String(), Ph: "X", Ts: ts, Dur: dur,
@@ -131,7 +132,7 @@ func TestReadTraceErrors(t *testing.T) {
 	other := compilePlan(t, planCases[0])
 	progs, err := p.Programs()
 	require.NoError(t, err)
-	var dev0 *codegen.Program
+	var dev0 *program.Program
 	for _, prog := range progs {
 		if prog.Device == 0 {
 			dev0 = prog
@@ -143,7 +144,7 @@ func TestReadTraceErrors(t *testing.T) {
 	updName, updInstr := runtime.EventName(dev0, upd, -1), strconv.Itoa(upd)
 	tests := []struct {
 		name, trace string
-		plan        *autopar.Plan
+		plan        *plan.Plan
 		want        string
 	}{
 		{"not json", "{", p, "not Chrome trace-event JSON"},
@@ -169,6 +170,6 @@ func TestReadTraceErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err = ReadTrace(strings.NewReader(good), &autopar.Plan{})
+	_, err = ReadTrace(strings.NewReader(good), &plan.Plan{})
 	assert.ErrorIs(t, err, errNoStep)
 }

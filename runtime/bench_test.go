@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -19,14 +19,14 @@ func BenchmarkInstructionOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("instrs=%d", 2*n+2), func(b *testing.B) {
 			t := typ(ir.F32, 1)
 			bl := newBuilder(0)
-			one := bl.def("one", t, codegen.Instr{Kind: codegen.Constant, Value: 1})
-			x := bl.def("x0", t, codegen.Instr{Kind: codegen.Constant, Value: 0})
+			one := bl.def("one", t, program.Instr{Kind: program.Constant, Value: 1})
+			x := bl.def("x0", t, program.Instr{Kind: program.Constant, Value: 0})
 			for i := range n {
 				y := bl.compute(fmt.Sprintf("x%d", i+1), t, ir.OpAdd, nil, x, one)
 				bl.free(x)
 				x = y
 			}
-			progs := []*codegen.Program{bl.p}
+			progs := []*program.Program{bl.p}
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := Run(context.Background(), progs, nil, Options{}); err != nil {

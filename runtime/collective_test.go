@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -20,7 +20,7 @@ func at2(x *kernels.Tensor, i, j int) float64 { return x.At(i*x.Type.Shape[1] + 
 // reference computes, with plain loops, what device r must hold after collective k on the
 // rank-2 inputs xs: the serial definition each transport is checked against. Sums run in
 // rank order, so f64 results must match bit for bit.
-func reference(k codegen.Kind, xs []*kernels.Tensor, r int) *kernels.Tensor {
+func reference(k program.Kind, xs []*kernels.Tensor, r int) *kernels.Tensor {
 	n := len(xs)
 	rows, cols := xs[0].Type.Shape[0], xs[0].Type.Shape[1]
 	sum := func(i, j int) float64 {
@@ -33,14 +33,14 @@ func reference(k codegen.Kind, xs []*kernels.Tensor, r int) *kernels.Tensor {
 	var shape ir.Shape
 	var val func(i, j int) float64
 	switch k {
-	case codegen.AllReduce:
+	case program.AllReduce:
 		shape, val = ir.Shape{rows, cols}, sum
-	case codegen.AllGather: // along axis 1
+	case program.AllGather: // along axis 1
 		shape, val = ir.Shape{rows, cols * n}, func(i, j int) float64 { return at2(xs[j/cols], i, j%cols) }
-	case codegen.ReduceScatter: // along axis 0
+	case program.ReduceScatter: // along axis 0
 		b := rows / n
 		shape, val = ir.Shape{b, cols}, func(i, j int) float64 { return sum(r*b+i, j) }
-	case codegen.AllToAll: // split 0, concat 1
+	case program.AllToAll: // split 0, concat 1
 		b := rows / n
 		shape, val = ir.Shape{b, cols * n}, func(i, j int) float64 { return at2(xs[j/cols], r*b+i, j%cols) }
 	}
@@ -53,14 +53,14 @@ func reference(k codegen.Kind, xs []*kernels.Tensor, r int) *kernels.Tensor {
 	return out
 }
 
-var meshKind = map[codegen.Kind]mesh.Collective{
-	codegen.AllReduce: mesh.AllReduce, codegen.AllGather: mesh.AllGather,
-	codegen.ReduceScatter: mesh.ReduceScatter, codegen.AllToAll: mesh.AllToAll,
+var meshKind = map[program.Kind]mesh.Collective{
+	program.AllReduce: mesh.AllReduce, program.AllGather: mesh.AllGather,
+	program.ReduceScatter: mesh.ReduceScatter, program.AllToAll: mesh.AllToAll,
 }
 
 // collectiveRun runs collective k over n devices on inputs of type t and returns the inputs
 // and the result.
-func collectiveRun(t *testing.T, k codegen.Kind, n int, in ir.Type) ([]*kernels.Tensor, *Result) {
+func collectiveRun(t *testing.T, k program.Kind, n int, in ir.Type) ([]*kernels.Tensor, *Result) {
 	t.Helper()
 	data := Data{}
 	xs := make([]*kernels.Tensor, n)
@@ -71,15 +71,15 @@ func collectiveRun(t *testing.T, k codegen.Kind, n int, in ir.Type) ([]*kernels.
 		data[feed] = xs[d]
 		b := newBuilder(DeviceID(d))
 		x := b.load(feed, in)
-		instr := codegen.Instr{Kind: k, Args: []codegen.BufferID{x}, Group: devices(n), Axis: 0, ConcatAxis: 1}
-		if k == codegen.AllGather {
+		instr := program.Instr{Kind: k, Args: []program.BufferID{x}, Group: devices(n), Axis: 0, ConcatAxis: 1}
+		if k == program.AllGather {
 			instr.Axis = 1
 		}
 		out := x
-		if k == codegen.AllReduce {
+		if k == program.AllReduce {
 			b.emit(instr)
 		} else {
-			outT, ok := codegen.CollectiveOut(k, in, n, instr.Axis, instr.ConcatAxis)
+			outT, ok := program.CollectiveOut(k, in, n, instr.Axis, instr.ConcatAxis)
 			require.True(t, ok)
 			out = b.def("out", outT, instr)
 		}
@@ -93,14 +93,14 @@ func collectiveRun(t *testing.T, k codegen.Kind, n int, in ir.Type) ([]*kernels.
 
 func TestCollectivesMatchSerialReference(t *testing.T) {
 	in := typ(ir.F64, 8, 16)
-	for _, k := range []codegen.Kind{codegen.AllReduce, codegen.AllGather, codegen.ReduceScatter, codegen.AllToAll} {
+	for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll} {
 		for _, n := range []int{1, 2, 4, 8} {
 			t.Run(fmt.Sprintf("%s/n=%d", k, n), func(t *testing.T) {
 				xs, res := collectiveRun(t, k, n, in)
 				// B as mesh.SentFraction defines it: each device's input for the reductions,
 				// the union of the blocks for all-gather and all-to-all.
 				b := float64(in.Bytes())
-				if k == codegen.AllGather || k == codegen.AllToAll {
+				if k == program.AllGather || k == program.AllToAll {
 					b *= float64(n)
 				}
 				want := mesh.BytesSent(meshKind[k], n, b)
@@ -113,7 +113,7 @@ func TestCollectivesMatchSerialReference(t *testing.T) {
 					assert.Equal(t, int64(want), st.BytesSent, "device %d sent", d)
 					assert.Equal(t, int64(want), st.BytesReceived, "device %d received", d)
 					peak := in.Bytes() + got.Type.Bytes()
-					if k == codegen.AllReduce {
+					if k == program.AllReduce {
 						peak = in.Bytes()
 					}
 					assert.Equal(t, peak, st.PeakBytes, "device %d peak", d)
@@ -130,10 +130,10 @@ func TestCollectivesMatchSerialReference(t *testing.T) {
 func TestAllReduceUnevenChunks(t *testing.T) {
 	in := typ(ir.F64, 5, 3) // 15 elements over 4 devices: chunks of 3, 4, 4, 4
 	n := 4
-	xs, res := collectiveRun(t, codegen.AllReduce, n, in)
+	xs, res := collectiveRun(t, program.AllReduce, n, in)
 	sizes := []int64{3, 4, 4, 4}
 	for d := range n {
-		assert.Equal(t, reference(codegen.AllReduce, xs, d).F64, res.Stores[fmt.Sprintf("out.d%d", d)].F64)
+		assert.Equal(t, reference(program.AllReduce, xs, d).F64, res.Stores[fmt.Sprintf("out.d%d", d)].F64)
 		want := (15 - sizes[d] + int64(n-1)*sizes[d]) * 8
 		assert.Equal(t, want, res.Devices[d].BytesSent, "device %d", d)
 		assert.Equal(t, want, res.Devices[d].BytesReceived, "device %d", d)
@@ -143,7 +143,7 @@ func TestAllReduceUnevenChunks(t *testing.T) {
 // f32 sums run in float32 through the kernels' add, in rank order, and agree on every rank.
 func TestAllReduceF32RankOrder(t *testing.T) {
 	in := typ(ir.F32, 4, 4)
-	xs, res := collectiveRun(t, codegen.AllReduce, 4, in)
+	xs, res := collectiveRun(t, program.AllReduce, 4, in)
 	want := make([]float32, 16)
 	for i := range want {
 		s := xs[0].F32[i]
@@ -171,16 +171,16 @@ func TestCollectiveSequences(t *testing.T) {
 		b := newBuilder(DeviceID(d))
 		x := b.load(feed, in)
 		for range 3 { // x := 3 successive all-reduces over all, then one over the pair
-			b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{x}, Group: devices(n)})
+			b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{x}, Group: devices(n)})
 		}
-		b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{x}, Group: pairs[d/2]})
+		b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{x}, Group: pairs[d/2]})
 		b.store(fmt.Sprintf("out.d%d", d), x)
 		bs[d] = b
 	}
 	res, err := Run(context.Background(), programs(bs), data, Options{})
 	require.NoError(t, err)
 	// After the first all-reduce every device holds S; then 4S, 16S; the pair sum gives 32S.
-	s := reference(codegen.AllReduce, []*kernels.Tensor{data["x.d0"], data["x.d1"], data["x.d2"], data["x.d3"]}, 0)
+	s := reference(program.AllReduce, []*kernels.Tensor{data["x.d0"], data["x.d1"], data["x.d2"], data["x.d3"]}, 0)
 	for d := range n {
 		got := res.Stores[fmt.Sprintf("out.d%d", d)]
 		for i, v := range s.F64 {

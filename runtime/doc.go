@@ -1,4 +1,4 @@
-// Package runtime executes per-device programs (codegen.Program): one goroutine per device,
+// Package runtime executes per-device programs (program.Program): one goroutine per device,
 // each running its program's blocks in the schedule's order (expanded lazily: a device holds
 // the buffers of the step and one set per micro-batch in flight, never the unrolled step),
 // with its own buffers, exchanging data only through a Transport, so that the

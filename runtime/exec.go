@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // device executes one program. Only its own goroutine touches it during a run.
 type device struct {
-	prog  *codegen.Program
+	prog  *program.Program
 	data  Data
 	opts  *Options
 	start time.Time // the run's start, the origin of trace times
@@ -46,7 +46,7 @@ type mbState struct {
 // caller cancelled; Run reports the cause, never this.
 var errStopped = errors.New("runtime: stopped")
 
-func newDevice(p *codegen.Program, data Data, opts *Options, start time.Time) *device {
+func newDevice(p *program.Program, data Data, opts *Options, start time.Time) *device {
 	d := &device{prog: p, data: data, opts: opts, start: start, mb: -1,
 		bufs: make([]*kernels.Tensor, len(p.Buffers)), attrs: make([]ir.Attrs, len(p.Instrs)),
 		slot: make([]int, len(p.Buffers)), mbBufs: map[int]*mbState{}}
@@ -60,7 +60,7 @@ func newDevice(p *codegen.Program, data Data, opts *Options, start time.Time) *d
 	}
 	for i := range p.Instrs {
 		in := &p.Instrs[i]
-		if in.Kind != codegen.Compute {
+		if in.Kind != program.Compute {
 			continue
 		}
 		args := make([]ir.Arg, len(in.Args))
@@ -113,7 +113,7 @@ func (d *device) run(ctx context.Context) (err error) {
 }
 
 // buf returns buffer b of the running block: the step's, or its micro-batch's.
-func (d *device) buf(b codegen.BufferID) *kernels.Tensor {
+func (d *device) buf(b program.BufferID) *kernels.Tensor {
 	if s := d.slot[b]; s >= 0 {
 		if st := d.mbBufs[d.mb]; st != nil {
 			return st.bufs[s]
@@ -124,7 +124,7 @@ func (d *device) buf(b codegen.BufferID) *kernels.Tensor {
 }
 
 // setBuf sets buffer b of the running block (x nil: frees it).
-func (d *device) setBuf(b codegen.BufferID, x *kernels.Tensor) {
+func (d *device) setBuf(b program.BufferID, x *kernels.Tensor) {
 	s := d.slot[b]
 	if s < 0 {
 		d.bufs[b] = x
@@ -153,38 +153,38 @@ func (d *device) fail(pc int, err error, peers []DeviceID) error {
 		Pos: d.prog.Pos(pc), Peers: peers, Err: err}
 }
 
-func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
+func (d *device) exec(ctx context.Context, pc int, in *program.Instr) error {
 	var (
 		out *kernels.Tensor
 		err error
 	)
 	switch in.Kind {
-	case codegen.Compute:
+	case program.Compute:
 		d.args = d.args[:0]
 		for _, b := range in.Args {
 			d.args = append(d.args, d.buf(b))
 		}
 		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, d.args)
-	case codegen.Constant:
+	case program.Constant:
 		out = kernels.New(d.prog.Buffers[in.Out].Type)
 		if in.Value != 0 {
 			for i := range out.Len() {
 				out.Set(i, in.Value)
 			}
 		}
-	case codegen.Load:
+	case program.Load:
 		out, err = d.load(in)
-	case codegen.Store:
+	case program.Store:
 		x := d.buf(in.Args[0])
 		d.stores = append(d.stores, storeRec{device: d.prog.Device, pos: d.prog.Pos(pc), name: in.Name,
 			full: in.Full, off: in.Offsets, block: x.Clone()})
-	case codegen.Accumulate:
+	case program.Accumulate:
 		acc := d.buf(in.Args[0])
 		var sum *kernels.Tensor
 		if sum, err = kernels.Eval(ir.OpAdd, nil, acc.Type, []*kernels.Tensor{acc, d.buf(in.Args[1])}); err == nil {
 			d.setBuf(in.Args[0], sum)
 		}
-	case codegen.Free:
+	case program.Free:
 		for _, b := range in.Args {
 			d.setBuf(b, nil)
 			d.live -= d.prog.Buffers[b].Type.Bytes()
@@ -201,18 +201,15 @@ func (d *device) exec(ctx context.Context, pc int, in *codegen.Instr) error {
 	return nil
 }
 
-func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
+func (d *device) load(in *program.Instr) (*kernels.Tensor, error) {
 	want := d.prog.Buffers[in.Out].Type
 	if blocks, ok := d.resident[in.Name]; ok {
-		off := codegen.LoadOffsets(in, d.mb)
+		off := program.LoadOffsets(in, d.mb)
 		for _, b := range blocks {
 			if inside(off, want.Shape, b.off, b.block.Type.Shape) {
 				rel := make([]int, len(off))
 				for k := range off {
 					rel[k] = off[k] - b.off[k]
-				}
-				if b.device != d.prog.Device {
-					d.stats.PeerBytes += want.Bytes()
 				}
 				return sliceBlock(b.block, rel, want.Shape)
 			}
@@ -229,7 +226,7 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 	if err := feed.Check(); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
-	x, err := sliceBlock(feed, codegen.LoadOffsets(in, d.mb), want.Shape)
+	x, err := sliceBlock(feed, program.LoadOffsets(in, d.mb), want.Shape)
 	if err != nil {
 		return nil, fmt.Errorf("feed %s: %w", in.Name, err)
 	}
@@ -238,7 +235,7 @@ func (d *device) load(in *codegen.Instr) (*kernels.Tensor, error) {
 }
 
 // communicate runs a collective or a transfer on the transport, under the wait timeout.
-func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) error {
+func (d *device) communicate(ctx context.Context, pc int, in *program.Instr) error {
 	wctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
 	tr := d.opts.Transport
@@ -252,18 +249,18 @@ func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) err
 		x = d.buf(in.Args[0])
 	}
 	switch in.Kind {
-	case codegen.AllReduce:
+	case program.AllReduce:
 		x, traffic, err = tr.AllReduce(wctx, self, in.Group, x)
-	case codegen.AllGather:
+	case program.AllGather:
 		x, traffic, err = tr.AllGather(wctx, self, in.Group, in.Axis, x)
-	case codegen.ReduceScatter:
+	case program.ReduceScatter:
 		x, traffic, err = tr.ReduceScatter(wctx, self, in.Group, in.Axis, x)
-	case codegen.AllToAll:
+	case program.AllToAll:
 		x, traffic, err = tr.AllToAll(wctx, self, in.Group, in.Axis, in.ConcatAxis, x)
-	case codegen.Send:
-		traffic, err = tr.Send(wctx, self, in.Peer, codegen.TransferTag(in, d.mb), x)
-	case codegen.Recv:
-		x, traffic, err = tr.Recv(wctx, self, in.Peer, codegen.TransferTag(in, d.mb))
+	case program.Send:
+		traffic, err = tr.Send(wctx, self, in.Peer, program.TransferTag(in, d.mb), x)
+	case program.Recv:
+		x, traffic, err = tr.Recv(wctx, self, in.Peer, program.TransferTag(in, d.mb))
 	default:
 		panic(fmt.Sprintf("runtime: instruction kind %s passed validation but has no executor", in.Kind))
 	}
@@ -273,9 +270,9 @@ func (d *device) communicate(ctx context.Context, pc int, in *codegen.Instr) err
 		return d.waitFailed(ctx, pc, err)
 	}
 	switch in.Kind {
-	case codegen.AllReduce:
+	case program.AllReduce:
 		d.setBuf(in.Args[0], x)
-	case codegen.Send:
+	case program.Send:
 	default:
 		if want := d.prog.Buffers[in.Out].Type; !x.Type.Equal(want) {
 			return d.fail(pc, fmt.Errorf("received %s, expected %s", x.Type, want), nil)

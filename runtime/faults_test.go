@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -27,7 +27,7 @@ func runErr(t *testing.T, ctx context.Context, bs []*builder, data Data, opts Op
 func TestRecvWithoutSendTimesOut(t *testing.T) {
 	b0, b1 := newBuilder(0), newBuilder(1)
 	b0.recv("h", typ(ir.F32, 2), 1, "h", 3)
-	b1.def("c", typ(ir.F32, 2), codegen.Instr{Kind: codegen.Constant, Value: 1})
+	b1.def("c", typ(ir.F32, 2), program.Instr{Kind: program.Constant, Value: 1})
 	err, took := runErr(t, context.Background(), []*builder{b0, b1}, nil, Options{Timeout: 50 * time.Millisecond})
 	var de *DeviceError
 	require.ErrorAs(t, err, &de)
@@ -42,9 +42,9 @@ func TestCollectiveTimeoutNamesMissingPeer(t *testing.T) {
 	bs := make([]*builder, 4)
 	for d := range 4 {
 		bs[d] = newBuilder(DeviceID(d))
-		x := bs[d].def("x", typ(ir.F64, 4), codegen.Instr{Kind: codegen.Constant, Value: 1})
+		x := bs[d].def("x", typ(ir.F64, 4), program.Instr{Kind: program.Constant, Value: 1})
 		if d != 3 { // device 3 never joins
-			bs[d].emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{x}, Group: devices(4)})
+			bs[d].emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{x}, Group: devices(4)})
 		}
 	}
 	err, took := runErr(t, context.Background(), bs, nil, Options{Timeout: 50 * time.Millisecond})
@@ -64,11 +64,11 @@ func failingRun(t *testing.T, bad DeviceID, opts Options, fail func(b *builder))
 	bs := make([]*builder, 4)
 	for d := range 4 {
 		b := newBuilder(DeviceID(d))
-		x := b.def("x", typ(ir.F64, 4), codegen.Instr{Kind: codegen.Constant, Value: 1})
+		x := b.def("x", typ(ir.F64, 4), program.Instr{Kind: program.Constant, Value: 1})
 		if DeviceID(d) == bad {
 			fail(b)
 		}
-		b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{x}, Group: devices(4)})
+		b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{x}, Group: devices(4)})
 		bs[d] = b
 	}
 	err, took := runErr(t, context.Background(), bs, nil, opts)
@@ -79,8 +79,8 @@ func failingRun(t *testing.T, bad DeviceID, opts Options, fail func(b *builder))
 
 func TestKernelErrorStopsEveryDevice(t *testing.T) {
 	de, took := failingRun(t, 2, Options{}, func(b *builder) {
-		one := b.def("one", typ(ir.I64, 2), codegen.Instr{Kind: codegen.Constant, Value: 1})
-		zero := b.def("zero", typ(ir.I64, 2), codegen.Instr{Kind: codegen.Constant, Value: 0})
+		one := b.def("one", typ(ir.I64, 2), program.Instr{Kind: program.Constant, Value: 1})
+		zero := b.def("zero", typ(ir.I64, 2), program.Instr{Kind: program.Constant, Value: 0})
 		b.compute("q", typ(ir.I64, 2), ir.OpDiv, nil, one, zero)
 	})
 	assert.Equal(t, DeviceID(2), de.Device)
@@ -93,7 +93,7 @@ func TestKernelErrorStopsEveryDevice(t *testing.T) {
 // instruction (the kernels promise errors, not panics, but a bug may break that promise).
 type panickingTransport struct{ *InProc }
 
-func (p panickingTransport) Send(context.Context, DeviceID, DeviceID, codegen.Tag, *kernels.Tensor) (Traffic, error) {
+func (p panickingTransport) Send(context.Context, DeviceID, DeviceID, program.Tag, *kernels.Tensor) (Traffic, error) {
 	panic("boom")
 }
 
@@ -182,13 +182,13 @@ func TestRunErrors(t *testing.T) {
 		{"replicas disagree", func() []*builder {
 			bs := []*builder{newBuilder(0), newBuilder(1)}
 			for d, b := range bs {
-				b.store("out", b.def("c", f2, codegen.Instr{Kind: codegen.Constant, Value: float64(d)}))
+				b.store("out", b.def("c", f2, program.Instr{Kind: program.Constant, Value: float64(d)}))
 			}
 			return bs
 		}, nil, "device 1 stores 1 into out at element 0, but device 0 stored 0 there, expected replicas to agree"},
 		{"store leaves a gap", func() []*builder {
 			b := newBuilder(0)
-			b.emit(codegen.Instr{Kind: codegen.Store, Args: []codegen.BufferID{b.load("x", f2)}, Name: "out",
+			b.emit(program.Instr{Kind: program.Store, Args: []program.BufferID{b.load("x", f2)}, Name: "out",
 				Offsets: []int{1}, Full: typ(ir.F64, 4)})
 			return []*builder{b}
 		}, Data{"x": random(f2, 1)}, "stores to out leave 2 of 4 elements unwritten"},
@@ -210,7 +210,7 @@ func TestStoresAssemble(t *testing.T) {
 		b := newBuilder(DeviceID(d))
 		rows := 2 * (d / 2) // devices 0,1 hold rows 0-1, devices 2,3 rows 2-3: replicas in pairs
 		blk := b.load("x", typ(ir.F64, 2, 2), rows, 0)
-		b.emit(codegen.Instr{Kind: codegen.Store, Args: []codegen.BufferID{blk}, Name: "y", Offsets: []int{rows, 0}, Full: full})
+		b.emit(program.Instr{Kind: program.Store, Args: []program.BufferID{blk}, Name: "y", Offsets: []int{rows, 0}, Full: full})
 		bs[d] = b
 	}
 	res, err := Run(context.Background(), programs(bs), Data{"x": x}, Options{})
@@ -224,7 +224,7 @@ type countingTransport struct {
 	calls int
 }
 
-func (c *countingTransport) Send(ctx context.Context, self, peer DeviceID, tag codegen.Tag, x *kernels.Tensor) (Traffic, error) {
+func (c *countingTransport) Send(ctx context.Context, self, peer DeviceID, tag program.Tag, x *kernels.Tensor) (Traffic, error) {
 	c.calls++
 	return c.InProc.Send(ctx, self, peer, tag, x)
 }
@@ -252,7 +252,7 @@ type deafTransport struct {
 	release chan struct{}
 }
 
-func (d deafTransport) Recv(context.Context, DeviceID, DeviceID, codegen.Tag) (*kernels.Tensor, Traffic, error) {
+func (d deafTransport) Recv(context.Context, DeviceID, DeviceID, program.Tag) (*kernels.Tensor, Traffic, error) {
 	<-d.release
 	return nil, Traffic{}, errors.New("released")
 }
@@ -262,7 +262,7 @@ func TestTransportIgnoringContextDoesNotBlockRun(t *testing.T) {
 	t.Cleanup(func() { close(tr.release) }) // let the abandoned calls end before goleak looks
 	b0, b1 := newBuilder(0), newBuilder(1)
 	b0.recv("h", typ(ir.F32, 2), 1, "h", 0)
-	b1.def("c", typ(ir.F32, 2), codegen.Instr{Kind: codegen.Constant, Value: 1})
+	b1.def("c", typ(ir.F32, 2), program.Instr{Kind: program.Constant, Value: 1})
 	err, took := runErr(t, context.Background(), []*builder{b0, b1}, nil, Options{Transport: tr, Timeout: 50 * time.Millisecond})
 	var de *DeviceError
 	require.ErrorAs(t, err, &de)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -53,7 +53,7 @@ func NewInProc(devices []DeviceID) *InProc {
 // or a collective's group, sequence number and phase).
 type msgKey struct {
 	from  DeviceID
-	tag   codegen.Tag
+	tag   program.Tag
 	group string
 	seq   uint64
 	phase uint8
@@ -141,7 +141,7 @@ func (t *InProc) deviceAt(i int) DeviceID {
 }
 
 // Send implements Transport.
-func (t *InProc) Send(_ context.Context, self, peer DeviceID, tag codegen.Tag, x *kernels.Tensor) (Traffic, error) {
+func (t *InProc) Send(_ context.Context, self, peer DeviceID, tag program.Tag, x *kernels.Tensor) (Traffic, error) {
 	b, err := t.box(peer)
 	if err != nil {
 		return Traffic{}, err
@@ -151,7 +151,7 @@ func (t *InProc) Send(_ context.Context, self, peer DeviceID, tag codegen.Tag, x
 }
 
 // Recv implements Transport.
-func (t *InProc) Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag) (*kernels.Tensor, Traffic, error) {
+func (t *InProc) Recv(ctx context.Context, self, peer DeviceID, tag program.Tag) (*kernels.Tensor, Traffic, error) {
 	b, err := t.box(self)
 	if err != nil {
 		return nil, Traffic{}, err
@@ -169,7 +169,7 @@ func (t *InProc) Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag)
 // private to the call (no caller's buffer), and receivers only read them.
 func (t *InProc) exchange(ctx context.Context, self DeviceID, group []DeviceID, seq uint64, phase uint8,
 	out []*kernels.Tensor) ([]*kernels.Tensor, Traffic, error) {
-	me := codegen.Rank(group, self)
+	me := program.Rank(group, self)
 	if me < 0 {
 		return nil, Traffic{}, fmt.Errorf("group %v does not contain device %d", group, self)
 	}

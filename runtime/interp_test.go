@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
 )
@@ -41,7 +41,7 @@ func meshGraph(t *testing.T, rows, k, m int) *ir.Graph {
 // 1 splits w's columns (tensor parallel). Device (i, j) = 2i+j holds rows block i of x and
 // column block j of w; a is all-gathered along the tensor axis, s all-reduced over the
 // whole mesh, g all-reduced along the data axis.
-func meshPrograms(rows, k, m int) []*codegen.Program {
+func meshPrograms(rows, k, m int) []*program.Program {
 	r, c := rows/2, m/2
 	bs := make([]*builder, 4)
 	for d := range 4 {
@@ -54,14 +54,14 @@ func meshPrograms(rows, k, m int) []*codegen.Program {
 		h := b.compute("h", typ(ir.F64, r, c), ir.OpMatMul, nil, x, w)
 		a := b.compute("a", typ(ir.F64, r, c), ir.OpTanh, nil, h)
 		s := b.compute("s", typ(ir.F64), ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0, 1}), a)
-		b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{s}, Group: devices(4), Note: "s"})
+		b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{s}, Group: devices(4), Note: "s"})
 		b.store("s", s)
-		af := b.def("a.full", typ(ir.F64, r, m), codegen.Instr{Kind: codegen.AllGather, Args: []codegen.BufferID{a}, Group: tensorGroup, Axis: 1})
-		b.emit(codegen.Instr{Kind: codegen.Store, Args: []codegen.BufferID{af}, Name: "a", Offsets: []int{i * r, 0}, Full: typ(ir.F64, rows, m)})
+		af := b.def("a.full", typ(ir.F64, r, m), program.Instr{Kind: program.AllGather, Args: []program.BufferID{a}, Group: tensorGroup, Axis: 1})
+		b.emit(program.Instr{Kind: program.Store, Args: []program.BufferID{af}, Name: "a", Offsets: []int{i * r, 0}, Full: typ(ir.F64, rows, m)})
 		xt := b.compute("xt", typ(ir.F64, k, r), ir.OpTranspose, transposeAttrs, x)
 		gw := b.compute("g", typ(ir.F64, k, c), ir.OpMatMul, nil, xt, a)
-		b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{gw}, Group: dataGroup, Note: "g"})
-		b.emit(codegen.Instr{Kind: codegen.Store, Args: []codegen.BufferID{gw}, Name: "g", Offsets: []int{0, j * c}, Full: typ(ir.F64, k, m)})
+		b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{gw}, Group: dataGroup, Note: "g"})
+		b.emit(program.Instr{Kind: program.Store, Args: []program.BufferID{gw}, Name: "g", Offsets: []int{0, j * c}, Full: typ(ir.F64, k, m)})
 		b.free(x, w, h, a, s, af, xt, gw)
 		bs[d] = b
 	}

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -71,14 +71,11 @@ type DeviceStats struct {
 	// resident params and state count in neither: they stay on the device.
 	FeedBytes  int64
 	StoreBytes int64
-	// PeerBytes are the bytes a Session device's loads took from a replica's resident block
-	// rather than its own (see Session).
-	PeerBytes int64
 	// Instrs is the number of instructions executed.
 	Instrs int
-	// Count and Time are per instruction kind, indexed by codegen.Kind.
-	Count [codegen.NumKinds]int
-	Time  [codegen.NumKinds]time.Duration
+	// Count and Time are per instruction kind, indexed by program.Kind.
+	Count [program.NumKinds]int
+	Time  [program.NumKinds]time.Duration
 }
 
 // Run executes one program per device, each on its own goroutine with its own buffers,
@@ -91,7 +88,7 @@ type DeviceStats struct {
 // first failure as a *DeviceError naming the device and instruction. A cancelled ctx stops
 // every device and Run returns an error wrapping ctx's. Run never hangs while ctx and the
 // timeout are finite, even over a Transport that ignores its context.
-func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Options) (*Result, error) {
+func Run(ctx context.Context, programs []*program.Program, data Data, opts Options) (*Result, error) {
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
 	}
@@ -110,7 +107,7 @@ func Run(ctx context.Context, programs []*codegen.Program, data Data, opts Optio
 // prepare fills in opts' defaults: the timeout, and a fresh InProc over the programs'
 // devices when there is no transport (returned too, for its checks), or the guard around
 // another transport.
-func prepare(programs []*codegen.Program, opts Options) (Options, *InProc) {
+func prepare(programs []*program.Program, opts Options) (Options, *InProc) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -161,7 +158,7 @@ func runDevices(ctx context.Context, devs []*device, inproc *InProc, opts Option
 
 // checkPrograms validates every program and what they say about each other: one program per
 // device, and every group member and peer has a program.
-func checkPrograms(programs []*codegen.Program) error {
+func checkPrograms(programs []*program.Program) error {
 	if len(programs) == 0 {
 		return errors.New("runtime: no programs to run")
 	}
@@ -190,7 +187,7 @@ func checkPrograms(programs []*codegen.Program) error {
 		for i := range p.Instrs {
 			in := &p.Instrs[i]
 			peers := in.Group
-			if in.Kind == codegen.Send || in.Kind == codegen.Recv {
+			if in.Kind == program.Send || in.Kind == program.Recv {
 				peers = []DeviceID{in.Peer}
 			}
 			for _, d := range peers {

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -25,7 +25,7 @@ var transposeAttrs = ir.Attrs{}.With("perm", []int{1, 0})
 // dataParallel builds the programs of one data-parallel step of y = x·w on n devices: each
 // loads its rows of x and the whole w, computes its partial weight gradient xᵢᵀ·(xᵢ·w),
 // all-reduces it and stores it (replicated: every device stores the same result).
-func dataParallel(n int, dt ir.DType, rows, k, m int) []*codegen.Program {
+func dataParallel(n int, dt ir.DType, rows, k, m int) []*program.Program {
 	bs := make([]*builder, n)
 	r := rows / n
 	for d := range n {
@@ -38,7 +38,7 @@ func dataParallel(n int, dt ir.DType, rows, k, m int) []*codegen.Program {
 		g := b.compute("grad.w", typ(dt, k, m), ir.OpMatMul, nil, xt, y)
 		b.free(xt, y)
 		if n > 1 {
-			b.emit(codegen.Instr{Kind: codegen.AllReduce, Args: []codegen.BufferID{g}, Group: devices(n), Note: "grad.w"})
+			b.emit(program.Instr{Kind: program.AllReduce, Args: []program.BufferID{g}, Group: devices(n), Note: "grad.w"})
 		}
 		b.store("grad.w", g)
 		b.free(w, g)
@@ -86,21 +86,21 @@ func TestDataParallelMatMulEqualsSerial(t *testing.T) {
 			st := res.Devices[0]
 			assert.Equal(t, size*104, st.PeakBytes)
 			assert.Equal(t, size*k*m, st.BytesSent, "2(n-1)/n·B with n = 2")
-			assert.Equal(t, 3, st.Count[codegen.Compute])
+			assert.Equal(t, 3, st.Count[program.Compute])
 		})
 	}
 }
 
 // pipeline builds a chain of stages over n devices: stage s receives the activation of each
 // micro-batch from s−1, applies tanh(h·w_s), and sends it on; the last stage stores it.
-func pipeline(n, mbs, rows, width int) []*codegen.Program {
+func pipeline(n, mbs, rows, width int) []*program.Program {
 	bs := make([]*builder, n)
 	act := typ(ir.F64, rows, width)
 	for s := range n {
 		b := newBuilder(DeviceID(s))
 		w := b.load(fmt.Sprintf("w%d", s), typ(ir.F64, width, width))
 		for mb := range mbs {
-			var h codegen.BufferID
+			var h program.BufferID
 			if s == 0 {
 				h = b.load("x", act, mb*rows, 0)
 			} else {
@@ -112,7 +112,7 @@ func pipeline(n, mbs, rows, width int) []*codegen.Program {
 			if s < n-1 {
 				b.send(a, DeviceID(s+1), fmt.Sprintf("h%d", s+1), mb)
 			} else {
-				b.emit(codegen.Instr{Kind: codegen.Store, Args: []codegen.BufferID{a}, Name: "out",
+				b.emit(program.Instr{Kind: program.Store, Args: []program.BufferID{a}, Name: "out",
 					Offsets: []int{mb * rows, 0}, Full: typ(ir.F64, mbs*rows, width)})
 			}
 			b.free(a)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -41,7 +41,7 @@ type StoreBlock struct {
 //
 // It does not wait for sends still in flight, nor check that every send was received: that
 // is the transport's business once every process is done.
-func RunDevice(ctx context.Context, programs []*codegen.Program, self DeviceID, data Data, opts Options, start time.Time) (*DeviceResult, error) {
+func RunDevice(ctx context.Context, programs []*program.Program, self DeviceID, data Data, opts Options, start time.Time) (*DeviceResult, error) {
 	if err := checkPrograms(programs); err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func RunDevice(ctx context.Context, programs []*codegen.Program, self DeviceID, 
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	var prog *codegen.Program
+	var prog *program.Program
 	for _, p := range programs {
 		if p.Device == self {
 			prog = p

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 )
 
 // TraceEvent is one executed instruction: when it started, relative to the start of the run,
@@ -19,7 +19,7 @@ type TraceEvent struct {
 	Index  int
 	// Microbatch is the micro-batch the instruction ran for (−1 in a block of the step).
 	Microbatch int
-	Kind       codegen.Kind
+	Kind       program.Kind
 	Op         ir.Op // for compute
 	// Name is the event's name in a trace, EventName's: what ran, on which value, for
 	// which micro-batch.
@@ -33,14 +33,14 @@ type TraceEvent struct {
 // and free, the first it reads), and the micro-batch: "matmul l0.mlp.w1 mb3",
 // "send d.l1.relu mb0", "all_reduce grad.l0.fc.w". render.ReadTrace checks a trace's names
 // against the plan's programs with it.
-func EventName(p *codegen.Program, pc, mb int) string {
+func EventName(p *program.Program, pc, mb int) string {
 	in := &p.Instrs[pc]
 	name := in.Kind.String()
-	if in.Kind == codegen.Compute {
+	if in.Kind == program.Compute {
 		name = in.Op.String()
 	}
 	switch {
-	case in.Out != codegen.NoBuffer:
+	case in.Out != program.NoBuffer:
 		name += " " + p.Buffers[in.Out].Name
 	case len(in.Args) > 0:
 		name += " " + p.Buffers[in.Args[0]].Name
@@ -135,7 +135,7 @@ func (r *Result) WriteTraceWith(w io.Writer, o TraceOptions) error {
 			ChromeEvent{Name: "thread_sort_index", Ph: "M", Pid: p, Tid: int(d), Args: args(map[string]any{"sort_index": int(d)})})
 	}
 	for _, e := range r.Trace {
-		if e.Kind == codegen.Free && !o.Frees {
+		if e.Kind == program.Free && !o.Frees {
 			continue
 		}
 		p, _ := pid(e.Device)

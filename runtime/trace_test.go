@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 )
 
 type chromeDoc struct {
@@ -44,7 +44,7 @@ func TestTrace(t *testing.T) {
 	total, frees := 0, 0
 	for _, st := range res.Devices {
 		total += st.Instrs
-		frees += st.Count[codegen.Free]
+		frees += st.Count[program.Free]
 	}
 	require.Len(t, res.Trace, total)
 	require.Positive(t, frees, "the pipeline frees buffers, so leaving frees out is tested")
@@ -91,11 +91,11 @@ func TestTrace(t *testing.T) {
 }
 
 func TestEventNameMicrobatch(t *testing.T) {
-	p := &codegen.Program{
-		Buffers: []codegen.BufferDecl{{Name: "l0.mlp.w1"}, {Name: "a"}, {Name: "b"}},
-		Instrs: []codegen.Instr{
-			{Kind: codegen.Compute, Op: ir.OpMatMul, Out: 0, Args: []codegen.BufferID{1, 2}},
-			{Kind: codegen.Free, Out: codegen.NoBuffer, Args: []codegen.BufferID{1, 2}},
+	p := &program.Program{
+		Buffers: []program.BufferDecl{{Name: "l0.mlp.w1"}, {Name: "a"}, {Name: "b"}},
+		Instrs: []program.Instr{
+			{Kind: program.Compute, Op: ir.OpMatMul, Out: 0, Args: []program.BufferID{1, 2}},
+			{Kind: program.Free, Out: program.NoBuffer, Args: []program.BufferID{1, 2}},
 		},
 	}
 	assert.Equal(t, "matmul l0.mlp.w1 mb3", EventName(p, 0, 3))

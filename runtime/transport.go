@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // DeviceID numbers a device; it is codegen's (and mesh's) type.
-type DeviceID = codegen.DeviceID
+type DeviceID = program.DeviceID
 
 // Transport carries the collectives and the point-to-point transfers of the programs. Every
 // method is called by the device self with its own local tensor, as an MPI rank calls into
@@ -41,10 +41,10 @@ type Transport interface {
 	// returns the blocks self receives concatenated along concat in rank order.
 	AllToAll(ctx context.Context, self DeviceID, group []DeviceID, split, concat int, x *kernels.Tensor) (*kernels.Tensor, Traffic, error)
 	// Send gives a copy of x to peer under tag. It may return before peer receives.
-	Send(ctx context.Context, self, peer DeviceID, tag codegen.Tag, x *kernels.Tensor) (Traffic, error)
+	Send(ctx context.Context, self, peer DeviceID, tag program.Tag, x *kernels.Tensor) (Traffic, error)
 	// Recv returns what peer sent self under tag; transfers with equal (peer, tag) arrive in
 	// the order they were sent.
-	Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag) (*kernels.Tensor, Traffic, error)
+	Recv(ctx context.Context, self, peer DeviceID, tag program.Tag) (*kernels.Tensor, Traffic, error)
 }
 
 // Traffic is the bytes one device moved in one call.
@@ -154,7 +154,7 @@ func (g guarded) AllToAll(ctx context.Context, self DeviceID, group []DeviceID, 
 	})
 }
 
-func (g guarded) Send(ctx context.Context, self, peer DeviceID, tag codegen.Tag, x *kernels.Tensor) (Traffic, error) {
+func (g guarded) Send(ctx context.Context, self, peer DeviceID, tag program.Tag, x *kernels.Tensor) (Traffic, error) {
 	_, tr, err := g.call(ctx, []DeviceID{peer}, func() (*kernels.Tensor, Traffic, error) {
 		tr, err := g.inner.Send(ctx, self, peer, tag, x)
 		return nil, tr, err
@@ -162,6 +162,6 @@ func (g guarded) Send(ctx context.Context, self, peer DeviceID, tag codegen.Tag,
 	return tr, err
 }
 
-func (g guarded) Recv(ctx context.Context, self, peer DeviceID, tag codegen.Tag) (*kernels.Tensor, Traffic, error) {
+func (g guarded) Recv(ctx context.Context, self, peer DeviceID, tag program.Tag) (*kernels.Tensor, Traffic, error) {
 	return g.call(ctx, []DeviceID{peer}, func() (*kernels.Tensor, Traffic, error) { return g.inner.Recv(ctx, self, peer, tag) })
 }

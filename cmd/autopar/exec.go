@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,10 +17,9 @@ import (
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/codegen"
-	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/passes/sharding"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
-	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/mpi"
 )
 
@@ -35,6 +32,15 @@ type stepFlags struct {
 	trace     string
 	timeout   time.Duration
 	transport string
+	save      string
+	saveEvery int
+	resume    string
+}
+
+// loop is the training loop's part of the flags.
+func (f *stepFlags) loop() loopOpts {
+	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, trace: f.trace, timeout: f.timeout,
+		save: f.save, saveEvery: f.saveEvery, resume: f.resume, lead: true, counters: true}
 }
 
 func addStepFlags(cmd *cobra.Command, f *stepFlags) {
@@ -46,6 +52,9 @@ func addStepFlags(cmd *cobra.Command, f *stepFlags) {
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
+	fl.StringVar(&f.save, "save", "", "save a checkpoint (params and optimizer state, safetensors) to `FILE` after the last step")
+	fl.IntVar(&f.saveEvery, "save-every", 0, "with --save, also save after every `N`th step")
+	fl.StringVar(&f.resume, "resume", "", "resume from the checkpoint in `FILE`, saved under any plan of the same model and optimizer")
 }
 
 func newExecCmd() *cobra.Command {
@@ -88,17 +97,18 @@ func runExec(ctx context.Context, stdout, stderr io.Writer, dir string, f stepFl
 	if err != nil {
 		return err
 	}
+	o := f.loop()
+	if err := o.validate(); err != nil {
+		return err
+	}
 	if !viaMPI {
 		plan, progs, _, err := readProgramDir(dir)
 		if err != nil {
 			return err
 		}
 		printSummary(stdout, plan)
-		fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", len(progs))
-		run := func(ctx context.Context, feeds runtime.Data, opts runtime.Options) (*runtime.Result, error) {
-			return runtime.Run(ctx, progs, feeds, opts)
-		}
-		return stepLoop(ctx, stdout, plan, progs, f, run, true)
+		o.programs, o.where = progs, "on the built-in runtime"
+		return trainLoop(ctx, stdout, plan, o)
 	}
 	return onMPI(stderr, func(w *mpi.World) error {
 		out := stdout
@@ -109,12 +119,12 @@ func runExec(ctx context.Context, stdout, stderr io.Writer, dir string, f stepFl
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(digest, "steps=%d seed=%d\n", f.steps, f.seed)
+		fmt.Fprintf(digest, "%+v\n", f)
 		if err := w.Agree(ctx, f.timeout, "plan.json, programs and flags", digest.Sum(nil)); err != nil {
 			return err
 		}
 		printSummary(out, plan)
-		return runOnRanks(ctx, out, w, plan, progs, f)
+		return trainOnRanks(ctx, out, w, plan, progs, o)
 	})
 }
 
@@ -132,21 +142,23 @@ func onMPI(stderr io.Writer, body func(w *mpi.World) error) error {
 	return w.Finalize()
 }
 
-// runOnRanks trains with this rank as device Rank of progs; only rank 0 writes to out.
-func runOnRanks(ctx context.Context, out io.Writer, w *mpi.World, plan *autopar.Plan, progs []*codegen.Program, f stepFlags) error {
-	s, err := w.NewSession(ctx, progs, f.timeout)
+// trainOnRanks trains with this rank as device Rank of progs, its params and state on
+// this rank only; only rank 0 writes to out and files.
+func trainOnRanks(ctx context.Context, out io.Writer, w *mpi.World, plan *autopar.Plan, progs []*program.Program, o loopOpts) error {
+	s, err := w.NewSession(ctx, progs, o.timeout)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nrunning %d programs on %d MPI ranks, one device each\n", len(progs), w.Size())
-	return stepLoop(ctx, out, plan, progs, f, s.Run, w.Rank() == 0)
+	o.programs, o.group, o.lead = progs, s, w.Rank() == 0
+	o.where = fmt.Sprintf("on %d MPI ranks, one device each", w.Size())
+	return trainLoop(ctx, out, plan, o)
 }
 
 var deviceFile = regexp.MustCompile(`^device(\d+)\.json$`)
 
 // readProgramDir reads DIR/plan.json and DIR/programs/device*.json, one program per device
 // numbered from 0, and returns them with a hash of every byte read.
-func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, error) {
+func readProgramDir(dir string) (*autopar.Plan, []*program.Program, hashWriter, error) {
 	digest := sha256.New()
 	path := filepath.Join(dir, "plan.json")
 	data, err := os.ReadFile(path)
@@ -174,7 +186,7 @@ func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, 
 	if len(devices) == 0 {
 		return nil, nil, nil, fmt.Errorf("%s: no deviceN.json programs, expected those autopar compile --emit programs writes", pdir)
 	}
-	progs := make([]*codegen.Program, len(devices))
+	progs := make([]*program.Program, len(devices))
 	for i, d := range devices {
 		file := filepath.Join(pdir, fmt.Sprintf("device%d.json", d))
 		if d != i {
@@ -185,10 +197,10 @@ func readProgramDir(dir string) (*autopar.Plan, []*codegen.Program, hashWriter, 
 			return nil, nil, nil, err
 		}
 		digest.Write(data)
-		if progs[i], err = codegen.UnmarshalProgram(data); err != nil {
+		if progs[i], err = program.UnmarshalProgram(data); err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-		if progs[i].Device != codegen.DeviceID(d) {
+		if progs[i].Device != program.DeviceID(d) {
 			return nil, nil, nil, fmt.Errorf("%s: holds the program of device %d", file, progs[i].Device)
 		}
 	}
@@ -200,64 +212,9 @@ type hashWriter interface {
 	Sum([]byte) []byte
 }
 
-type stepFunc func(ctx context.Context, feeds runtime.Data, opts runtime.Options) (*runtime.Result, error)
-
-// stepLoop trains f.steps steps of plan's training step with run, printing each loss to out
-// and, with --check, the differences from the serial interpreter; then the counters of
-// every device beside codegen's prediction. Only the lead (rank 0) checks and writes the
-// trace; every rank records its part of it.
-func stepLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, progs []*codegen.Program, f stepFlags, run stepFunc, lead bool) error {
-	if f.steps < 1 {
-		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
-	}
-	full, err := passes.TrainingStep(plan.Forward(), plan.Optimizer.Optimizer())
-	if err != nil {
-		return err
-	}
-	state := interp.InitParams(full, f.seed)
-	data, err := interp.GenerateInputs(full, f.seed+1)
-	if err != nil {
-		return err
-	}
-	loss := full.Value(full.Outputs[0].Value).Name
-	var last *runtime.Result
-	for step := 1; step <= f.steps; step++ {
-		feeds := interp.Feeds{}
-		maps.Copy(feeds, state)
-		maps.Copy(feeds, data)
-		start := time.Now()
-		got, err := run(ctx, runtime.Data(feeds), runtime.Options{Timeout: f.timeout, Trace: f.trace != "" && step == f.steps})
-		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		l := got.Stores[loss].At(0)
-		fmt.Fprintf(out, "step %4d  loss %.6f  (%v)\n", step, l, time.Since(start).Round(time.Millisecond))
-		if f.check && lead {
-			if err := checkStep(ctx, out, full, feeds, got, f.tol); err != nil {
-				return fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, l)
-		}
-		for _, u := range full.Updates {
-			name := full.Value(u.Target).Name
-			state[name] = got.Stores[name]
-		}
-		last = got
-	}
-	if f.trace != "" && lead {
-		if err := writeFileAtomic(f.trace, last.WriteTrace); err != nil {
-			return err
-		}
-	}
-	printCounters(out, progs, last)
-	return nil
-}
-
 // printCounters prints each device's peak bytes and traffic of the last step beside what
 // codegen predicts for its program.
-func printCounters(w io.Writer, progs []*codegen.Program, res *runtime.Result) {
+func printCounters(w io.Writer, progs []*program.Program, res *runtime.Result) {
 	pred := codegen.Predict(nil, progs)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

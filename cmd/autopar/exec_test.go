@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/runtime/mpi"
 )
 
@@ -80,7 +81,7 @@ func TestMPIRunAndExec(t *testing.T) {
 	dir := compileTo(t)
 	for _, args := range [][]string{
 		{"run", model, "--cluster", "cpu:2", "--microbatches", "2", "--plan", "pp=2", "--steps", "2", "--check", "--transport", "mpi"},
-		{"exec", dir, "--steps", "2", "--check"},
+		{"exec", dir, "--steps", "2", "--check", "--save", filepath.Join(dir, "ck.safetensors")},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, bin, append([]string{"-np", "2", "--oversubscribe", "--bind-to", "none", os.Args[0]}, args...)...)
@@ -94,6 +95,9 @@ func TestMPIRunAndExec(t *testing.T) {
 		require.Equal(t, 2, strings.Count(string(out), "check: loss max abs"))
 		require.Regexp(t, `(?m)^ +1 .* equal$`, string(out), "counters equal the prediction")
 	}
+	ck, err := autopar.LoadCheckpoint(filepath.Join(dir, "ck.safetensors"))
+	require.NoError(t, err, "rank 0 saved the checkpoint the ranks gathered")
+	require.Equal(t, 2, ck.Step)
 }
 
 // A rank started with other flags than rank 0's (mpirun's MPMD form gives each its own

@@ -147,7 +147,7 @@ func graphWriter(ctx context.Context, p *autopar.Plan, f renderFlags, format ren
 	if f.layer >= 0 {
 		opts.Layer = &f.layer
 	}
-	g, err := render.Graph(p, opts)
+	g, err := render.Graph(&p.Plan, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func timelineWriter(ctx context.Context, p *autopar.Plan, trace string, format r
 	var s *render.Schedule
 	var err error
 	if trace == "" {
-		s, err = render.Predict(p)
+		s, err = render.Predict(&p.Plan)
 	} else {
 		var r *os.File
 		r, err = os.Open(trace)
@@ -172,7 +172,7 @@ func timelineWriter(ctx context.Context, p *autopar.Plan, trace string, format r
 			return nil, err
 		}
 		defer r.Close()
-		s, err = render.ReadTrace(r, p)
+		s, err = render.ReadTrace(r, &p.Plan)
 		if err != nil {
 			err = fmt.Errorf("%s: %w", trace, err)
 		}

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/runtime"
-	"github.com/autopar/autopar/runtime/interp"
-	"github.com/autopar/autopar/safetensors"
 )
 
 type runFlags struct {
@@ -74,98 +70,33 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if f.steps < 1 {
-		return fmt.Errorf("--steps must be at least 1, got %d", f.steps)
-	}
-	if f.timeout <= 0 {
-		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", f.timeout)
-	}
-	if !(f.tol > 0) || math.IsInf(f.tol, 0) {
-		return fmt.Errorf("--tolerance %v: expected a finite relative difference > 0, e.g. 1e-4", f.tol)
-	}
-	if f.saveEvery < 0 || (f.saveEvery > 0 && f.save == "") {
-		return fmt.Errorf("--save-every %d needs --save FILE and a count of at least 1", f.saveEvery)
+	o := f.loop()
+	if err := o.validate(); err != nil {
+		return err
 	}
 	if viaMPI, err := runViaMPI(ctx, stdout, stderr, path, f); viaMPI {
 		return err
 	}
-	var ck *autopar.Checkpoint
 	if f.resume != "" {
+		// Refuse a bad checkpoint before compiling.
 		var err error
-		if ck, err = autopar.LoadCheckpoint(f.resume); err != nil {
+		if o.checkpoint, err = autopar.LoadCheckpoint(f.resume); err != nil {
 			return err
 		}
 	}
-	fwd, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
+	_, plan, err := compileModel(ctx, stderr, path, f.compileFlags)
 	if err != nil {
 		return err
 	}
 	printSummary(stdout, plan)
-	opts := autopar.TrainerOptions{Seed: f.seed, CheckSerial: f.check, Tolerance: f.tol, Timeout: f.timeout, Checkpoint: ck}
-	if f.weights != "" {
-		if ck != nil {
-			return fmt.Errorf("--weights and --resume both set the params: give one")
-		}
-		w, _, err := safetensors.ReadFile(f.weights)
-		if err != nil {
-			return err
-		}
-		opts.Weights = w
-	}
-	tr, err := interruptible(ctx, func() (*autopar.Trainer, error) { return autopar.NewTrainer(ctx, plan, opts) })
-	if err != nil {
-		if f.weights != "" {
-			return fmt.Errorf("%s: %w", f.weights, err)
-		}
-		return err
-	}
-	data, err := interp.GenerateInputs(fwd, f.seed+1)
-	if err != nil {
-		return err
-	}
-	batch := autopar.Batch{}
-	for name, x := range data {
-		batch[name] = x
-	}
-	if ck != nil {
-		fmt.Fprintf(stdout, "\nresumed %s at step %d\n", f.resume, ck.Step)
-	}
-	fmt.Fprintf(stdout, "\nrunning %d programs on the built-in runtime\n", tr.Devices())
-	last := tr.Steps() + f.steps
-	for tr.Steps() < last {
-		if f.trace != "" && tr.Steps() == last-1 {
-			tr.TraceNext()
-		}
-		start := time.Now()
-		loss, err := tr.Step(ctx, batch)
-		if err != nil {
-			return err
-		}
-		step := tr.Steps()
-		fmt.Fprintf(stdout, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, loss)
-		}
-		if f.check {
-			c := tr.LastCheck()
-			fmt.Fprintf(stdout, "      check: loss %s; gradients %s; params %s\n", diffString(c.Loss), diffString(c.Grads), diffString(c.Updates))
-		}
-		if step == last && f.trace != "" {
-			write := func(w io.Writer) error {
-				return tr.LastResult().WriteTraceWith(w, runtime.TraceOptions{Frees: f.traceFrees, Stages: stageDevices(plan)})
-			}
-			if err := writeFileAtomic(f.trace, write); err != nil {
-				return err
-			}
-		}
-		if f.save != "" && (step == last || (f.saveEvery > 0 && step%f.saveEvery == 0)) {
-			if err := tr.Save(f.save); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "      saved %s at step %d\n", f.save, step)
-		}
-	}
-	return nil
+	o.where = "on the built-in runtime"
+	return trainLoop(ctx, stdout, plan, o)
+}
+
+// loop is the training loop's part of the flags.
+func (f *runFlags) loop() loopOpts {
+	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, trace: f.trace, traceFrees: f.traceFrees,
+		timeout: f.timeout, weights: f.weights, save: f.save, saveEvery: f.saveEvery, resume: f.resume, lead: true}
 }
 
 // diffString prints a check's difference of one kind: the largest absolute difference,

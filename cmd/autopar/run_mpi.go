@@ -15,8 +15,8 @@ import (
 // runViaMPI is autopar run under mpirun (--transport mpi, or auto under mpirun): every rank
 // checks that it was started on the same model and flags as rank 0; rank 0 compiles and
 // broadcasts plan.json (the search has time limits, so ranks compiling on their own could
-// disagree); every rank lowers the same programs and runs its own device; only rank 0
-// prints. It reports false, doing nothing, when the transport is in-process.
+// disagree); every rank lowers the same programs and runs its own device with a Trainer
+// over the ranks (trainLoop); only rank 0 prints and writes files. It reports false, doing nothing, when the transport is in-process.
 func runViaMPI(ctx context.Context, stdout, stderr io.Writer, path string, f runFlags) (bool, error) {
 	viaMPI, err := useMPI(f.transport)
 	if err != nil || !viaMPI {
@@ -62,7 +62,8 @@ func runViaMPI(ctx context.Context, stdout, stderr io.Writer, path string, f run
 		if err != nil {
 			return err
 		}
-		return runOnRanks(ctx, out, w, plan, progs, stepFlags{steps: f.steps, seed: f.seed, check: f.check,
-			tol: f.tol, trace: f.trace, timeout: f.timeout})
+		o := f.loop()
+		o.counters = true
+		return trainOnRanks(ctx, out, w, plan, progs, o)
 	})
 }

@@ -26,7 +26,7 @@ STAGES = [
 
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
-    'wte': (0, P(None, None)),  # f32[64,32] RR
+    'wte': (0, P('y', None)),  # f32[64,32] S1R
     # 'wte' is also read on stage 1 as P(None, None)
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
@@ -73,7 +73,7 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
-    'wte.m': (0, P(None, 'y')),  # f32[64,32] RS1
+    'wte.m': (0, P('y', None)),  # f32[64,32] S1R
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R

@@ -6,12 +6,14 @@
 //   - strategy.go: every op gets its candidate strategies from one generic rule over its
 //     einsum-style dims signature (ir.Dims): each mesh axis goes to at most one splittable
 //     label (a label may take both axes, S01). The operand specs, the output spec, the
-//     compute, communication and memory costs follow. special.go holds the few ops whose
-//     signature alone says too little (gather, sparse cross-entropy, data inputs).
-//   - merge.go: followers (elementwise, row-wise, reduction, transpose, reshape and
-//     broadcast ops) are merged into their largest non-leaf operand, Alpa's simplification:
-//     a follower takes the layout its leader produces, so the ILP has one node per group
-//     rather than per op.
+//     compute, communication and memory costs follow. special.go reads the rest from the
+//     op's row of the ir op table (how a partial combines and whether codegen can finish
+//     it, whether the op is heavy) and fixes a data input's non-batch dims. codegen reads
+//     the same row, so every candidate offered here lowers (no filter between them).
+//   - merge.go: followers (the rows marked Follower: elementwise, row-wise, reduction,
+//     transpose, reshape and broadcast ops) are merged into their largest non-leaf
+//     operand, Alpa's simplification: a follower takes the layout its leader produces, so
+//     the ILP has one node per group rather than per op.
 //   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge
 //     variables over distinct (producer spec, consumer spec) pairs, a per-device memory
 //     budget over the liveness of values — solved with ilp.Solve.

@@ -24,24 +24,14 @@ func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard }
 // cheapest matching strategy per leader strategy.
 const maxGroupStrategies = 256
 
-// isFollowerOp reports whether op may be merged into its operand: elementwise, row-wise and
-// reduction ops, and the layout ops that only rename dims (Alpa's followers).
-func isFollowerOp(op ir.Op) bool {
-	switch op.Def().Category {
-	case ir.CatElementwise, ir.CatReduce:
-		return true
-	}
-	return op == ir.OpTranspose || op == ir.OpReshape || op == ir.OpBroadcast
-}
-
 // leaderOf returns the operand v follows, or NoValue. As in Alpa, a follower op (see
-// isFollowerOp) follows one operand: its largest operand that is not a leaf, or, when all
+// ir.OpDef.Follower) follows one operand: its largest operand that is not a leaf, or, when all
 // are leaves, its largest param, state or input (a cast of a param follows the param).
 // Constants and iotas are never followed. Ties go to the first operand. The leader may
 // have other users: they keep their own edges to it.
 func leaderOf(g *ir.Graph, v ir.ValueID) ir.ValueID {
 	val := g.Value(v)
-	if !isFollowerOp(val.Op) {
+	if !val.Op.Def().Follower {
 		return ir.NoValue
 	}
 	best, bestLeaf, bestBytes := ir.NoValue, true, int64(-1)

@@ -33,10 +33,6 @@ type Options struct {
 	Force map[ir.ValueID]int
 	// ForceSpec pins values to the first candidate whose output has the given layout.
 	ForceSpec map[ir.ValueID]mesh.Spec
-	// Filter, if set, drops the strategies it returns an error for: the caller's veto, e.g.
-	// those codegen cannot lower (codegen.CheckStrategy). Every value keeps at least its
-	// all-replicated strategy.
-	Filter func(g *ir.Graph, id ir.ValueID, s *Strategy) error
 	// NoMerge keeps every op its own ILP node (followers are merged by default).
 	NoMerge bool
 	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
@@ -103,44 +99,8 @@ func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 			return nil, ctx.Err()
 		}
 		out[id] = strategiesOf(g, lm, cm, ir.ValueID(id))
-		if opts.Filter != nil {
-			out[id] = filtered(g, ir.ValueID(id), out[id], opts.Filter)
-		}
 	}
 	return out, nil
-}
-
-// filtered keeps the strategies filter accepts. When it accepts none, the all-replicated
-// strategy stays (a filter that refuses even that is the caller's to report), so every
-// value keeps at least one.
-func filtered(g *ir.Graph, id ir.ValueID, ss []Strategy, filter func(*ir.Graph, ir.ValueID, *Strategy) error) []Strategy {
-	var keep []Strategy
-	for i := range ss {
-		if filter(g, id, &ss[i]) == nil {
-			keep = append(keep, ss[i])
-		}
-	}
-	if len(keep) > 0 {
-		return keep
-	}
-	for _, s := range ss {
-		if replicatedStrategy(s) {
-			return []Strategy{s}
-		}
-	}
-	return ss
-}
-
-func replicatedStrategy(s Strategy) bool {
-	if s.Out.Used() != mesh.AxesNone {
-		return false
-	}
-	for _, in := range s.In {
-		if in.Used() != mesh.AxesNone {
-			return false
-		}
-	}
-	return true
 }
 
 // Result is the sharding the pass chose and what it predicts.

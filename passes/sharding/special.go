@@ -2,16 +2,19 @@ package sharding
 
 import "github.com/autopar/autopar/ir"
 
-// ruleOf reads the op's row and adds what its dims signature alone does not say.
+// ruleOf reads the op's row of the ir op table and adds what neither the row nor the dims
+// signature says.
 //
-//   - Contractions, reductions, scatter_add and the convolutions sum over their contracted
-//     labels, so splitting one leaves a partial sum: offered, finished by an all-reduce or
-//     a reduce-scatter. reduce_max's partial is a max, finished by an all-reduce only.
-//   - gather: the signature fixes the vocabulary dim; here it is freed, as a masked lookup
-//     whose partial rows sum (Megatron's vocab-parallel embedding).
-//   - sparse_cross_entropy: the class dim is freed; each device works on its slice of the
-//     classes and the op all-reduces a max, a sum of exponentials and the target logit,
-//     each the size of its result (Megatron's vocab-parallel cross-entropy).
+//   - A split contracted label is offered when the row's Partial is lowerable (a sum:
+//     contractions, sums, convolutions, scatter_add, gather), finished by an all-reduce or a
+//     reduce-scatter. reduce_max's partial is a max, which the program's collectives
+//     cannot finish, so its reduced dims stay whole (ir.Partial.Lowerable); codegen reads
+//     the same row and refuses exactly what is not offered here.
+//   - gather's vocabulary dim is contracted and its partial a sum: the vocab-parallel
+//     embedding (Megatron's), which codegen lowers as a masked lookup at the shard's offset.
+//   - sparse_cross_entropy's class dim is Fixed by its signature: the vocab-parallel
+//     cross-entropy (all-reduces of a max and two sums inside the op) is valid but codegen
+//     does not emit it (docs/DECISIONS.md).
 //   - Data inputs: only the batch dim may be split (the loader places the data); every
 //     other dim of an input is fixed, reachable still by a free slice at the consumer.
 //   - Conv: its signature already splits batch and output channels and contracts input
@@ -19,29 +22,18 @@ import "github.com/autopar/autopar/ir"
 //     cross-entropy rows are fixed by their signatures; reshape maps dim groups there too.
 func ruleOf(g *ir.Graph, id ir.ValueID) rule {
 	v := g.Value(id)
+	def := v.Op.Def()
 	d := g.Dims(id)
-	d.Fixed = append([]bool(nil), d.Fixed...)
-	r := rule{dims: d, reduce: "sum"}
-	switch v.Op {
-	case ir.OpMatMul, ir.OpEinsum, ir.OpConv2D, ir.OpConv2DInputGrad, ir.OpConv2DFilterGrad:
-		r.partialOK, r.scatterOK, r.heavy = true, true, true
-	case ir.OpReduceSum, ir.OpReduceMean, ir.OpScatterAdd:
-		r.partialOK, r.scatterOK = true, true
-	case ir.OpReduceMax:
-		r.partialOK, r.reduce = true, "max"
-	case ir.OpGather:
-		r.dims.Fixed[r.dims.Operands[0][0]] = false
-		r.partialOK, r.scatterOK = true, true
-	case ir.OpSparseCrossEntropy:
-		logits := r.dims.Operands[0]
-		c := logits[len(logits)-1]
-		r.dims.Fixed[c] = false
-		r.internalAR = map[int][]string{c: {"max", "sum", "sum"}}
-	case ir.OpInput:
+	r := rule{dims: d, reduce: def.Partial.String(), heavy: def.Heavy}
+	r.partialOK = def.Partial.Lowerable()
+	r.scatterOK = r.partialOK
+	if v.Op == ir.OpInput {
+		d.Fixed = append([]bool(nil), d.Fixed...)
 		b := v.BatchDim()
-		for i, l := range r.dims.Result {
-			r.dims.Fixed[l] = i != b
+		for i, l := range d.Result {
+			d.Fixed[l] = i != b
 		}
+		r.dims = d
 	}
 	return r
 }

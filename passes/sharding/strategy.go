@@ -26,7 +26,7 @@ type Strategy struct {
 	// Memory is the bytes one device holds of the result under Out.
 	Memory int64 `json:"memory"`
 	// Collectives are the op-internal collectives: the all-reduce or reduce-scatter of a
-	// split contracted dim, the all-reduces of a class-split cross-entropy.
+	// split contracted dim.
 	Collectives []OpCollective `json:"collectives,omitempty"`
 }
 
@@ -39,8 +39,9 @@ type OpCollective struct {
 	Axes mesh.AxisSet    `json:"axes"`
 	// Dim is the result dim a reduce-scatter scatters onto; -1 otherwise.
 	Dim int `json:"dim"`
-	// Reduce is the combining function: "sum" or "max". A reduce_mean split on its
-	// reduced axis divides by the global count locally, then sums.
+	// Reduce is the combining function, the op row's ir.Partial: "sum" (the only one
+	// offered, see ir.Partial.Lowerable). A reduce_mean split on its reduced axis divides
+	// by the global count locally, then sums.
 	Reduce string  `json:"reduce"`
 	Bytes  float64 `json:"bytes"` // B of the alpha–beta formula
 	Time   float64 `json:"time"`  // seconds
@@ -61,19 +62,16 @@ func (c costModel) compute(flops float64, shards int) float64 {
 	return flops / float64(shards) / c.flops
 }
 
-// rule is what strategy enumeration needs to know about one op beyond its dims signature.
+// rule is what strategy enumeration needs to know about one op beyond its dims signature,
+// read from the op's row by ruleOf.
 type rule struct {
 	dims ir.Dims
 	// partialOK: splitting a contracted label leaves a partial result that a collective
-	// can finish (sums, maxes). Elsewhere a contracted split is not offered.
+	// can finish (ir.Partial.Lowerable). Elsewhere a contracted split is not offered.
 	partialOK bool
-	reduce    string // "sum" or "max"
+	reduce    string // the partial's combining function: "sum"
 	// scatterOK: the partial may be finished by a reduce-scatter as well as an all-reduce.
 	scatterOK bool
-	// internalAR labels are contracted labels whose split the op finishes itself with one
-	// all-reduce of its result per listed combining function (vocab-parallel
-	// cross-entropy: a max, then two sums).
-	internalAR map[int][]string
 	// heavy ops may not replicate work under Alpa's convention.
 	heavy bool
 }
@@ -160,7 +158,7 @@ func (e *enumerator) splittable(l int) bool {
 	for _, op := range d.Operands {
 		for _, x := range op {
 			if x == l {
-				return e.r.partialOK || len(e.r.internalAR[l]) > 0
+				return e.r.partialOK
 			}
 		}
 	}
@@ -192,25 +190,16 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	if !e.fits(e.v.Type.Shape, out) {
 		return nil
 	}
-	var used, partial, internal mesh.AxisSet
-	var reduces []string
+	var used, partial mesh.AxisSet
 	for l, ax := range a {
 		used |= ax
-		if ax == 0 || !contracted(d, l) {
-			continue
+		if ax != 0 && contracted(d, l) {
+			partial |= ax
 		}
-		if rs := e.r.internalAR[l]; len(rs) > 0 {
-			internal, reduces = internal|ax, append(reduces, rs...)
-			continue
-		}
-		partial |= ax
 	}
 	base := Strategy{In: in, Out: out,
 		Compute: e.cm.compute(e.g.FLOPs(e.id), e.lm.AxisSize(used))}
 	base.Memory = e.bytes(out)
-	for _, red := range reduces {
-		base.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: internal, Dim: -1, Reduce: red, Bytes: float64(base.Memory)})
-	}
 	if partial == 0 {
 		base.Name = e.name(base, "")
 		return []Strategy{base}

@@ -63,15 +63,12 @@ func TestStrategiesFromDims(t *testing.T) {
 		assert.Equal(t, mesh.AxesNone, s.Out.Dims[1], "an input splits only its batch dim: %s", s.Name)
 	}
 	assert.Contains(t, names(candidatesOf(t, g, lm, "emb")), "RR = S0R x R (all_reduce 0)", "vocab-parallel embedding")
-	var ce *Strategy
+	// Cross-entropy's class dim is fixed by its signature: the vocab-parallel form needs
+	// collectives inside the op, which codegen does not emit (docs/DECISIONS.md).
 	for _, s := range candidatesOf(t, g, lm, "ce") {
-		if s.In[0].String() == "RS0" && s.In[1].String() == "R" {
-			ce = &s
-		}
+		assert.Equal(t, mesh.AxesNone, s.In[0].Dims[1], "cross-entropy's classes are never split: %s", s.Name)
+		assert.Empty(t, s.Collectives, s.Name)
 	}
-	require.NotNil(t, ce, "vocab-parallel cross-entropy")
-	require.Len(t, ce.Collectives, 3)
-	assert.Equal(t, []string{"max", "sum", "sum"}, []string{ce.Collectives[0].Reduce, ce.Collectives[1].Reduce, ce.Collectives[2].Reduce})
 }
 
 func TestStrategyCosts(t *testing.T) {

@@ -7,6 +7,11 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
+var _ = register(map[ir.Op]kernel{
+	ir.OpMatMul: evalMatMul,
+	ir.OpEinsum: evalEinsum,
+})
+
 // Contractions. matmul is one gemm; einsum reduces to sums over labels only one operand
 // has, transposes into [batch, free, contracted] order, and batched gemms, folding its
 // operands left to right.

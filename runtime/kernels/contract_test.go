@@ -9,15 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestEveryOpHasAKernel keeps the table honest: a new op row without a kernel fails here.
+// TestEveryOpHasAKernel keeps the table honest: a new op row without a kernel fails here,
+// a leaf has none, and a second registration of an op is refused (register panics, so a
+// duplicate across files fails at package initialization).
 func TestEveryOpHasAKernel(t *testing.T) {
 	for _, op := range ir.AllOps() {
+		_, err := lookup(op)
 		if op.IsLeaf() {
+			require.Nil(t, kernels[op], op.String())
+			require.Error(t, err, op.String())
 			continue
 		}
-		_, err := lookup(op)
 		require.NoError(t, err, op.String())
 	}
+	require.PanicsWithValue(t, "kernels: add is registered twice", func() { register(map[ir.Op]kernel{ir.OpAdd: evalWhere}) })
 }
 
 func TestMatMul(t *testing.T) {

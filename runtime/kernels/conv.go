@@ -2,6 +2,16 @@ package kernels
 
 import "github.com/autopar/autopar/ir"
 
+var _ = register(map[ir.Op]kernel{
+	ir.OpConv2D:           evalConv,
+	ir.OpConv2DInputGrad:  evalConv,
+	ir.OpConv2DFilterGrad: evalConv,
+	ir.OpMaxPool:          evalPool,
+	ir.OpMaxPoolGrad:      evalPool,
+	ir.OpAvgPool:          evalPool,
+	ir.OpAvgPoolGrad:      evalPool,
+})
+
 // Convolution (NCHW input, OCKhKw filter) and its two gradients, by im2col and gemm: per
 // image the input is unfolded into cols [C·KH·KW, Ho·Wo], so that
 //

@@ -8,7 +8,9 @@ import (
 )
 
 // Elementwise kernels: arithmetic and compares under numpy broadcasting, where, the unary
-// float maps, cast and dropout. Each switches on the op once per row, never per element.
+// float maps, cast and dropout. Each op is registered once, below, with its own row
+// functions (generic over the storage type, so each instantiation is a plain loop): a new
+// elementwise op is one row function and one line here.
 
 type float interface{ float32 | float64 }
 
@@ -16,62 +18,103 @@ type number interface{ float32 | float64 | int64 }
 
 var errDivZero = errors.New("integer division by zero")
 
-func evalBinary(op ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
-	a, b := args[0], args[1]
-	w := broadcastWalk(out.Type.Shape, a.Type.Shape, b.Type.Shape)
-	switch storageOf(out.Type.DType) {
-	case stF32:
-		binary(op, w, out.F32, a.F32, b.F32)
-	case stF64:
-		binary(op, w, out.F64, a.F64, b.F64)
-	default:
-		if op == ir.OpDiv {
-			return divInts(w, out.Int, a.Int, b.Int)
+var _ = register(map[ir.Op]kernel{
+	ir.OpAdd:     binaryKernel(addRow[float32], addRow[float64], intRows(addRow[int64])),
+	ir.OpSub:     binaryKernel(subRow[float32], subRow[float64], intRows(subRow[int64])),
+	ir.OpMul:     binaryKernel(mulRow[float32], mulRow[float64], intRows(mulRow[int64])),
+	ir.OpDiv:     binaryKernel(divRow[float32], divRow[float64], divInts),
+	ir.OpMax:     binaryKernel(maxRow[float32], maxRow[float64], intRows(maxRow[int64])),
+	ir.OpEq:      compareKernel(eqRow[float32], eqRow[float64], eqRow[int64]),
+	ir.OpNe:      compareKernel(neRow[float32], neRow[float64], neRow[int64]),
+	ir.OpLt:      compareKernel(ltRow[float32], ltRow[float64], ltRow[int64]),
+	ir.OpLe:      compareKernel(leRow[float32], leRow[float64], leRow[int64]),
+	ir.OpGt:      compareKernel(gtRow[float32], gtRow[float64], gtRow[int64]),
+	ir.OpGe:      compareKernel(geRow[float32], geRow[float64], geRow[int64]),
+	ir.OpWhere:   evalWhere,
+	ir.OpNeg:     unaryKernel(negRow[float32], negRow[float64], negRow[int64]),
+	ir.OpExp:     unaryKernel(expRow[float32], expRow[float64], nil),
+	ir.OpLog:     unaryKernel(logRow[float32], logRow[float64], nil),
+	ir.OpTanh:    unaryKernel(tanhRow[float32], tanhRow[float64], nil),
+	ir.OpRelu:    unaryKernel(reluRow[float32], reluRow[float64], nil),
+	ir.OpGelu:    unaryKernel(geluRow[float32], geluRow[float64], nil),
+	ir.OpSigmoid: unaryKernel(sigmoidRow[float32], sigmoidRow[float64], nil),
+	ir.OpSqrt:    unaryKernel(sqrtRow[float32], sqrtRow[float64], nil),
+	ir.OpRsqrt:   unaryKernel(rsqrtRow[float32], rsqrtRow[float64], nil),
+	ir.OpCast:    evalCast,
+	ir.OpDropout: evalDropout,
+})
+
+// binRowFn computes one row d[j] = a[ia+j·sa] op b[ib+j·sb].
+type binRowFn[T number] func(d, a []T, ia, sa int, b []T, ib, sb int)
+
+// binaryKernel is the kernel of a binary arithmetic op under broadcasting, from its rows
+// per storage type; ints may fail (integer division by zero).
+func binaryKernel(f32 binRowFn[float32], f64 binRowFn[float64], ints func(w *walk, d, a, b []int64) error) kernel {
+	return func(_ ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
+		a, b := args[0], args[1]
+		w := broadcastWalk(out.Type.Shape, a.Type.Shape, b.Type.Shape)
+		switch storageOf(out.Type.DType) {
+		case stF32:
+			binary(w, out.F32, a.F32, b.F32, f32)
+		case stF64:
+			binary(w, out.F64, a.F64, b.F64, f64)
+		default:
+			return ints(w, out.Int, a.Int, b.Int)
 		}
-		binary(op, w, out.Int, a.Int, b.Int)
+		return nil
 	}
-	return nil
 }
 
-func binary[T number](op ir.Op, w *walk, d, a, b []T) {
+func binary[T number](w *walk, d, a, b []T, row binRowFn[T]) {
 	n, sa, sb := w.n(), w.inner(1), w.inner(2)
-	w.rows(func(off []int) { binRow(op, d[off[0]:off[0]+n], a, off[1], sa, b, off[2], sb) })
+	w.rows(func(off []int) { row(d[off[0]:off[0]+n], a, off[1], sa, b, off[2], sb) })
 }
 
-// binRow computes one row d[j] = a[ia+j·sa] op b[ib+j·sb]. Integer div is divInts.
-func binRow[T number](op ir.Op, d, a []T, ia, sa int, b []T, ib, sb int) {
-	switch op {
-	case ir.OpAdd:
-		for j := range d {
-			d[j] = a[ia] + b[ib]
-			ia, ib = ia+sa, ib+sb
+// intRows is the integer part of a binary kernel whose rows cannot fail.
+func intRows(row binRowFn[int64]) func(w *walk, d, a, b []int64) error {
+	return func(w *walk, d, a, b []int64) error {
+		binary(w, d, a, b, row)
+		return nil
+	}
+}
+
+func addRow[T number](d, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = a[ia] + b[ib]
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func subRow[T number](d, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = a[ia] - b[ib]
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func mulRow[T number](d, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = a[ia] * b[ib]
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+// divRow divides floats; integer division is divInts.
+func divRow[T float](d, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = a[ia] / b[ib]
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func maxRow[T number](d, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		x, y := a[ia], b[ib]
+		if y > x || y != y { // NaN wins, as in math.Max
+			x = y
 		}
-	case ir.OpSub:
-		for j := range d {
-			d[j] = a[ia] - b[ib]
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpMul:
-		for j := range d {
-			d[j] = a[ia] * b[ib]
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpDiv:
-		for j := range d {
-			d[j] = a[ia] / b[ib]
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpMax:
-		for j := range d {
-			x, y := a[ia], b[ib]
-			if y > x || y != y { // NaN wins, as in math.Max
-				x = y
-			}
-			d[j] = x
-			ia, ib = ia+sa, ib+sb
-		}
-	default:
-		panic("kernels: binRow of " + op.String())
+		d[j] = x
+		ia, ib = ia+sa, ib+sb
 	}
 }
 
@@ -94,60 +137,71 @@ func divInts(w *walk, d, a, b []int64) error {
 	return err
 }
 
-func evalCompare(op ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
-	a, b := args[0], args[1]
-	w := broadcastWalk(out.Type.Shape, a.Type.Shape, b.Type.Shape)
-	switch storageOf(a.Type.DType) {
-	case stF32:
-		compare(op, w, out.Int, a.F32, b.F32)
-	case stF64:
-		compare(op, w, out.Int, a.F64, b.F64)
-	default:
-		compare(op, w, out.Int, a.Int, b.Int)
+// cmpRowFn writes one row of a compare as 0/1.
+type cmpRowFn[T number] func(d []int64, a []T, ia, sa int, b []T, ib, sb int)
+
+// compareKernel is the kernel of a compare under broadcasting, from its rows per operand
+// storage type. Compares with NaN are false except ne.
+func compareKernel(f32 cmpRowFn[float32], f64 cmpRowFn[float64], ints cmpRowFn[int64]) kernel {
+	return func(_ ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
+		a, b := args[0], args[1]
+		w := broadcastWalk(out.Type.Shape, a.Type.Shape, b.Type.Shape)
+		switch storageOf(a.Type.DType) {
+		case stF32:
+			compare(w, out.Int, a.F32, b.F32, f32)
+		case stF64:
+			compare(w, out.Int, a.F64, b.F64, f64)
+		default:
+			compare(w, out.Int, a.Int, b.Int, ints)
+		}
+		return nil
 	}
-	return nil
 }
 
-func compare[T number](op ir.Op, w *walk, d []int64, a, b []T) {
+func compare[T number](w *walk, d []int64, a, b []T, row cmpRowFn[T]) {
 	n, sa, sb := w.n(), w.inner(1), w.inner(2)
-	w.rows(func(off []int) { cmpRow(op, d[off[0]:off[0]+n], a, off[1], sa, b, off[2], sb) })
+	w.rows(func(off []int) { row(d[off[0]:off[0]+n], a, off[1], sa, b, off[2], sb) })
 }
 
-// cmpRow writes one row of a compare as 0/1. Compares with NaN are false except ne.
-func cmpRow[T number](op ir.Op, d []int64, a []T, ia, sa int, b []T, ib, sb int) {
-	switch op {
-	case ir.OpEq:
-		for j := range d {
-			d[j] = b2i(a[ia] == b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpNe:
-		for j := range d {
-			d[j] = b2i(a[ia] != b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpLt:
-		for j := range d {
-			d[j] = b2i(a[ia] < b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpLe:
-		for j := range d {
-			d[j] = b2i(a[ia] <= b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpGt:
-		for j := range d {
-			d[j] = b2i(a[ia] > b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	case ir.OpGe:
-		for j := range d {
-			d[j] = b2i(a[ia] >= b[ib])
-			ia, ib = ia+sa, ib+sb
-		}
-	default:
-		panic("kernels: cmpRow of " + op.String())
+func eqRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] == b[ib])
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func neRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] != b[ib])
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func ltRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] < b[ib])
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func leRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] <= b[ib])
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func gtRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] > b[ib])
+		ia, ib = ia+sa, ib+sb
+	}
+}
+
+func geRow[T number](d []int64, a []T, ia, sa int, b []T, ib, sb int) {
+	for j := range d {
+		d[j] = b2i(a[ia] >= b[ib])
+		ia, ib = ia+sa, ib+sb
 	}
 }
 
@@ -180,65 +234,82 @@ func where[T number](w *walk, d []T, c []int64, a, b []T) {
 	})
 }
 
-func evalUnary(op ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
-	x := args[0]
-	switch storageOf(out.Type.DType) {
-	case stF32:
-		unary(op, out.F32, x.F32)
-	case stF64:
-		unary(op, out.F64, x.F64)
-	default: // only neg takes integers
-		for i, v := range x.Int {
-			out.Int[i] = -v
+// unaryKernel is the kernel of a unary map over the whole tensor, from its rows per
+// storage type; ints is nil for the float-only maps (the shape rule refuses integers).
+func unaryKernel(f32 func(d, x []float32), f64 func(d, x []float64), ints func(d, x []int64)) kernel {
+	return func(_ ir.Op, _ ir.Attrs, out *Tensor, args []*Tensor) error {
+		x := args[0]
+		switch storageOf(out.Type.DType) {
+		case stF32:
+			f32(out.F32, x.F32)
+		case stF64:
+			f64(out.F64, x.F64)
+		default:
+			ints(out.Int, x.Int)
 		}
+		return nil
 	}
-	return nil
 }
 
-// unary applies a float map. gelu is the exact form x·Φ(x) = x/2·(1 + erf(x/√2)), not the
-// tanh approximation; autodiff's gelu rule must match it.
-func unary[T float](op ir.Op, d, x []T) {
-	switch op {
-	case ir.OpNeg:
-		for i, v := range x {
-			d[i] = -v
-		}
-	case ir.OpExp:
-		for i, v := range x {
-			d[i] = T(math.Exp(float64(v)))
-		}
-	case ir.OpLog:
-		for i, v := range x {
-			d[i] = T(math.Log(float64(v)))
-		}
-	case ir.OpTanh:
-		for i, v := range x {
-			d[i] = T(math.Tanh(float64(v)))
-		}
-	case ir.OpRelu:
-		for i, v := range x {
-			d[i] = max(v, 0)
-		}
-	case ir.OpGelu:
-		for i, v := range x {
-			d[i] = T(0.5 * float64(v) * (1 + math.Erf(float64(v)/math.Sqrt2)))
-		}
-	case ir.OpSigmoid:
-		for i, v := range x {
-			d[i] = T(sigmoid(float64(v)))
-		}
-	case ir.OpSqrt:
-		for i, v := range x {
-			d[i] = T(math.Sqrt(float64(v)))
-		}
-	case ir.OpRsqrt:
-		for i, v := range x {
-			d[i] = T(1 / math.Sqrt(float64(v)))
-		}
-	default:
-		panic("kernels: unary of " + op.String())
+// The float maps compute in float64 and convert, as f16 and bf16 round after.
+
+func expRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(math.Exp(float64(v)))
 	}
 }
+
+func logRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(math.Log(float64(v)))
+	}
+}
+
+func tanhRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(math.Tanh(float64(v)))
+	}
+}
+
+func geluRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(gelu(float64(v)))
+	}
+}
+
+func sigmoidRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(sigmoid(float64(v)))
+	}
+}
+
+func sqrtRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(math.Sqrt(float64(v)))
+	}
+}
+
+func rsqrtRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = T(1 / math.Sqrt(float64(v)))
+	}
+}
+
+func negRow[T number](d, x []T) {
+	for i, v := range x {
+		d[i] = -v
+	}
+}
+
+func reluRow[T float](d, x []T) {
+	for i, v := range x {
+		d[i] = max(v, 0)
+	}
+}
+
+// gelu is the exact form x·Φ(x) = x/2·(1 + erf(x/√2)), not the tanh approximation;
+// autodiff's gelu rule must match it.
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
 
 // sigmoid avoids exp overflow on either side.
 func sigmoid(x float64) float64 {

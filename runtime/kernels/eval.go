@@ -11,43 +11,27 @@ import (
 // depend on values (an id out of range, an integer division by zero).
 type kernel func(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error
 
-// kernels is the kernel table, indexed by op; leaves (param, input, state) have none.
-var kernels = func() []kernel {
-	ks := make([]kernel, len(ir.AllOps())+1)
-	for _, row := range []struct {
-		k   kernel
-		ops []ir.Op
-	}{
-		{evalConstant, []ir.Op{ir.OpConstant}},
-		{evalIota, []ir.Op{ir.OpIota}},
-		{evalBinary, []ir.Op{ir.OpAdd, ir.OpSub, ir.OpMul, ir.OpDiv, ir.OpMax}},
-		{evalCompare, []ir.Op{ir.OpEq, ir.OpNe, ir.OpLt, ir.OpLe, ir.OpGt, ir.OpGe}},
-		{evalWhere, []ir.Op{ir.OpWhere}},
-		{evalUnary, []ir.Op{ir.OpNeg, ir.OpExp, ir.OpLog, ir.OpTanh, ir.OpRelu, ir.OpGelu, ir.OpSigmoid, ir.OpSqrt, ir.OpRsqrt}},
-		{evalCast, []ir.Op{ir.OpCast}},
-		{evalDropout, []ir.Op{ir.OpDropout}},
-		{evalMatMul, []ir.Op{ir.OpMatMul}},
-		{evalEinsum, []ir.Op{ir.OpEinsum}},
-		{evalReduce, []ir.Op{ir.OpReduceSum, ir.OpReduceMax, ir.OpReduceMean}},
-		{evalAlongAxis, []ir.Op{ir.OpSoftmax, ir.OpLogSoftmax, ir.OpCumsum}},
-		{evalNorm, []ir.Op{ir.OpLayerNorm, ir.OpBatchNorm}},
-		{evalReshape, []ir.Op{ir.OpReshape}},
-		{evalGather, []ir.Op{ir.OpGather}},
-		{evalScatterAdd, []ir.Op{ir.OpScatterAdd}},
-		{evalCrossEntropy, []ir.Op{ir.OpSparseCrossEntropy}},
-		{evalConv, []ir.Op{ir.OpConv2D, ir.OpConv2DInputGrad, ir.OpConv2DFilterGrad}},
-		{evalPool, []ir.Op{ir.OpMaxPool, ir.OpMaxPoolGrad, ir.OpAvgPool, ir.OpAvgPoolGrad}},
-		{evalTranspose, []ir.Op{ir.OpTranspose}},
-		{evalBroadcast, []ir.Op{ir.OpBroadcast}},
-		{evalSlice, []ir.Op{ir.OpSlice}},
-		{evalConcat, []ir.Op{ir.OpConcat}},
-	} {
-		for _, op := range row.ops {
-			ks[op] = row.k
+// kernels is the kernel table, indexed by op; leaves (param, input, state) have none. Each
+// file registers its own kernels, one per op (register refuses a second); a test checks
+// that every other op of the ir table has one.
+var kernels = make([]kernel, len(ir.AllOps())+1)
+
+// register adds ks to the kernel table. It panics on an op registered twice: a programming
+// error that fails every test at package initialization.
+func register(ks map[ir.Op]kernel) bool {
+	for op, k := range ks {
+		if kernels[op] != nil {
+			panic(fmt.Sprintf("kernels: %s is registered twice", op))
 		}
+		kernels[op] = k
 	}
-	return ks
-}()
+	return true
+}
+
+var _ = register(map[ir.Op]kernel{
+	ir.OpConstant: evalConstant,
+	ir.OpIota:     evalIota,
+})
 
 // Eval applies op with attributes at to args and returns a new tensor of type out, the type
 // the op's shape rule inferred. It works for every non-leaf op of the ir table (constant

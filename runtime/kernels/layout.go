@@ -4,6 +4,14 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
+var _ = register(map[ir.Op]kernel{
+	ir.OpReshape:   evalReshape,
+	ir.OpTranspose: evalTranspose,
+	ir.OpBroadcast: evalBroadcast,
+	ir.OpSlice:     evalSlice,
+	ir.OpConcat:    evalConcat,
+})
+
 // Layout kernels: they move elements without arithmetic, each as one strided walk over the
 // output.
 

@@ -7,6 +7,17 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
+var _ = register(map[ir.Op]kernel{
+	ir.OpReduceSum:  evalReduce,
+	ir.OpReduceMax:  evalReduce,
+	ir.OpReduceMean: evalReduce,
+	ir.OpSoftmax:    evalAlongAxis,
+	ir.OpLogSoftmax: evalAlongAxis,
+	ir.OpCumsum:     evalAlongAxis,
+	ir.OpLayerNorm:  evalNorm,
+	ir.OpBatchNorm:  evalNorm,
+})
+
 // Reductions and the row-wise ops (softmax, log_softmax, cumsum, layer_norm, batch_norm).
 
 func evalReduce(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error {

@@ -7,6 +7,12 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
+var _ = register(map[ir.Op]kernel{
+	ir.OpGather:             evalGather,
+	ir.OpScatterAdd:         evalScatterAdd,
+	ir.OpSparseCrossEntropy: evalCrossEntropy,
+})
+
 // Gather, scatter_add and sparse_cross_entropy: the ops that index with integer data, and
 // so the ones whose errors depend on values (an id out of range).
 

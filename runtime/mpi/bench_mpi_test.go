@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -15,12 +15,12 @@ import (
 func BenchmarkAllReduceMPI(b *testing.B) {
 	w := benchWorld(b)
 	group := make([]runtime.DeviceID, w.Size())
-	progs := make([]*codegen.Program, w.Size())
+	progs := make([]*program.Program, w.Size())
 	for d := range group {
 		group[d] = runtime.DeviceID(d)
 	}
 	for d := range progs {
-		progs[d] = &codegen.Program{Device: group[d], Instrs: []codegen.Instr{{Kind: codegen.AllReduce, Group: group}}}
+		progs[d] = &program.Program{Device: group[d], Instrs: []program.Instr{{Kind: program.AllReduce, Group: group}}}
 	}
 	tr, err := w.NewTransport(progs)
 	if err != nil {

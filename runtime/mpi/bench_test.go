@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/autopar/autopar"
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -90,7 +90,13 @@ func BenchmarkAllReduceInProc(b *testing.B) {
 
 // dpStep compiles a data-parallel MLP training step (4 layers of 256, batch 256, f32) for
 // 2 devices and returns its programs and feeds.
-func dpStep(b *testing.B) ([]*codegen.Program, runtime.Data) {
+func dpStep(b *testing.B) ([]*program.Program, runtime.Data) {
+	_, progs, feeds := dpPlan(b)
+	return progs, feeds
+}
+
+// dpPlan is dpStep with its plan.
+func dpPlan(b *testing.B) (*autopar.Plan, []*program.Program, runtime.Data) {
 	b.Helper()
 	m := zoo.NewMLP()
 	m.Layers, m.Hidden, m.Batch, m.In, m.Classes = 4, 256, 256, 256, 16
@@ -122,7 +128,7 @@ func dpStep(b *testing.B) ([]*codegen.Program, runtime.Data) {
 	for k, v := range data {
 		feeds[k] = v
 	}
-	return progs, feeds
+	return p, progs, feeds
 }
 
 // BenchmarkDataParallelStepInProc is one training step of dpStep on runtime.Run.
@@ -149,11 +155,49 @@ func BenchmarkDataParallelStepMPI(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	var res *runtime.Result
 	for range b.N {
-		if _, err := s.Run(context.Background(), feeds, runtime.Options{}); err != nil {
+		if res, err = s.Run(context.Background(), feeds, runtime.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	var host int64
+	for _, d := range res.Devices {
+		host += d.FeedBytes + d.StoreBytes
+	}
+	b.ReportMetric(float64(host)/1e6, "host-MB/step")
+}
+
+// BenchmarkDataParallelStepTrainerMPI is the same step on an autopar.Trainer over the
+// ranks (TrainerOptions.Group): each rank keeps its params and momentum, and only the loss
+// and the counters are exchanged. host-MB/step is what all devices loaded from and stored
+// to the host (the data and the loss).
+func BenchmarkDataParallelStepTrainerMPI(b *testing.B) {
+	w := benchWorld(b)
+	p, progs, feeds := dpPlan(b)
+	s, err := w.NewSession(context.Background(), progs, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := autopar.NewTrainer(context.Background(), p, autopar.TrainerOptions{Seed: 1, Group: s})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := autopar.Batch{}
+	for name := range tr.Inputs() {
+		batch[name] = feeds[name]
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := tr.Step(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var host int64
+	for _, d := range tr.LastResult().Devices {
+		host += d.FeedBytes + d.StoreBytes
+	}
+	b.ReportMetric(float64(host)/1e6, "host-MB/step")
 }
 
 // quietRanks sends the output of every rank but 0 to /dev/null under mpirun, so that one

@@ -2,7 +2,9 @@
 // launched by mpirun, rank r runs device r. It holds the cgo binding to the few MPI calls it
 // needs (mpi.go), the runtime.Transport over them (transport.go), the message encoding
 // (wire.go) and Session, which runs one step of a program set on every rank and gives every
-// rank the assembled runtime.Result (session.go).
+// rank the assembled runtime.Result (session.go), and is the runtime.Group under a
+// runtime.Session (an autopar.Trainer with TrainerOptions.Group) that keeps each rank's
+// params and optimizer state on that rank between steps.
 //
 // The binding needs Open MPI's headers and library (Debian's libopenmpi-dev) and is built
 // only with the build tag mpi (go build -tags mpi; the Makefile adds it where Open MPI is

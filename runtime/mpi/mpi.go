@@ -93,7 +93,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 )
 
 // Available reports whether this build links Open MPI (it was built with -tags mpi).
@@ -416,7 +416,7 @@ func (w *World) probeAny(c comm) (src, tag int, ok bool, err error) {
 	return int(s), int(t), flag != 0, err
 }
 
-func (w *World) newTransport(programs []*codegen.Program) (rankTransport, error) {
+func (w *World) newTransport(programs []*program.Program) (rankTransport, error) {
 	t, err := w.NewTransport(programs)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 	"github.com/autopar/autopar/runtime/kernels"
@@ -120,12 +121,12 @@ func TestMPIEqualsInProcess(t *testing.T) {
 	root := t.TempDir()
 	want := map[string][]stepResult{}
 	predicted := map[string][]codegen.DeviceCounters{}
-	var kinds [codegen.NumKinds]int
+	var kinds [program.NumKinds]int
 	for _, c := range cases {
 		dir := filepath.Join(root, fmt.Sprintf("np%d", c.n), c.name)
 		t0 := time.Now()
 		progs, files := prepare(t, c, dir)
-		var mine [codegen.NumKinds]int
+		var mine [program.NumKinds]int
 		for _, p := range progs {
 			for _, in := range p.Instrs {
 				kinds[in.Kind]++
@@ -133,7 +134,7 @@ func TestMPIEqualsInProcess(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %v; all_reduce %d, all_gather %d, reduce_scatter %d, all_to_all %d, send %d", c.name, time.Since(t0).Round(time.Millisecond),
-			mine[codegen.AllReduce], mine[codegen.AllGather], mine[codegen.ReduceScatter], mine[codegen.AllToAll], mine[codegen.Send])
+			mine[program.AllReduce], mine[program.AllGather], mine[program.ReduceScatter], mine[program.AllToAll], mine[program.Send])
 		want[c.name] = inProcess(t, progs, files)
 		predicted[c.name] = codegen.Predict(nil, progs)
 	}
@@ -159,15 +160,15 @@ func TestMPIEqualsInProcess(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []codegen.Kind{codegen.AllReduce, codegen.AllGather, codegen.Send, codegen.Recv} {
+	for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.Send, program.Recv} {
 		require.Positive(t, kinds[k], "no %s in any plan: the test proves little", k)
 	}
 	t.Logf("instructions run over MPI, by kind: all_reduce %d, all_gather %d, reduce_scatter %d, all_to_all %d, send %d",
-		kinds[codegen.AllReduce], kinds[codegen.AllGather], kinds[codegen.ReduceScatter], kinds[codegen.AllToAll], kinds[codegen.Send])
+		kinds[program.AllReduce], kinds[program.AllGather], kinds[program.ReduceScatter], kinds[program.AllToAll], kinds[program.Send])
 }
 
 // prepare compiles a case and writes its programs and feeds into dir.
-func prepare(t *testing.T, c mpiCase, dir string) ([]*codegen.Program, caseFiles) {
+func prepare(t *testing.T, c mpiCase, dir string) ([]*program.Program, caseFiles) {
 	t.Helper()
 	g, err := frontend.ParseFile("../../testdata/models/" + c.model + ".ir")
 	require.NoError(t, err)
@@ -203,7 +204,7 @@ func prepare(t *testing.T, c mpiCase, dir string) ([]*codegen.Program, caseFiles
 }
 
 // inProcess runs the steps on runtime.Run, the reference.
-func inProcess(t *testing.T, progs []*codegen.Program, files caseFiles) []stepResult {
+func inProcess(t *testing.T, progs []*program.Program, files caseFiles) []stepResult {
 	t.Helper()
 	feeds := runtime.Data{}
 	for k, v := range files.Feeds {
@@ -268,7 +269,11 @@ func worker(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := runCases(w, dir); err != nil {
+	run := runCases
+	if os.Getenv(trainerEnv) != "" {
+		run = trainerWorker
+	}
+	if err := run(w, dir); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", w.Rank(), err)
 		w.Abort(1)
 	}
@@ -294,13 +299,13 @@ func runCases(w *mpi.World, dir string) error {
 
 func runCase(w *mpi.World, dir string) error {
 	ctx := context.Background()
-	var progs []*codegen.Program
+	var progs []*program.Program
 	for d := range w.Size() {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("device%d.json", d)))
 		if err != nil {
 			return err
 		}
-		p, err := codegen.UnmarshalProgram(b)
+		p, err := program.UnmarshalProgram(b)
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -26,12 +26,15 @@ type rankTransport interface {
 }
 
 // Session runs one set of programs, step after step, with this rank as device Rank: the
-// multi-process counterpart of runtime.Run.
+// multi-process counterpart of runtime.Run (Run), and the runtime.Group under a
+// runtime.Session that keeps params and state on the ranks (an autopar.Trainer with
+// TrainerOptions.Group).
 type Session struct {
 	w        *World
-	programs []*codegen.Program
+	programs []*program.Program
 	t        rankTransport
-	fed      bool // the first Run checked that every rank has the same feeds
+	timeout  time.Duration
+	fed      bool // the first step checked that every rank has the same feeds
 	// Wrap, when set, wraps this rank's transport for the runs that follow: a seam for
 	// counting, tracing or injecting faults (the tests stall a rank mid-step with it).
 	Wrap func(runtime.Transport) runtime.Transport
@@ -42,7 +45,7 @@ type Session struct {
 // device (devices 0 to Size-1) and that every rank's programs hash the same as rank 0's
 // (a rank started from another plan is refused before anything runs), then makes the
 // transport's communicators. timeout bounds each of its waits for the other ranks.
-func (w *World) NewSession(ctx context.Context, programs []*codegen.Program, timeout time.Duration) (*Session, error) {
+func (w *World) NewSession(ctx context.Context, programs []*program.Program, timeout time.Duration) (*Session, error) {
 	if len(programs) != w.Size() {
 		return nil, fmt.Errorf("mpi: the programs are for %d devices, but mpirun started %d ranks: run mpirun -np %d", len(programs), w.Size(), len(programs))
 	}
@@ -68,7 +71,10 @@ func (w *World) NewSession(ctx context.Context, programs []*codegen.Program, tim
 	if err != nil {
 		return nil, err
 	}
-	return &Session{w: w, programs: programs, t: t}, nil
+	if timeout <= 0 {
+		timeout = runtime.DefaultTimeout
+	}
+	return &Session{w: w, programs: programs, t: t, timeout: timeout}, nil
 }
 
 // Agree checks that every rank passed the same fingerprint (a hash of what it was started
@@ -108,37 +114,69 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 //
 // An error leaves the other ranks waiting; the caller should print it and Abort.
 func (s *Session) Run(ctx context.Context, data runtime.Data, opts runtime.Options) (*runtime.Result, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = runtime.DefaultTimeout
+	if opts.Timeout > 0 {
+		s.timeout = opts.Timeout
 	}
+	opts.Timeout = s.timeout
+	t, err := s.Begin(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	opts.Transport = t
+	mine, err := runtime.RunDevice(ctx, s.programs, runtime.DeviceID(s.w.Rank()), data, opts, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	parts, err := s.Exchange(ctx, []*runtime.DeviceResult{mine})
+	if err != nil {
+		return nil, err
+	}
+	return runtime.Assemble(parts)
+}
+
+// Local implements runtime.Group: this rank runs device Rank.
+func (s *Session) Local(d runtime.DeviceID) bool { return int(d) == s.w.Rank() }
+
+// Lead implements runtime.Group: rank 0 writes what the ranks share.
+func (s *Session) Lead() bool { return s.w.Rank() == 0 }
+
+// Begin implements runtime.Group: the first step checks that every rank has the same
+// feeds; every step waits at a barrier for every rank and returns this rank's transport.
+func (s *Session) Begin(ctx context.Context, data runtime.Data) (runtime.Transport, error) {
 	if !s.fed {
-		if err := s.w.Agree(ctx, opts.Timeout, "feeds", feedsHash(data)); err != nil {
+		if err := s.w.Agree(ctx, s.timeout, "feeds", feedsHash(data)); err != nil {
 			return nil, err
 		}
 		s.fed = true
 	}
-	bctx, cancel := withTimeout(ctx, opts.Timeout)
+	bctx, cancel := withTimeout(ctx, s.timeout)
 	err := s.w.Barrier(bctx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("mpi: rank %d: waiting for every rank before the step (MPI_Ibarrier; it cannot say which rank is missing): %w", s.w.Rank(), err)
 	}
-	opts.Transport = s.t
 	if s.Wrap != nil {
-		opts.Transport = s.Wrap(s.t)
+		return s.Wrap(s.t), nil
 	}
-	mine, err := runtime.RunDevice(ctx, s.programs, runtime.DeviceID(s.w.Rank()), data, opts, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	fctx, cancel := withTimeout(ctx, opts.Timeout)
+	return s.t, nil
+}
+
+// Exchange implements runtime.Group: it waits for this rank's sends to complete, gathers
+// every rank's results (MPI_Allgatherv) and checks that no message was left unreceived;
+// the results come back in the order of the programs.
+func (s *Session) Exchange(ctx context.Context, mine []*runtime.DeviceResult) ([]*runtime.DeviceResult, error) {
+	fctx, cancel := withTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.t.Flush(fctx); err != nil {
 		return nil, err
 	}
+	wire := make([]*wireResult, len(mine))
+	for i, r := range mine {
+		wire[i] = toWire(r)
+	}
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(toWire(mine)); err != nil {
-		return nil, fmt.Errorf("mpi: encoding the results of device %d: %w", s.w.Rank(), err)
+	if err := gob.NewEncoder(&buf).Encode(wire); err != nil {
+		return nil, fmt.Errorf("mpi: encoding the results of rank %d: %w", s.w.Rank(), err)
 	}
 	all, err := s.w.Allgather(fctx, buf.Bytes())
 	if err != nil {
@@ -150,23 +188,28 @@ func (s *Session) Run(ctx context.Context, data runtime.Data, opts runtime.Optio
 		}
 		return nil, fmt.Errorf("runtime: %s", left[0])
 	}
-	parts := make([]*runtime.DeviceResult, len(all))
+	byDevice := map[runtime.DeviceID]*runtime.DeviceResult{}
 	for r, b := range all {
-		var wr wireResult
-		err := gob.NewDecoder(bytes.NewReader(b)).Decode(&wr)
-		if err == nil {
-			parts[r], err = wr.result()
-		}
-		if err != nil {
+		var ws []*wireResult
+		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&ws); err != nil {
 			return nil, fmt.Errorf("mpi: decoding the results of rank %d: %w", r, err)
+		}
+		for _, w := range ws {
+			x, err := w.result()
+			if err != nil {
+				return nil, fmt.Errorf("mpi: decoding the results of rank %d: %w", r, err)
+			}
+			byDevice[x.Stats.Device] = x
 		}
 	}
 	// Put them in the order of the programs, as runtime.Run does.
-	ordered := make([]*runtime.DeviceResult, len(parts))
+	ordered := make([]*runtime.DeviceResult, len(s.programs))
 	for i, p := range s.programs {
-		ordered[i] = parts[p.Device]
+		if ordered[i] = byDevice[p.Device]; ordered[i] == nil {
+			return nil, fmt.Errorf("mpi: no rank sent the results of device %d", p.Device)
+		}
 	}
-	return runtime.Assemble(ordered)
+	return ordered, nil
 }
 
 // feedsHash fingerprints the feeds: names in order, types and element bits.
@@ -231,8 +274,8 @@ type wireStore struct {
 func toWire(r *runtime.DeviceResult) *wireResult {
 	w := &wireResult{Stats: r.Stats, Trace: r.Trace}
 	for _, s := range r.Stores {
-		b := make([]byte, encodedSize(s.Block, codegen.Tag{}))
-		encode(b, s.Block, codegen.Tag{})
+		b := make([]byte, encodedSize(s.Block, program.Tag{}))
+		encode(b, s.Block, program.Tag{})
 		w.Stores = append(w.Stores, wireStore{s.Device, s.Pos, s.Name, s.Full, s.Offsets, b})
 	}
 	return w
@@ -249,3 +292,5 @@ func (w *wireResult) result() (*runtime.DeviceResult, error) {
 	}
 	return r, nil
 }
+
+var _ runtime.Group = (*Session)(nil)

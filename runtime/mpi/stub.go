@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 )
 
 // ErrNoMPI is what this build answers: it was built without Open MPI.
@@ -46,6 +46,6 @@ func (w *World) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 	return nil, ErrNoMPI
 }
 
-func (w *World) newTransport(programs []*codegen.Program) (rankTransport, error) {
+func (w *World) newTransport(programs []*program.Program) (rankTransport, error) {
 	return nil, ErrNoMPI
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/kernels"
 )
@@ -23,7 +23,7 @@ import (
 // MPI's non-overtaking rule on (source, tag, communicator) keeps the successive collectives
 // of one group apart without sequence numbers, because every member issues them in the same
 // order. Point-to-point transfers run on a duplicate of MPI_COMM_WORLD under an MPI tag
-// hashed from the codegen.Tag, which the message also carries: a message whose full tag is
+// hashed from the program.Tag, which the message also carries: a message whose full tag is
 // not the one awaited (a hash collision) is kept until its own Recv.
 //
 // Only one goroutine (the device's) may call it at a time.
@@ -40,7 +40,7 @@ type Transport struct {
 
 type stashKey struct {
 	peer runtime.DeviceID
-	tag  codegen.Tag
+	tag  program.Tag
 }
 
 var _ runtime.Transport = (*Transport)(nil)
@@ -49,7 +49,7 @@ var _ runtime.Transport = (*Transport)(nil)
 // per distinct group that any collective of any program names. Every rank must call it with
 // the same programs (Session checks that by hash first); groups are created in sorted order,
 // which keeps MPI_Comm_create_group, collective over each group, free of deadlock.
-func (w *World) NewTransport(programs []*codegen.Program) (*Transport, error) {
+func (w *World) NewTransport(programs []*program.Program) (*Transport, error) {
 	t := &Transport{w: w, self: runtime.DeviceID(w.rank), comms: map[string]comm{}, stash: map[stashKey][]*kernels.Tensor{}}
 	var err error
 	if t.p2p, err = w.dupWorld(); err != nil {
@@ -70,7 +70,7 @@ func (w *World) NewTransport(programs []*codegen.Program) (*Transport, error) {
 	slices.Sort(keys)
 	for i, k := range keys {
 		g := groups[k]
-		if codegen.Rank(g, t.self) < 0 {
+		if program.Rank(g, t.self) < 0 {
 			continue
 		}
 		ranks := make([]int, len(g))
@@ -100,7 +100,7 @@ func (t *Transport) exchanger(self runtime.DeviceID, group []runtime.DeviceID) (
 	if self != t.self {
 		return nil, fmt.Errorf("mpi: rank %d runs device %d, not device %d", t.w.rank, t.self, self)
 	}
-	me := codegen.Rank(group, self)
+	me := program.Rank(group, self)
 	c, ok := t.comms[groupKey(group)]
 	if me < 0 || !ok {
 		return nil, fmt.Errorf("mpi: no communicator for group [%s] on device %d: the group is not in the programs the transport was made for", groupKey(group), self)
@@ -117,7 +117,7 @@ func (t *Transport) exchange(ctx context.Context, c comm, group []runtime.Device
 		if j == me {
 			continue
 		}
-		if err := t.send(c, j, tag, out[j], codegen.Tag{}); err != nil {
+		if err := t.send(c, j, tag, out[j], program.Tag{}); err != nil {
 			return nil, tr, err
 		}
 		tr.Sent += out[j].Type.Bytes()
@@ -163,7 +163,7 @@ func (t *Transport) exchange(ctx context.Context, c comm, group []runtime.Device
 }
 
 // send starts the transfer of x (with its p2p tag, if any) to rank dest of c.
-func (t *Transport) send(c comm, dest, mpiTag int, x *kernels.Tensor, tag codegen.Tag) error {
+func (t *Transport) send(c comm, dest, mpiTag int, x *kernels.Tensor, tag program.Tag) error {
 	n := encodedSize(x, tag)
 	buf, b := sendBuffer(n)
 	encode(b, x, tag)
@@ -225,7 +225,7 @@ func (t *Transport) Unreceived() ([]string, error) {
 }
 
 // mpiTag maps a p2p tag into MPI's tag range (0 to MPI_TAG_UB).
-func (t *Transport) mpiTag(tag codegen.Tag) int {
+func (t *Transport) mpiTag(tag program.Tag) int {
 	h := fnv.New32a()
 	h.Write([]byte(tag.Value))
 	h.Write([]byte{byte(tag.MicroBatch), byte(tag.MicroBatch >> 8), byte(tag.MicroBatch >> 16), byte(tag.MicroBatch >> 24)})
@@ -234,7 +234,7 @@ func (t *Transport) mpiTag(tag codegen.Tag) int {
 
 // Send implements runtime.Transport. It returns once MPI has the message; the buffer is
 // freed when the send completes.
-func (t *Transport) Send(_ context.Context, self, peer runtime.DeviceID, tag codegen.Tag, x *kernels.Tensor) (runtime.Traffic, error) {
+func (t *Transport) Send(_ context.Context, self, peer runtime.DeviceID, tag program.Tag, x *kernels.Tensor) (runtime.Traffic, error) {
 	if self != t.self {
 		return runtime.Traffic{}, fmt.Errorf("mpi: rank %d runs device %d, not device %d", t.w.rank, t.self, self)
 	}
@@ -248,7 +248,7 @@ func (t *Transport) Send(_ context.Context, self, peer runtime.DeviceID, tag cod
 }
 
 // Recv implements runtime.Transport.
-func (t *Transport) Recv(ctx context.Context, self, peer runtime.DeviceID, tag codegen.Tag) (*kernels.Tensor, runtime.Traffic, error) {
+func (t *Transport) Recv(ctx context.Context, self, peer runtime.DeviceID, tag program.Tag) (*kernels.Tensor, runtime.Traffic, error) {
 	if self != t.self {
 		return nil, runtime.Traffic{}, fmt.Errorf("mpi: rank %d runs device %d, not device %d", t.w.rank, t.self, self)
 	}

@@ -7,8 +7,8 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
@@ -37,12 +37,12 @@ func elemSize(x *kernels.Tensor) int {
 	return 8
 }
 
-func encodedSize(x *kernels.Tensor, tag codegen.Tag) int {
+func encodedSize(x *kernels.Tensor, tag program.Tag) int {
 	return headerSize(x.Type.Shape.Rank(), len(tag.Value)) + elemSize(x)*x.Len()
 }
 
 // encode writes x and tag into b, which has encodedSize bytes.
-func encode(b []byte, x *kernels.Tensor, tag codegen.Tag) {
+func encode(b []byte, x *kernels.Tensor, tag program.Tag) {
 	le := binary.LittleEndian
 	copy(b, magic)
 	b[4], b[5], b[6], b[7] = byte(x.Type.DType), byte(x.Type.Shape.Rank()), 0, 0
@@ -100,9 +100,9 @@ var errCorrupt = errors.New("corrupt message")
 
 // decode reads a message back; a message that is not one (another program's, a truncated
 // one) is an error saying what is wrong.
-func decode(b []byte) (*kernels.Tensor, codegen.Tag, error) {
+func decode(b []byte) (*kernels.Tensor, program.Tag, error) {
 	le := binary.LittleEndian
-	var tag codegen.Tag
+	var tag program.Tag
 	if len(b) < 24 || string(b[:4]) != magic {
 		return nil, tag, fmt.Errorf("%w: %d bytes without the %q header", errCorrupt, len(b), magic)
 	}

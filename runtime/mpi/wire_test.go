@@ -6,15 +6,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // Messages carry every dtype bit for bit (NaN payloads, negative zero, f16 held as f32)
 // with their p2p tag; anything else is refused with an error, never a panic.
 func TestWireRoundTrip(t *testing.T) {
-	tags := []codegen.Tag{{}, {Value: "l0.fc.matmul", MicroBatch: 3}, {Value: "x", MicroBatch: -1}}
+	tags := []program.Tag{{}, {Value: "l0.fc.matmul", MicroBatch: 3}, {Value: "x", MicroBatch: -1}}
 	for _, dt := range []ir.DType{ir.F32, ir.F16, ir.BF16, ir.F64, ir.I32, ir.I64, ir.Bool} {
 		for _, shape := range []ir.Shape{{}, {1}, {3, 5}, {2, 1, 4}} {
 			x := kernels.New(ir.Type{DType: dt, Shape: shape})

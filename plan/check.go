@@ -1,4 +1,4 @@
-package autopar
+package plan
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 )
 
 // checkMeaning checks what plan.json says beyond its syntax, before the model is rebuilt:
@@ -15,7 +16,7 @@ import (
 // of the cluster, in-flight counts the schedule implies, and numbers that are finite and
 // not negative. A hand-edited plan.json can parse and still say none of this.
 func (p *Plan) checkMeaning() error {
-	if _, err := codegen.ParseSchedule(p.Schedule); err != nil {
+	if _, err := program.ParseSchedule(p.Schedule); err != nil {
 		return fmt.Errorf("plan: schedule %q is not gpipe or 1f1b", p.Schedule)
 	}
 	if p.Manual != "" {
@@ -119,9 +120,9 @@ func (p *Plan) checkStageNumbers(si int) error {
 		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
 			si, s.WeightBytes, s.ActBytes, s.MemoryBytes)
 	}
-	sched, _ := codegen.ParseSchedule(p.Schedule)
+	sched, _ := program.ParseSchedule(p.Schedule)
 	want := p.Microbatches
-	if sched == codegen.OneFOneB {
+	if sched == program.OneFOneB {
 		want = min(len(p.Stages)-si, p.Microbatches)
 	}
 	if s.InFlight != want {

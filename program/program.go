@@ -1,4 +1,4 @@
-package codegen
+package program
 
 import (
 	"github.com/autopar/autopar/ir"
@@ -76,9 +76,9 @@ type Call struct {
 // stays countable in an int and its runtime state small.
 const MaxMicrobatches = 1 << 20
 
-// blocks returns the program's blocks and schedule, a program without Blocks being one
+// BlockSchedule returns the program's blocks and schedule, a program without Blocks being one
 // block of the step run once.
-func (p *Program) blocks() ([]Block, []Loop) {
+func (p *Program) BlockSchedule() ([]Block, []Loop) {
 	if len(p.Blocks) == 0 {
 		return []Block{{Name: "step", Start: 0, End: len(p.Instrs)}}, []Loop{{From: 0, To: 1, Body: []Call{{Block: 0}}}}
 	}
@@ -113,7 +113,7 @@ func (p *Program) BlockOf(i int) int {
 // for (−1 in a block of the step): for pc, mb := range p.Execution { … }. It expands the
 // schedule lazily, holding nothing per micro-batch. p must be valid.
 func (p *Program) Execution(yield func(pc, mb int) bool) {
-	blocks, sched := p.blocks()
+	blocks, sched := p.BlockSchedule()
 	for _, l := range sched {
 		for i := l.From; i < l.To; i++ {
 			for _, c := range l.Body {
@@ -135,7 +135,7 @@ func (p *Program) Execution(yield func(pc, mb int) bool) {
 // Calls yields the blocks of p in run order with the micro-batch each runs for (−1 for a
 // block of the step). p must be valid.
 func (p *Program) Calls(yield func(block, mb int) bool) {
-	blocks, sched := p.blocks()
+	blocks, sched := p.BlockSchedule()
 	for _, l := range sched {
 		for i := l.From; i < l.To; i++ {
 			for _, c := range l.Body {

@@ -1,4 +1,4 @@
-package autopar
+package plan
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // an error quotes the value; a success has every degree ≥ 1, a device count that fits an
 // int32, and prints (Manual.String) to a form that reads back equal. Run it with
 //
-//	go test . -run '^$' -fuzz '^FuzzParseManual$' -fuzztime 10m
+//	go test ./plan -run '^$' -fuzz '^FuzzParseManual$' -fuzztime 10m
 func FuzzParseManual(f *testing.F) {
 	for _, s := range []string{"tp=2", "tp=8,pp=2,dp=32", "dp=4, tp=2", "tp=2xyz,pp=2junk", "tp=2.9", "tp=2,tp=4",
 		"tp=0", "tp=-1", "tp=+2", "tp=", "=2", "tp", "", ",", "tp=2,", "xp=2", "tp=99999999999", "TP=2",

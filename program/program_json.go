@@ -1,4 +1,4 @@
-package codegen
+package program
 
 import (
 	"bytes"
@@ -98,7 +98,7 @@ func (p *Program) MarshalJSON() ([]byte, error) {
 	for i := range p.Instrs {
 		line, err := json.Marshal(encodeInstr(&p.Instrs[i]))
 		if err != nil {
-			return nil, fmt.Errorf("codegen: instr %d: %w", i, err)
+			return nil, fmt.Errorf("program: instr %d: %w", i, err)
 		}
 		writeListItem(&b, i, line)
 	}
@@ -205,7 +205,7 @@ func encodeAttr(v any) json.RawMessage {
 	default: // int, []int, string: JSON has them
 		var err error
 		if raw, err = json.Marshal(v); err != nil {
-			panic(fmt.Sprintf("codegen: attr value %T does not marshal: %v", v, err))
+			panic(fmt.Sprintf("program: attr value %T does not marshal: %v", v, err))
 		}
 	}
 	return raw

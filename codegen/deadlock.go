@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/program"
 )
 
 // task is one unit of a stage's program: the forward or backward half of one
@@ -27,45 +28,14 @@ func (t task) String() string {
 	return "prologue"
 }
 
-// StageLoops returns the schedule of stage i of s under sched with b micro-batches, over
-// the blocks Lower emits: the prologue, the micro-batches' forwards and backwards in
-// loops, and the update, once.
-//
-// GPipe: F0 … F(b−1), B0 … B(b−1). 1F1B (PipeDream-flush): w = min(s−1−i, b) warm-up
-// forwards, then F(w+k) (while any is left) and B(k) for k = 0 … b−1, so stage i holds
-// at most s−i micro-batches' activations, as the stage DP assumes: three loops, warm-up,
-// steady (F(k+w), B(k)) and cool-down.
-func StageLoops(sched Schedule, s, i, b int) []Loop {
-	once := func(block int) Loop { return Loop{From: 0, To: 1, Body: []Call{{Block: block}}} }
-	out := []Loop{once(BlockPrologue)}
-	add := func(from, to int, body ...Call) {
-		if from < to {
-			out = append(out, Loop{From: from, To: to, Body: body})
-		}
-	}
-	switch sched {
-	case GPipe:
-		add(0, b, Call{Block: BlockForward})
-		add(0, b, Call{Block: BlockBackward})
-	case OneFOneB:
-		w := max(0, min(s-1-i, b))
-		add(0, w, Call{Block: BlockForward})
-		add(0, b-w, Call{Block: BlockForward, Shift: w}, Call{Block: BlockBackward})
-		add(b-w, b, Call{Block: BlockBackward})
-	default:
-		panic(fmt.Sprintf("codegen: schedule %d has no order", int(sched)))
-	}
-	return append(out, once(BlockUpdate))
-}
-
 // taskAt returns the task of a call of a lowered program's block for micro-batch mb.
 func taskAt(block, mb int) task {
 	switch block {
-	case BlockForward:
+	case program.BlockForward:
 		return task{phaseF, mb}
-	case BlockBackward:
+	case program.BlockBackward:
 		return task{phaseB, mb}
-	case BlockUpdate:
+	case program.BlockUpdate:
 		return task{phaseU, -1}
 	}
 	return task{phaseNone, -1} // the prologue: loads, no transfers
@@ -73,11 +43,11 @@ func taskAt(block, mb int) task {
 
 // taskCursor walks one stage's loops call by call without expanding them.
 type taskCursor struct {
-	loops      []Loop
+	loops      []program.Loop
 	l, i, call int
 }
 
-func newTaskCursor(loops []Loop) *taskCursor {
+func newTaskCursor(loops []program.Loop) *taskCursor {
 	c := &taskCursor{loops: loops}
 	if len(loops) > 0 {
 		c.i = loops[0].From
@@ -121,7 +91,7 @@ func (c *taskCursor) next() {
 // the same for every micro-batch, and each stage runs its forwards and its backwards in
 // micro-batch order, so "has stage t finished its forward of micro-batch k" is a count.
 // Memory is O(stages²), time O(stages · micro-batches · stages).
-func checkDeadlock(p *Plan, an *analysis, loops [][]Loop) error {
+func checkDeadlock(p *Plan, an *analysis, loops [][]program.Loop) error {
 	type dep struct {
 		s  StageID
 		ph phase

@@ -1,4 +1,4 @@
-package autopar
+package plan
 
 import (
 	"bytes"
@@ -12,9 +12,9 @@ import (
 // FuzzReadPlan feeds ReadPlan hand-edited plans: it must never panic, and a plan it
 // accepts must lower (Programs), give its memory breakdown (explain --memory), and write
 // back a plan.json that reads again to the same bytes. The seeds are the plans in
-// testdata/plans: a real one and its refused edits.
+// ../testdata/plans: a real one and its refused edits.
 func FuzzReadPlan(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("testdata", "plans", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "plans", "*.json"))
 	require.NoError(f, err)
 	require.NotEmpty(f, files)
 	for _, path := range files {

@@ -1,23 +1,25 @@
-package autopar
+package plan
 
 import (
-	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
-	"github.com/autopar/autopar/passes/sharding"
 )
 
 // The sharding pass and codegen describe an op's result at two moments. A sharding
 // strategy's Out is the layout once the op's own collective (the all-reduce or
 // reduce-scatter of a split contracted dim) is done, never partial; codegen's Stage.Out is
 // the layout the local compute leaves, partial over those axes, and codegen inserts the
-// collective itself as a resharding towards each consumer. localOut converts the first into
-// the second.
+// collective itself as a resharding towards each consumer. LocalOut converts the first into
+// the second; every strategy the sharding pass offers, converted, passes
+// codegen.CheckStrategy (TestCandidatesLower in the root package), since both read the op's
+// row of the ir op table.
 
-// localOut is the layout the local compute of op id leaves under operand layouts in: each
+// LocalOut is the layout the local compute of op id leaves under operand layouts in: each
 // result dim split as its label is split in the operands, partial over the axes of split
-// contracted labels. A result label no operand carries keeps its axes from out.
-func localOut(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) mesh.Spec {
+// contracted labels. A result label no operand carries keeps its axes from out, less the
+// partial axes (a reduce-scatter onto a dim no operand has: conv's spatial dims,
+// scatter_add's rows).
+func LocalOut(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) mesh.Spec {
 	v := g.Value(id)
 	if len(v.Args) == 0 || len(in) != len(v.Args) {
 		return out
@@ -34,23 +36,18 @@ func localOut(g *ir.Graph, id ir.ValueID, in []mesh.Spec, out mesh.Spec) mesh.Sp
 		}
 	}
 	res := mesh.Spec{Dims: make([]mesh.AxisSet, len(d.Result))}
+	for _, l := range d.Contracted() {
+		res.Partial |= axes[l]
+	}
 	for k, l := range d.Result {
 		switch {
 		case l >= 0 && seen[l]:
 			res.Dims[k] = axes[l]
 		case k < len(out.Dims):
-			res.Dims[k] = out.Dims[k]
+			// The axes of a reduce-scatter onto this dim are the collective's, which codegen
+			// inserts after the local compute: they are partial here.
+			res.Dims[k] = out.Dims[k] &^ res.Partial
 		}
 	}
-	for _, l := range d.Contracted() {
-		res.Partial |= axes[l]
-	}
 	return res
-}
-
-// lowerable is the sharding pass's filter: it keeps the strategies codegen can lower.
-func lowerable(lm *mesh.LogicalMesh) func(*ir.Graph, ir.ValueID, *sharding.Strategy) error {
-	return func(g *ir.Graph, id ir.ValueID, s *sharding.Strategy) error {
-		return codegen.CheckStrategy(g, id, s.In, localOut(g, id, s.In, s.Out), lm)
-	}
 }

@@ -1,4 +1,4 @@
-package codegen
+package program
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ func (p *Program) Validate() error {
 		return v.errs.Err()
 	}
 	v.checkSchedule()
-	blocks, _ := p.blocks()
+	blocks, _ := p.BlockSchedule()
 	for _, bl := range blocks {
 		v.perMB = bl.PerMicrobatch
 		for i := bl.Start; i < bl.End; i++ {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/program"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/interp"
+	"github.com/autopar/autopar/safetensors"
+)
+
+// loopOpts is what the one training loop of the CLI (run and exec, in process or one MPI
+// rank per device) takes.
+type loopOpts struct {
+	steps      int
+	seed       int64
+	check      bool
+	tol        float64
+	trace      string
+	traceFrees bool
+	timeout    time.Duration
+	weights    string
+	save       string
+	saveEvery  int
+	resume     string
+	// checkpoint is resume's, when the caller read it already.
+	checkpoint *autopar.Checkpoint
+	// programs are the saved programs exec runs (nil: the plan's).
+	programs []*program.Program
+	// group, for MPI, is this rank's runtime.Group; lead says whether this process prints
+	// and writes files (rank 0).
+	group runtime.Group
+	lead  bool
+	// where ends the "running N programs" line.
+	where string
+	// counters prints each device's counters of the last step beside codegen's prediction.
+	counters bool
+}
+
+// validate refuses bad counts and bounds before anything is compiled or started.
+func (o *loopOpts) validate() error {
+	if o.steps < 1 {
+		return fmt.Errorf("--steps must be at least 1, got %d", o.steps)
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", o.timeout)
+	}
+	if !(o.tol > 0) || math.IsInf(o.tol, 0) {
+		return fmt.Errorf("--tolerance %v: expected a finite relative difference > 0, e.g. 1e-4", o.tol)
+	}
+	if o.saveEvery < 0 || (o.saveEvery > 0 && o.save == "") {
+		return fmt.Errorf("--save-every %d needs --save FILE and a count of at least 1", o.saveEvery)
+	}
+	if o.weights != "" && o.resume != "" {
+		return fmt.Errorf("--weights and --resume both set the params: give one")
+	}
+	return nil
+}
+
+// trainLoop trains plan's model with an autopar.Trainer (params and state resident on the
+// devices; --check is its CheckSerial) for o.steps steps on the data of o.seed, printing
+// each loss to out, and writes the trace and checkpoints asked for. Over MPI every rank
+// runs it; only the lead's out is not io.Discard, and only the lead writes files.
+func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpts) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	opts := autopar.TrainerOptions{Seed: o.seed, CheckSerial: o.check, Tolerance: o.tol, Timeout: o.timeout, Programs: o.programs, Group: o.group}
+	opts.Checkpoint = o.checkpoint
+	if o.resume != "" && o.checkpoint == nil {
+		ck, err := autopar.LoadCheckpoint(o.resume)
+		if err != nil {
+			return err
+		}
+		opts.Checkpoint = ck
+	}
+	if o.weights != "" {
+		w, _, err := safetensors.ReadFile(o.weights)
+		if err != nil {
+			return err
+		}
+		opts.Weights = w
+	}
+	tr, err := interruptible(ctx, func() (*autopar.Trainer, error) { return autopar.NewTrainer(ctx, plan, opts) })
+	if err != nil {
+		if o.weights != "" {
+			return fmt.Errorf("%s: %w", o.weights, err)
+		}
+		return err
+	}
+	data, err := interp.GenerateInputs(plan.Forward(), o.seed+1)
+	if err != nil {
+		return err
+	}
+	batch := autopar.Batch{}
+	for name, x := range data {
+		batch[name] = x
+	}
+	if o.resume != "" {
+		fmt.Fprintf(out, "\nresumed %s at step %d\n", o.resume, tr.Steps())
+	}
+	fmt.Fprintf(out, "\nrunning %d programs %s\n", tr.Devices(), o.where)
+	last := tr.Steps() + o.steps
+	for tr.Steps() < last {
+		if o.trace != "" && tr.Steps() == last-1 {
+			tr.TraceNext()
+		}
+		start := time.Now()
+		loss, err := tr.Step(ctx, batch)
+		if err != nil {
+			return err
+		}
+		step := tr.Steps()
+		fmt.Fprintf(out, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("step %d: the loss is %v; training diverged (try a smaller --lr)", step, loss)
+		}
+		if c := tr.LastCheck(); o.check && c != nil { // over MPI, rank 0 checks
+			fmt.Fprintf(out, "      check: loss %s; gradients %s; params %s\n", diffString(c.Loss), diffString(c.Grads), diffString(c.Updates))
+		}
+		if step == last && o.trace != "" && o.lead {
+			write := func(w io.Writer) error {
+				return tr.LastResult().WriteTraceWith(w, runtime.TraceOptions{Frees: o.traceFrees, Stages: stageDevices(plan)})
+			}
+			if err := writeFileAtomic(o.trace, write); err != nil {
+				return err
+			}
+		}
+		if o.save != "" && (step == last || (o.saveEvery > 0 && step%o.saveEvery == 0)) {
+			if err := tr.Save(o.save); err != nil { // every rank gathers; the lead writes
+				return err
+			}
+			fmt.Fprintf(out, "      saved %s at step %d\n", o.save, step)
+		}
+	}
+	if o.counters {
+		progs := o.programs
+		if progs == nil {
+			if progs, err = plan.Programs(); err != nil {
+				return err
+			}
+		}
+		printCounters(out, progs, tr.LastResult())
+	}
+	return nil
+}

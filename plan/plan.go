@@ -1,0 +1,360 @@
+package plan
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/autopar/autopar/codegen"
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
+)
+
+// PlanVersion is the version of the plan.json format.
+const PlanVersion = 1
+
+// Plan is a compiled training plan: what plan.json holds. It is plain data, written and
+// read back byte for byte; Programs lowers it to one program per device.
+type Plan struct {
+	Version      int           `json:"version"`
+	Model        string        `json:"model"`
+	ModelHash    string        `json:"model_hash"` // sha256 of ModelIR
+	ModelIR      string        `json:"model_ir"`   // the forward graph, so the plan stands alone
+	Cluster      mesh.Cluster  `json:"cluster"`
+	Batch        int           `json:"batch"`
+	Microbatches int           `json:"microbatches"`
+	Schedule     string        `json:"schedule"`
+	Optimizer    OptimizerSpec `json:"optimizer"`
+	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
+	ILPTimeLimit float64       `json:"ilp_time_limit_s"` // each sharding solve's, so explain can redo them
+	Layers       []Layer       `json:"layers"`
+	Stages       []Stage       `json:"stages"`
+	Predicted    Prediction    `json:"predicted"`
+
+	model *ir.Graph // the forward graph
+	step  *ir.Graph // the training step of one micro-batch
+}
+
+// OptimizerSpec is passes.Optimizer as plan.json spells it.
+type OptimizerSpec struct {
+	Kind        string  `json:"kind"`
+	LR          float64 `json:"lr"`
+	Momentum    float64 `json:"momentum,omitempty"`
+	Beta1       float64 `json:"beta1,omitempty"`
+	Beta2       float64 `json:"beta2,omitempty"`
+	Eps         float64 `json:"eps,omitempty"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+}
+
+// Optimizer is the spec as the passes take it.
+func (o OptimizerSpec) Optimizer() passes.Optimizer {
+	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+}
+
+// SpecOf is o as plan.json spells it.
+func SpecOf(o passes.Optimizer) OptimizerSpec {
+	return OptimizerSpec{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+}
+
+// Layer is one layer of the clustering: its work and the activation bytes it receives.
+type Layer struct {
+	FLOPs   float64 `json:"flops"`
+	InBytes int64   `json:"in_bytes"`
+}
+
+// Stage is one pipeline stage of a plan.
+type Stage struct {
+	FirstLayer  int          `json:"first_layer"`
+	LastLayer   int          `json:"last_layer"`
+	Submesh     mesh.Submesh `json:"submesh"`
+	Logical     [2]int       `json:"logical_mesh"` // (dp, mp)
+	Devices     []int        `json:"devices"`
+	Time        float64      `json:"time"` // seconds per micro-batch, forward + backward
+	Cost        Cost         `json:"cost"`
+	WeightBytes int64        `json:"weight_bytes"`
+	ActBytes    int64        `json:"activation_bytes"`
+	InFlight    int          `json:"in_flight"`
+	MemoryBytes int64        `json:"memory_bytes"` // per device at the peak
+	ILP         ILPStats     `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values      []ValuePlan  `json:"values"`
+}
+
+// Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
+// sharding.Cost, with its own fields so that renaming one in the sharding pass cannot
+// change the file format.
+type Cost struct {
+	Compute       float64 `json:"compute"`
+	Communication float64 `json:"communication"` // op-internal collectives
+	Resharding    float64 `json:"resharding"`
+	Total         float64 `json:"total"`
+}
+
+// ILPStats describes the integer program a stage's sharding solved: plan.json's copy of
+// sharding.ILPStats.
+type ILPStats struct {
+	Values     int           `json:"values"`
+	Nodes      int           `json:"nodes"` // groups after merging followers
+	Variables  int           `json:"variables"`
+	EdgeVars   int           `json:"edge_variables"`
+	Rows       int           `json:"rows"`
+	MemoryRows int           `json:"memory_rows"`
+	TiedGroups int           `json:"tied_groups"` // groups sharing another's variables
+	Rounds     int           `json:"rounds"`      // solves (memory rows are added lazily)
+	Status     string        `json:"status"`
+	Objective  float64       `json:"objective"`
+	SolveTime  time.Duration `json:"solve_time_ns"` // 0 in plan.json
+}
+
+// ValuePlan is the sharding of one value of a stage.
+type ValuePlan struct {
+	Name     string      `json:"name"`
+	Op       string      `json:"op"`
+	Layer    int         `json:"layer"` // of the clustering; leaves: of their first user
+	Spec     mesh.Spec   `json:"spec"`
+	In       []mesh.Spec `json:"in,omitempty"`
+	Strategy string      `json:"strategy,omitempty"`
+	Compute  float64     `json:"compute,omitempty"`
+	Comm     float64     `json:"comm,omitempty"`
+}
+
+// Prediction is what the plan predicts for one training step. StepTime = Compute +
+// Communication + Bubble, where Compute and Communication are the B micro-batches of the
+// slowest stage and Bubble the rest of the pipeline's fill and drain.
+type Prediction struct {
+	StepTime         float64 `json:"step_time"`
+	Compute          float64 `json:"compute"`
+	Communication    float64 `json:"communication"`
+	Bubble           float64 `json:"bubble"`
+	FLOPs            float64 `json:"flops"` // per step, forward + backward + update
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TFLOPSPerDevice  float64 `json:"tflops_per_device"`
+	MFU              float64 `json:"mfu"`
+	DeviceMemory     int64   `json:"device_memory"` // capacity per device
+	Solves           int     `json:"ilp_solves"`
+}
+
+// ModelHash identifies a forward graph: the sha256 of its .ir text.
+func ModelHash(g *ir.Graph) string { return HashText(g.String()) }
+
+// HashText is the sha256 of s in hex: ModelHash of a graph whose text is s.
+func HashText(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// WriteJSON writes plan.json: indented, fields in a fixed order, so the same plan gives
+// the same bytes.
+func (p *Plan) WriteJSON(w io.Writer) error {
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+// MaxPlanBytes bounds the plan.json ReadPlan reads; a plan of the largest zoo model is a
+// few MiB. Raise it here for a bigger one.
+const MaxPlanBytes = 256 << 20
+
+// ReadPlan reads a plan.json. The plan carries its model, so nothing else is needed. It
+// checks the plan's meaning as well as its syntax: a corrupt file, another format version,
+// a model text that does not match its hash, stages that overlap, run layers out of order
+// or share a device, an unknown schedule, negative predictions, an in-flight count the
+// schedule does not imply, a layout no device can hold, or a stage assignment codegen
+// refuses are errors saying so. A plan ReadPlan returns lowers (Programs).
+func ReadPlan(r io.Reader) (*Plan, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxPlanBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxPlanBytes {
+		return nil, fmt.Errorf("plan: larger than %d MiB (plan.MaxPlanBytes), expected a plan.json", MaxPlanBytes>>20)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("plan: the file is empty, expected a plan.json written by autopar compile -o DIR")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("plan: corrupt plan.json: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("plan: corrupt plan.json: data after the plan's JSON object")
+	}
+	if p.Version != PlanVersion {
+		return nil, fmt.Errorf("plan: version %d, this autopar reads version %d", p.Version, PlanVersion)
+	}
+	if err := p.checkMeaning(); err != nil {
+		return nil, err
+	}
+	if HashText(p.ModelIR) != p.ModelHash {
+		return nil, fmt.Errorf("plan: corrupt plan.json: the model text does not match its hash %.12s", p.ModelHash)
+	}
+	model, err := frontend.Parse("plan.json:model_ir", []byte(p.ModelIR))
+	if err != nil {
+		return nil, fmt.Errorf("plan: corrupt plan.json: %w", err)
+	}
+	if err := p.rebuild(model); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ReadPlanFile reads the plan.json at path.
+func ReadPlanFile(path string) (*Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := ReadPlan(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// CheckModel returns an error unless the plan was compiled for forward graph g.
+func (p *Plan) CheckModel(g *ir.Graph) error {
+	h := ModelHash(g)
+	if h == p.ModelHash {
+		return nil
+	}
+	if b, err := passes.BatchSize(g); err == nil && b != p.Batch && g.Name == p.Model {
+		return fmt.Errorf("plan: the plan was compiled for model %s with batch %d, not batch %d", p.Model, p.Batch, b)
+	}
+	return fmt.Errorf("plan: the plan belongs to model %s (hash %.12s), not to %s (hash %.12s)",
+		p.Model, p.ModelHash, g.Name, h)
+}
+
+// CheckCluster returns an error unless the plan was compiled for cluster c, naming the
+// first field of the spec that differs.
+func (p *Plan) CheckCluster(c *mesh.Cluster) error {
+	if d := clusterDiff(&p.Cluster, c); d != "" {
+		return fmt.Errorf("plan: the plan was compiled for cluster %s, not for %s: %s", p.Cluster.String(), c.String(), d)
+	}
+	return nil
+}
+
+// AttachGraphs gives a plan the compiler just made its forward graph and the training step
+// of one micro-batch it sharded (ReadPlan rebuilds them from ModelIR instead).
+func (p *Plan) AttachGraphs(model, step *ir.Graph) { p.model, p.step = model, step }
+
+// Forward returns the forward graph the plan was compiled from.
+func (p *Plan) Forward() *ir.Graph { return p.model }
+
+// rebuild recomputes the micro-batch step the plan was made for and checks the plan's
+// values against it.
+func (p *Plan) rebuild(model *ir.Graph) error {
+	batch, err := passes.BatchSize(model)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	if batch != p.Batch {
+		return fmt.Errorf("plan: batch %d, but its model %s has batch %d", p.Batch, model.Name, batch)
+	}
+	mb, err := passes.Rebatch(model, p.Batch/p.Microbatches)
+	if err != nil {
+		return err
+	}
+	step, err := passes.TrainingStep(mb, p.Optimizer.Optimizer())
+	if err != nil {
+		return err
+	}
+	for _, s := range p.Stages {
+		for _, v := range s.Values {
+			id, ok := step.Lookup(v.Name)
+			if !ok || step.Value(id).Op.String() != v.Op {
+				return fmt.Errorf("plan: value %s (%s) of the plan is not in the training step of %s", v.Name, v.Op, model.Name)
+			}
+		}
+	}
+	p.model, p.step = model, step
+	return p.checkStep()
+}
+
+// Step returns the training step of one micro-batch the plan shards.
+func (p *Plan) Step() *ir.Graph { return p.step }
+
+// Programs lowers the plan to one program per device (codegen.Lower).
+func (p *Plan) Programs() ([]*program.Program, error) {
+	cp, err := p.CodegenPlan()
+	if err != nil {
+		return nil, err
+	}
+	return codegen.Lower(cp)
+}
+
+// CodegenPlan is the plan as codegen reads it: ValueIDs of the step instead of names.
+func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
+	if p.step == nil {
+		return nil, fmt.Errorf("plan: no training step: read the plan with ReadPlan")
+	}
+	sched, err := program.ParseSchedule(p.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	step := p.step
+	cp := &codegen.Plan{Step: step, Microbatches: p.Microbatches, Schedule: sched,
+		StageOf: make([]codegen.StageID, len(step.Values))}
+	owner := make([]int, len(step.Values))
+	for i := range owner {
+		owner[i] = -1
+	}
+	for si, s := range p.Stages {
+		for _, v := range s.Values {
+			if id, _ := step.Lookup(v.Name); owner[id] < 0 {
+				owner[id] = si // the first stage to list a leaf holds and updates it
+			}
+		}
+	}
+	for si, s := range p.Stages {
+		lm, err := mesh.NewLogicalMeshAt(&p.Cluster, s.Submesh, mesh.DeviceID(s.Devices[0]), s.Logical[0], s.Logical[1])
+		if err != nil {
+			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
+		}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		for _, v := range s.Values {
+			id, _ := step.Lookup(v.Name)
+			if owner[id] != si {
+				continue
+			}
+			st.Out[id] = LocalOut(step, id, v.In, v.Spec)
+			if len(v.In) > 0 {
+				st.In[id] = v.In
+			}
+		}
+		cp.Stages = append(cp.Stages, st)
+	}
+	for i := range owner {
+		if owner[i] < 0 {
+			owner[i] = 0 // a value no stage lists (dead code): stage 0 holds it
+		}
+		cp.StageOf[i] = codegen.StageID(owner[i])
+	}
+	return cp, nil
+}
+
+// StageNames lists the values of every stage, sorted, for error messages that must name
+// what exists.
+func (p *Plan) StageNames() []string {
+	var names []string
+	for _, s := range p.Stages {
+		for _, v := range s.Values {
+			names = append(names, v.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
