@@ -36,8 +36,10 @@ var fastCases = []struct {
 	{"mlp-tiny", "p3.16xlarge", 1, 8, 8, 4, 0},
 }
 
-// fastCasesMore are slower (ten seconds each on 2 busy cores): go test -run
-// TestFastSearchMatchesExhaustive -fastsearch.all runs them too.
+// fastCasesMore are slower (ten seconds each on 2 busy cores; the two with a binding budget
+// minutes, as the exhaustive search's range ILPs run to their time limit — there the fast
+// plan was twice as fast as the exhaustive one's, from layer ILPs that finish): go test -run
+// TestFastSearchMatchesExhaustive -fastsearch.all -timeout 20m runs them too.
 var fastCasesMore = []struct {
 	model   string
 	cluster string
