@@ -35,12 +35,16 @@ type Options struct {
 	Manual *Manual
 	// From, if set, re-costs a saved plan: Compile refuses it unless it was compiled for the
 	// same model and cluster (Plan.CheckFor), and pins its stages (ConstraintsOf), layer
-	// count, micro-batch count and schedule, which replace Layers, Microbatches, Schedule,
-	// Manual and Constraints.
+	// count, micro-batch count, schedule and each stage's recomputation, which replace
+	// Layers, Microbatches, Schedule, Manual, Constraints and Remat.
 	From *Plan
 	// Constraints pin parts of the plan (stage boundaries, submeshes, logical meshes); the
 	// rest is searched. Manual, when set, replaces them.
 	Constraints dp.Constraints
+	// Remat is activation recomputation: "auto" (the default: the search decides per
+	// stage, recomputing where memory forces it), "none" or "full" (every stage, as
+	// Megatron-LM's full recomputation). See remat.go.
+	Remat string
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
 	// Search is how stages are priced: "fast" (the default) solves each distinct layer
@@ -139,6 +143,9 @@ func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options)
 	if err := checkSearch(opts.Search); err != nil {
 		return nil, nil, nil, err
 	}
+	if err := checkRemat(opts.Remat); err != nil {
+		return nil, nil, nil, err
+	}
 	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, nil, nil, err
@@ -201,6 +208,10 @@ func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options)
 		}
 	}
 	if best == nil {
+		var me *dp.MemoryError
+		if opts.Remat == RematNone && errors.As(why, &me) {
+			return nil, atts, sh, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
+		}
 		return nil, atts, sh, why
 	}
 	return best, atts, sh, nil
@@ -293,6 +304,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Schedule == "" {
 		o.Schedule = "1f1b"
+	}
+	if o.Remat == "" {
+		o.Remat = RematAuto
 	}
 	if o.ILPTimeLimit == 0 {
 		o.ILPTimeLimit = 30 * time.Second
@@ -401,6 +415,13 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sc
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), sh)
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
+	o.remat = opts.Remat
+	if p := opts.From; p != nil {
+		o.pinned = map[[2]int]int{}
+		for _, s := range p.Stages {
+			o.pinned[[2]int{s.FirstLayer, s.LastLayer + 1}] = choice(s.Recompute, s.RecomputeLayers)
+		}
+	}
 	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
 	o.fast = free && opts.Search == SearchFast
 	return &attempt{b: b, step: step, lay: lay, dc: dc, do: do, o: o, free: free}, nil
@@ -413,8 +434,15 @@ func (a *attempt) finish(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
 	res, err := dp.Solve(ctx, a.lay.L, a.dc, o, do)
-	if err == nil && o.fast {
-		res, err = exactly(ctx, a.lay.L, a.dc, o, do, res)
+	if o.fast && ctx.Err() == nil {
+		if err == nil {
+			res, err = exactly(ctx, a.lay.L, a.dc, o, do, res)
+		} else {
+			// No plan from the composed prices (their memory is an estimate): the reference.
+			o.fast = false
+			o.prefetch(a.lay.L, a.dc, nil)
+			res, err = dp.Solve(ctx, a.lay.L, a.dc, o, do)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
@@ -488,7 +516,7 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	for _, st := range p.Stages {
 		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
 		sol := o.solve(k.start, k.end, k.sub, k.logical)
-		o.exactAt[k] = composedCost{cost: sol.cost, ok: sol.ok, exact: true}
+		o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: sol.ok, exact: true}
 	}
 	do.Constraints = pin
 	return dp.Solve(ctx, layers, dc, o, do)

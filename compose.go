@@ -78,6 +78,7 @@ type layerPoint struct {
 	time    float64
 	weights float64
 	act     float64
+	remats  []dp.StageCost // the layer recomputing: whole, layer by layer (remat.go)
 }
 
 func (p layerPoint) memory() float64 { return p.weights + p.act }
@@ -178,7 +179,7 @@ func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []lay
 }
 
 func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
-	return layerPoint{res: sol.res, time: sol.cost.Time, weights: sol.cost.WeightBytes, act: sol.cost.ActBytes}
+	return layerPoint{res: sol.res, time: sol.cost.Time, weights: sol.cost.WeightBytes, act: sol.cost.ActBytes, remats: sol.remats}
 }
 
 // paretoAdd adds p to a layer's points unless one of them is no slower and no larger.
@@ -489,7 +490,47 @@ func (o *oracle) price(start int, pts [][]layerPoint, path []int) composedCost {
 		}
 	}
 	c.cost.Time = max(c.cost.Time, 0)
+	chosen := make([]layerPoint, len(path))
+	for i, q := range path {
+		chosen[i] = pts[i][q]
+	}
+	c.cost = o.withRemat(c.cost, chosen)
 	return c
+}
+
+// withRemat gives a composed plain cost the ways to run the range recomputing, estimated
+// from its layers' own (remat.go prices them per stage graph, which a composition does not
+// have): the recomputed time adds up; recomputing the whole range keeps its first layer's
+// inputs in flight and holds, once, the plain activations of one micro-batch; layer by
+// layer keeps every layer's input and holds once the largest layer's recomputed values.
+// The search only chooses by these: the chosen stages are re-priced by remat.go (exactly).
+// Arranged as stageSolution.costFor arranges a solved stage's.
+func (o *oracle) withRemat(plain dp.StageCost, layers []layerPoint) dp.StageCost {
+	if o.remat == RematNone || len(layers) == 0 {
+		return plain
+	}
+	whole, layered := plain, plain
+	whole.Recompute, layered.Recompute, layered.Checkpoints = true, true, true
+	whole.ActBytes, whole.OnceBytes, layered.ActBytes, layered.OnceBytes = 0, 0, 0, 0
+	for i, p := range layers {
+		if len(p.remats) < 2 {
+			return plain
+		}
+		whole.Time += p.remats[0].Time - p.time
+		layered.Time += p.remats[1].Time - p.time
+		whole.OnceBytes += p.act
+		layered.ActBytes += p.remats[0].ActBytes
+		layered.OnceBytes = max(layered.OnceBytes, p.remats[0].OnceBytes)
+		if i == 0 {
+			whole.ActBytes = p.remats[0].ActBytes
+		}
+	}
+	if o.remat == RematFull {
+		whole.Remat = []dp.StageCost{layered}
+		return whole
+	}
+	plain.Remat = []dp.StageCost{whole, layered}
+	return plain
 }
 
 func allFastest(path []int) bool {
@@ -524,6 +565,7 @@ func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost
 		return dp.StageCost{}, false
 	}
 	var c dp.StageCost
+	var fastest []layerPoint
 	for k := start; k < end; k++ {
 		pts := o.layerPoints(k, s, l, false)
 		if len(pts) == 0 {
@@ -536,6 +578,7 @@ func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost
 		c.Time += t
 		c.WeightBytes += pts[0].weights
 		c.ActBytes = max(c.ActBytes, act)
+		fastest = append(fastest, pts[0])
 	}
-	return c, true
+	return o.withRemat(c, fastest), true
 }

@@ -522,11 +522,14 @@ type StageAlternative struct {
 	// WeightBytes are then lower bounds and Cost is zero.
 	Pruned bool `json:"pruned,omitempty"`
 	// WeightBytes are params, their gradients and optimizer state; ActBytes one
-	// micro-batch's activations; MemoryBytes = WeightBytes + InFlight·ActBytes.
-	WeightBytes int64 `json:"weight_bytes"`
-	ActBytes    int64 `json:"activation_bytes"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	Fits        bool  `json:"fits"`
+	// micro-batch's activations (a recomputing stage's: its inputs), RecomputeBytes the
+	// recomputed micro-batch's; MemoryBytes = WeightBytes + InFlight·ActBytes +
+	// RecomputeBytes.
+	WeightBytes    int64 `json:"weight_bytes"`
+	ActBytes       int64 `json:"activation_bytes"`
+	RecomputeBytes int64 `json:"recompute_bytes,omitempty"`
+	MemoryBytes    int64 `json:"memory_bytes"`
+	Fits           bool  `json:"fits"`
 	// StepTime is the plan's step time with this stage's time replaced, for alternatives on
 	// as many devices as the chosen one (the others would not tile the cluster with the
 	// other stages as they are); 0 otherwise.
@@ -586,14 +589,15 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logic
 		a.Err = fmt.Sprint(sol.err)
 		return a
 	}
-	a.Time = sol.cost.Time
+	cost := sol.chosen(choice(s.Recompute, s.RecomputeLayers)) // priced as the stage runs
+	a.Time = cost.Time
 	if sol.res != nil {
 		a.Cost = sol.res.Cost
 	} else {
 		a.Pruned = true
 	}
-	a.WeightBytes, a.ActBytes = int64(sol.cost.WeightBytes), int64(sol.cost.ActBytes)
-	a.MemoryBytes = int64(sol.cost.Memory(s.InFlight))
+	a.WeightBytes, a.ActBytes, a.RecomputeBytes = int64(cost.WeightBytes), int64(cost.ActBytes), int64(cost.OnceBytes)
+	a.MemoryBytes = int64(cost.Memory(s.InFlight))
 	a.Fits = !a.Pruned && a.MemoryBytes <= p.Predicted.DeviceMemory
 	if a.Devices == len(s.Devices) {
 		a.StepTime = p.stepTime(n, a.Time)

@@ -181,7 +181,7 @@ func TestExplainStage(t *testing.T) {
 						marked++
 					}
 					if a.OK {
-						assert.Equal(t, a.WeightBytes+int64(e.InFlight)*a.ActBytes, a.MemoryBytes)
+						assert.Equal(t, a.WeightBytes+int64(e.InFlight)*a.ActBytes+a.RecomputeBytes, a.MemoryBytes)
 						assert.Equal(t, a.MemoryBytes <= e.Capacity, a.Fits)
 						assert.InDelta(t, a.Time, a.Cost.Total, 1e-12)
 					}

@@ -38,6 +38,11 @@ type oracle struct {
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
+	// remat is the recomputation mode (RematAuto, RematNone, RematFull); pinned, when set,
+	// fixes the choice per layer range [start, end) (a saved plan's stages; see choice).
+	remat  string
+	pinned map[[2]int]int
+	fwd    []bool // the step's forward values (forwardValues)
 
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
@@ -70,6 +75,7 @@ func newShared() *shared {
 type stageGraph struct {
 	g       *ir.Graph
 	ids     []ir.ValueID // the step's values the stage computes, in graph order
+	remat   *stageRemat
 	hash    string
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
@@ -83,9 +89,49 @@ type solveKey struct {
 
 type stageSolution struct {
 	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
-	cost dp.StageCost
-	ok   bool
-	err  error
+	cost dp.StageCost     // without recomputation
+	// remats are the costs recomputing: the whole stage at once, then layer by layer (see
+	// remat.go); a pruned stage's are its lower bound.
+	remats []dp.StageCost
+	ok     bool
+	err    error
+}
+
+// costFor is the cost the DP sees for a stage in recomputation mode mode: the plain cost,
+// the recomputing ones, or (auto) the plain one offering the recomputing ones.
+func (s *stageSolution) costFor(mode string) dp.StageCost {
+	var c dp.StageCost
+	switch mode {
+	case RematNone:
+		return s.cost
+	case RematFull:
+		c = s.remats[0]
+		c.Remat = s.remats[1:]
+	default:
+		c = s.cost
+		c.Remat = s.remats
+	}
+	return c
+}
+
+// choice numbers a stage's way to run as costFor's choices do: 0 plain, 1 recomputing the
+// whole stage, 2 layer by layer.
+func choice(recompute, layers bool) int {
+	switch {
+	case !recompute:
+		return 0
+	case !layers:
+		return 1
+	}
+	return 2
+}
+
+// chosen is the cost of way i (see choice).
+func (s *stageSolution) chosen(i int) dp.StageCost {
+	if i == 0 {
+		return s.cost
+	}
+	return s.remats[i-1]
 }
 
 // pruneFactor: a stage whose weights alone, spread perfectly over its devices, exceed this
@@ -102,7 +148,8 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 		sh = newShared()
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
-		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{}}
+		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
+		remat: RematAuto, fwd: forwardValues(step)}
 }
 
 // StageCost implements dp.Oracle.
@@ -121,7 +168,10 @@ func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.Stage
 		return c.cost, c.ok
 	}
 	sol := o.solve(start, end, s, l)
-	return sol.cost, sol.ok
+	if i, ok := o.pinned[[2]int{start, end}]; ok && sol.ok {
+		return sol.chosen(i), true
+	}
+	return sol.costFor(o.remat), sol.ok
 }
 
 func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolution {
@@ -252,7 +302,12 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 	}
 	n := float64(lm.Size())
 	if floor := float64(sg.weights) / n; o.memory > 0 && floor > pruneFactor*float64(o.memory) {
-		return &stageSolution{ok: true, cost: dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}}
+		c := dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}
+		r := c
+		r.Recompute = true // as bounded: recomputation frees no weights
+		l := r
+		l.Checkpoints = true
+		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
 		Reshard: o.memo(s, l), ForceSpec: force}
@@ -283,11 +338,12 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
-	return &stageSolution{res: res, ok: true, cost: dp.StageCost{
+	plain := dp.StageCost{
 		Time:        res.Cost.Total,
 		WeightBytes: float64(weights),
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
-	}}
+	}
+	return &stageSolution{res: res, ok: true, cost: plain, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
@@ -360,7 +416,7 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs()}
+	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g)}
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:

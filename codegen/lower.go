@@ -65,8 +65,16 @@ func Lower(p *Plan) (progs []*program.Program, err error) {
 // lower emits the stage's blocks and gives its programs the schedule loops.
 func (em *stageEm) lower(loops []program.Loop) {
 	em.block("prologue", false, em.prologue)
-	em.block("forward", true, func() { em.runTask(task{phaseF, 0}) })
+	em.block("forward", true, func() {
+		em.runTask(task{phaseF, 0})
+		if em.st.Recompute {
+			em.dropActivations()
+		}
+	})
 	em.block("backward", true, func() {
+		if em.remat != nil {
+			em.remat.backward = true
+		}
 		em.runTask(task{phaseB, 0})
 		em.freeMicrobatch()
 	})
@@ -216,6 +224,17 @@ type stageEm struct {
 	opsU         []ir.ValueID
 	update       bool // emitting the update task
 	perMB        bool // emitting a micro-batch block
+	// remat is the recomputation of a Recompute stage (nil otherwise); redo is set while
+	// the backward block re-runs the forward.
+	remat *remat
+	redo  bool
+}
+
+// stageInput reports whether v is a value of another stage's forward or backward that
+// this stage receives (not a leaf it loads, not a constant it fills itself).
+func (em *stageEm) stageInput(v ir.ValueID) bool {
+	val := em.l.g.Value(v)
+	return em.l.p.StageOf[v] != em.id && !val.Op.IsLeaf() && !madeWhereUsed(val)
 }
 
 func newStageEm(l *lowerer, id StageID) *stageEm {
@@ -251,6 +270,9 @@ func newStageEm(l *lowerer, id StageID) *stageEm {
 			}
 		}
 	}
+	if st.Recompute {
+		em.remat = newRemat(em)
+	}
 	return em
 }
 
@@ -262,6 +284,9 @@ func (em *stageEm) runTask(t task) {
 		}
 	case phaseB:
 		for _, v := range em.opsB {
+			if em.remat != nil {
+				em.recomputeFor(v)
+			}
 			em.compute(v, t.mb)
 		}
 	case phaseU:
@@ -336,10 +361,19 @@ func (em *stageEm) produced(k key) {
 	l := em.l
 	stages := l.an.usedIn[k.v][0]
 	uses := em.usesM[k.v]
-	if k.mb < 0 {
+	switch {
+	case k.mb < 0:
 		stages, uses = l.an.usedIn[k.v][1], em.usesU[k.v]
-	} else if l.an.acc[k.v] {
-		em.accumulate(k)
+	case em.redo:
+		// Recomputed: the forward accumulated and sent it already.
+		stages, uses = nil, em.remat.uses[k.v]
+	default:
+		if em.remat != nil {
+			uses = em.remat.usesOf(k.v)
+		}
+		if l.an.acc[k.v] {
+			em.accumulate(k)
+		}
 	}
 	for _, t := range stages {
 		if t != em.id {
@@ -348,6 +382,9 @@ func (em *stageEm) produced(k key) {
 	}
 	if k.mb < 0 {
 		em.stores(k)
+	}
+	if em.remat != nil && em.remat.keeps(k, em.redo) {
+		return // a checkpoint: counted when the forward ends (dropActivations)
 	}
 	em.left[k] = uses
 	if uses == 0 {

@@ -62,10 +62,17 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 		panic("codegen: value " + v.Name + " is used before it is computed")
 	}
 	uses := em.usesM[k.v]
-	if em.update {
+	switch {
+	case em.update:
 		uses = em.usesU[k.v]
-	} else if k.mb < 0 {
+	case k.mb < 0:
 		return // a param or state: kept for every micro-batch and the update
+	case em.remat != nil && em.remat.backward:
+		uses = em.remat.uses[k.v]
+	case em.remat != nil && em.stageInput(k.v):
+		return // a recomputing stage's input: counted when its forward ends (dropActivations)
+	case em.remat != nil:
+		uses = em.remat.usesF[k.v]
 	}
 	em.left[k] = uses
 }

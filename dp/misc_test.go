@@ -46,7 +46,7 @@ func TestKnownPlans(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, r.Stages, 1)
 	assert.Equal(t, Stage{Start: 0, End: 2, Submesh: Submesh{1, 2}, Logical: Logical{1, 2},
-		Cost: StageCost{1.2, 10, 1}, InFlight: 1, Memory: 11, Devices: []int{0, 1}}, r.Stages[0])
+		Cost: StageCost{Time: 1.2, WeightBytes: 10, ActBytes: 1}, InFlight: 1, Memory: 11, Devices: []int{0, 1}}, r.Stages[0])
 	assert.InDelta(t, 4.8, r.Time, 1e-12)
 
 	r, err = Solve(context.Background(), 2, c, oracleFunc(uniform), Options{Microbatches: 8})

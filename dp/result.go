@@ -15,7 +15,7 @@ func (s *search) result() *Result {
 		f := s.t.lv.inflight[ch.class]
 		res.Stages = append(res.Stages, Stage{
 			Start: ch.start, End: ch.end,
-			Submesh: s.t.subs[ch.sub], Logical: s.t.logs[ch.sub][li],
+			Submesh: s.t.subs[ch.sub], Logical: s.t.logical(ch.start, ch.end, ch.sub, li),
 			Cost: cost, InFlight: f, Memory: cost.Memory(f),
 		})
 	}

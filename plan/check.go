@@ -116,9 +116,15 @@ func (p *Plan) checkStageNumbers(si int) error {
 			return fmt.Errorf("plan: stage %d: ILP count %d, expected ≥ 0", si, n)
 		}
 	}
-	if s.WeightBytes < 0 || s.ActBytes < 0 || s.MemoryBytes < 0 {
-		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
-			si, s.WeightBytes, s.ActBytes, s.MemoryBytes)
+	if s.WeightBytes < 0 || s.ActBytes < 0 || s.MemoryBytes < 0 || s.RecomputeBytes < 0 {
+		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, recompute_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
+			si, s.WeightBytes, s.ActBytes, s.RecomputeBytes, s.MemoryBytes)
+	}
+	if s.RecomputeLayers && !s.Recompute {
+		return fmt.Errorf("plan: stage %d: recompute_layers of a stage that does not recompute", si)
+	}
+	if s.RecomputeBytes > 0 && !s.Recompute {
+		return fmt.Errorf("plan: stage %d: recompute_bytes %d of a stage that does not recompute", si, s.RecomputeBytes)
 	}
 	sched, _ := program.ParseSchedule(p.Schedule)
 	want := p.Microbatches

@@ -83,9 +83,17 @@ type Stage struct {
 	WeightBytes int64        `json:"weight_bytes"`
 	ActBytes    int64        `json:"activation_bytes"`
 	InFlight    int          `json:"in_flight"`
-	MemoryBytes int64        `json:"memory_bytes"` // per device at the peak
-	ILP         ILPStats     `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values      []ValuePlan  `json:"values"`
+	// Recompute is set when the stage recomputes its activations in the backward: then
+	// ActBytes is what it keeps per micro-batch in flight (its inputs; with
+	// RecomputeLayers, each layer's input too, and it recomputes one layer at a time),
+	// and RecomputeBytes the activations of the micro-batch whose backward runs.
+	// MemoryBytes = WeightBytes + InFlight·ActBytes + RecomputeBytes.
+	Recompute       bool        `json:"recompute,omitempty"`
+	RecomputeLayers bool        `json:"recompute_layers,omitempty"`
+	RecomputeBytes  int64       `json:"recompute_bytes,omitempty"`
+	MemoryBytes     int64       `json:"memory_bytes"` // per device at the peak
+	ILP             ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values          []ValuePlan `json:"values"`
 }
 
 // Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
@@ -324,7 +332,10 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}, Recompute: s.Recompute}
+		if s.RecomputeLayers {
+			st.Segment = map[ir.ValueID]int{}
+		}
 		for _, v := range s.Values {
 			id, _ := step.Lookup(v.Name)
 			if owner[id] != si {
@@ -333,6 +344,9 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 			st.Out[id] = LocalOut(step, id, v.In, v.Spec)
 			if len(v.In) > 0 {
 				st.In[id] = v.In
+			}
+			if st.Segment != nil {
+				st.Segment[id] = v.Layer
 			}
 		}
 		cp.Stages = append(cp.Stages, st)

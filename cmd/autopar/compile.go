@@ -22,7 +22,7 @@ import (
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
 	search                                                   string
-	optimizer, dump                                          string
+	optimizer, dump, remat                                   string
 	batch, layers, microbatchSize                            int
 	lr                                                       float64
 	timePasses                                               bool
@@ -66,6 +66,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
 	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch, as Megatron-LM and DeepSpeed count (instead of --microbatches)")
 	fl.StringVar(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	fl.StringVar(&f.remat, "remat", "auto", "activation recomputation: auto (per stage, where memory forces it), none, or full (every stage)")
 	fl.StringVar(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
 	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
@@ -164,6 +165,12 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
 	}
 	o.Schedule = f.schedule
+	switch f.remat {
+	case "", autopar.RematAuto, autopar.RematNone, autopar.RematFull:
+		o.Remat = f.remat
+	default:
+		return o, fmt.Errorf("--remat %q: expected auto, none or full", f.remat)
+	}
 	o.Layers = f.layers
 	if f.layers < 0 {
 		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
@@ -272,6 +279,18 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "times per micro-batch, forward + backward; communication includes resharding; logical mesh: data x model parallel")
+	var remat []string
+	for i, s := range p.Stages {
+		switch {
+		case s.RecomputeLayers:
+			remat = append(remat, strconv.Itoa(i)+" (layer by layer)")
+		case s.Recompute:
+			remat = append(remat, strconv.Itoa(i))
+		}
+	}
+	if len(remat) > 0 {
+		fmt.Fprintf(w, "recomputing activations in the backward (--remat): stage %s\n", strings.Join(remat, ", "))
+	}
 	stage := fmt.Sprintf("stage %d, the slowest,", slow)
 	if len(p.Stages) == 1 {
 		stage = "the one stage"

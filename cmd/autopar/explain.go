@@ -189,6 +189,15 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 	fmt.Fprintf(w, "\n* the plan's choice, step time %s; memory = weights + %d × activations; step time: the plan's\n"+
 		"with this stage on that mesh, shown for meshes of as many devices (the others would not tile the cluster)\n",
 		units.Seconds(e.StepTime), e.InFlight)
+	if s := p.Stages[e.Stage]; s.Recompute {
+		what := "its inputs"
+		if s.RecomputeLayers {
+			what = "its inputs and its layers' inputs (it recomputes one layer at a time)"
+		}
+		fmt.Fprintf(w, "the stage recomputes its activations in the backward (--remat): activations are %s per\n"+
+			"micro-batch, and memory adds what the micro-batch whose backward runs recomputes (%s on the plan's mesh)\n",
+			what, units.Bytes(s.RecomputeBytes))
+	}
 }
 
 func yesNo(b bool) string {
