@@ -129,3 +129,15 @@ func TestProgressCoversCompile(t *testing.T) {
 	assert.LessOrEqual(t, last[1], st.solves, "each reported solve ran")
 	assert.True(t, counts[p.Microbatches], "the winning count was searched")
 }
+
+// TestSearchOption: fast is the default, so every compiled plan the equality tests and
+// FuzzPlansLower's seeds run comes from it; an unknown search is refused by name.
+func TestSearchOption(t *testing.T) {
+	assert.Equal(t, SearchFast, Options{}.withDefaults().Search)
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu:2")
+	require.NoError(t, err)
+	_, err = Compile(context.Background(), g, c, Options{Search: "quick"})
+	assert.ErrorContains(t, err, `search "quick": expected fast or exhaustive`)
+}
