@@ -99,11 +99,16 @@ type searchStats struct {
 	largestILP int // variables of the largest
 	composed   int // layer ranges the fast search priced by composition
 	inexact    int // of them, those whose price is not proven equal to the range's ILP
+	counts     int // micro-batch counts prepared
+	skipped    int // of them, those the fast search's bound skipped (boundOrder)
 }
 
 func (s *shared) stats(atts []*attempt) searchStats {
-	st := searchStats{solves: int(s.solves.Load()), largestILP: int(s.maxVars.Load())}
+	st := searchStats{solves: int(s.solves.Load()), largestILP: int(s.maxVars.Load()), counts: len(atts)}
 	for _, a := range atts {
+		if a.skipped {
+			st.skipped++
+		}
 		for _, c := range a.o.composedAt {
 			if c.ok {
 				st.composed++
