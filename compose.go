@@ -75,13 +75,18 @@ type crossEdge struct {
 // layerPoint is one solution of one layer on one logical mesh.
 type layerPoint struct {
 	res     *sharding.Result // nil: pruned (see pruneFactor); then time is a lower bound
-	time    float64
+	time    float64 // per micro-batch (dp.StageCost.Time)
+	step    float64 // once per step: gradient sync and update (dp.StageCost.Step)
 	weights float64
 	act     float64
 	remats  []dp.StageCost // the layer recomputing: whole, layer by layer (remat.go)
 }
 
 func (p layerPoint) memory() float64 { return p.weights + p.act }
+
+// total is the point's time per micro-batch and per step together, what the chain DP
+// minimises: a range's gradient sync and update are its layers' own, added up.
+func (p layerPoint) total() float64 { return p.time + p.step }
 
 // composedCost is the price of a range from its layers' points.
 type composedCost struct {
@@ -179,14 +184,15 @@ func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []lay
 }
 
 func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
-	return layerPoint{res: sol.res, time: sol.cost.Time, weights: sol.cost.WeightBytes, act: sol.cost.ActBytes, remats: sol.remats}
+	return layerPoint{res: sol.res, time: sol.cost.Time, step: sol.cost.Step, weights: sol.cost.WeightBytes, act: sol.cost.ActBytes,
+		remats: sol.remats}
 }
 
 // paretoAdd adds p to a layer's points unless one of them is no slower and no larger.
 // The fastest point stays first.
 func paretoAdd(pts []layerPoint, p layerPoint) []layerPoint {
 	for _, q := range pts {
-		if q.time <= p.time && q.memory() <= p.memory() {
+		if q.total() <= p.total() && q.memory() <= p.memory() {
 			return pts
 		}
 	}
@@ -369,7 +375,7 @@ func (o *oracle) chain(start int, pts [][]layerPoint, lam float64) ([]int, compo
 		best[i] = make([]float64, len(pts[i]))
 		from[i] = make([]int, len(pts[i]))
 		for q, pq := range pts[i] {
-			own := pq.time + lam*pq.memory()
+			own := pq.total() + lam*pq.memory()
 			if i == 0 {
 				best[i][q] = own
 				continue
@@ -467,6 +473,7 @@ func (o *oracle) price(start int, pts [][]layerPoint, path []int) composedCost {
 	for i, q := range path {
 		p := pts[i][q]
 		c.cost.Time += p.time
+		c.cost.Step += p.step
 		c.cost.WeightBytes += p.weights
 		c.cost.ActBytes += p.act
 		if p.res == nil {
@@ -571,11 +578,12 @@ func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost
 		if len(pts) == 0 {
 			return dp.StageCost{}, false
 		}
-		t, act := pts[0].time, pts[0].act
+		t, step, act := pts[0].time, pts[0].step, pts[0].act
 		for _, p := range pts[1:] {
-			t, act = min(t, p.time), min(act, p.act)
+			t, step, act = min(t, p.time), min(step, p.step), min(act, p.act)
 		}
 		c.Time += t
+		c.Step += step
 		c.WeightBytes += pts[0].weights
 		c.ActBytes = max(c.ActBytes, act)
 		fastest = append(fastest, pts[0])

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -32,6 +33,7 @@ type oracle struct {
 	limit  time.Duration
 	memory int64
 
+	parts  *codegen.StepParts // of step, made by the first stage cut
 	stages map[[2]int]*stageGraph
 	err    error // the first error that was not a question of memory
 	*shared
@@ -79,6 +81,9 @@ type stageGraph struct {
 	hash    string
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
+	// once and acc mark, per value of g, an op of the update (run once per step) and a
+	// value accumulated over the micro-batches (codegen.StepParts).
+	once, acc []bool
 }
 
 type solveKey struct {
@@ -90,6 +95,8 @@ type solveKey struct {
 type stageSolution struct {
 	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
 	cost dp.StageCost     // without recomputation
+	// stepComm is the communication of cost.Step: the gradients' collectives and resharding.
+	stepComm float64
 	// remats are the costs recomputing: the whole stage at once, then layer by layer (see
 	// remat.go); a pruned stage's are its lower bound.
 	remats []dp.StageCost
@@ -338,12 +345,15 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
+	stepCompute, stepComm := sg.stepPart(res)
+	step := stepCompute + stepComm
 	plain := dp.StageCost{
-		Time:        res.Cost.Total,
+		Time:        max(0, res.Cost.Total-step),
+		Step:        step,
 		WeightBytes: float64(weights),
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}
-	return &stageSolution{res: res, ok: true, cost: plain, remats: sg.remat.costs(sg.g, res, plain)}
+	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
@@ -379,6 +389,43 @@ func (o *oracle) note(err error) {
 	}
 }
 
+// stepPart is the part of a solved stage's cost that codegen runs once per step, not per
+// micro-batch: the ops of the update, the collectives that resolve the partial sums of the
+// accumulated gradients (their ops' own collectives, which codegen defers to the update),
+// every resharding into an update op or into a param's new value, and the reshardings of
+// params and state into the layouts their ops read (the prologue's, once). The rest of
+// res.Cost.Total is the forward and backward of one micro-batch. It returns the step
+// part's compute and its communication.
+func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
+	for id := range sg.g.Values {
+		s := &res.Strategies[id]
+		switch {
+		case sg.once[id]:
+			compute += s.Compute
+			comm += s.Comm
+		case sg.acc[id]:
+			comm += s.Comm
+		}
+	}
+	for _, c := range res.Collectives {
+		if sg.perStep(c) && c.Consumer != ir.NoValue {
+			comm += c.Time
+		}
+	}
+	return compute, comm
+}
+
+// perStep reports whether codegen runs collective c once per step: an op's own collective
+// of an update op or of an accumulated value, or a resharding into an update op, into a
+// param's new value (Slot −1) or of a param or state (in the prologue).
+func (sg *stageGraph) perStep(c sharding.Collective) bool {
+	if c.Consumer == ir.NoValue {
+		return sg.once[c.Value] || sg.acc[c.Value]
+	}
+	op := sg.g.Value(c.Value).Op
+	return c.Slot < 0 || sg.once[c.Consumer] || op == ir.OpParam || op == ir.OpState
+}
+
 // weightBytes is what a device holds for the whole step whatever the micro-batch: its
 // shards of the params, of their gradient accumulators (one per param) and of the
 // optimizer state.
@@ -412,11 +459,28 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 			ids = append(ids, ir.ValueID(i))
 		}
 	}
+	if o.parts == nil {
+		parts, err := codegen.Parts(o.step)
+		if err != nil {
+			return nil, err
+		}
+		o.parts = parts
+	}
 	g, err := passes.Subgraph(o.step, fmt.Sprintf("layers%d-%d", start, end-1), ids)
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g)}
+	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values))}
+	var kinds strings.Builder // the step part of each value, which the price depends on
+	for i := range g.Values {
+		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
+			sg.once[i], sg.acc[i] = o.parts.Update[id], o.parts.Accumulated[id]
+		}
+		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
+	}
+	k := sha256.Sum256([]byte(kinds.String()))
+	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:
@@ -428,6 +492,13 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // structureHash identifies a graph up to the names of its values: ops, attributes, types

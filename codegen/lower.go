@@ -218,6 +218,8 @@ type stageEm struct {
 	have  map[key][]*dbuf
 	left  map[key]int // remaining uses; absent: kept until the update
 	accs  map[ir.ValueID]*dbuf
+	// landed marks the versions received from another stage, in their landing layout.
+	landed map[*dbuf]bool
 	// usesM and usesU count operand uses on this stage per micro-batch and in the update.
 	usesM, usesU []int
 	opsF, opsB   []ir.ValueID
@@ -393,7 +395,8 @@ func (em *stageEm) produced(k key) {
 }
 
 // stores writes what the step returns: updated params and state (under the target's
-// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients.
+// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients
+// (in their resolved layout).
 func (em *stageEm) stores(k key) {
 	g := em.l.g
 	for _, u := range g.Updates {
@@ -402,8 +405,17 @@ func (em *stageEm) stores(k key) {
 		}
 	}
 	if em.l.isOutput[k.v] || em.l.an.acc[k.v] {
-		em.store(k, g.Value(k.v).Name)
+		em.store(k, g.Value(k.v).Name, em.resolvedSpec(k))
 	}
+}
+
+// resolvedSpec is the layout k's partial sums resolve into: Stage.Resolved's, or k's
+// current layout without its partial axes.
+func (em *stageEm) resolvedSpec(k key) mesh.Spec {
+	if r, ok := em.st.Resolved[k.v]; ok && em.l.p.StageOf[k.v] == em.id {
+		return r
+	}
+	return mesh.Spec{Dims: em.have[k][0].spec.Dims}
 }
 
 // use counts one use of k; the last frees every version of it.

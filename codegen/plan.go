@@ -35,6 +35,12 @@ type Stage struct {
 	// In is, per op of this stage, the layout each operand must have when the op runs on
 	// local shards: the op's strategy. See CheckStrategy for the contract.
 	In map[ir.ValueID][]mesh.Spec
+	// Resolved is, per op whose Out is partial, the layout its own collectives (the
+	// all-reduce or reduce-scatter the sharding pass priced with the op) leave: its partial
+	// sums are resolved into it once, and every consumer, send and store is made from it,
+	// as the plan prices them. Absent, each is made from the partial layout directly, by
+	// the cheapest collectives mesh.ReshardCost finds.
+	Resolved map[ir.ValueID]mesh.Spec
 	// Recompute makes the stage keep only its inputs from the forward of a micro-batch to
 	// its backward, and run the forward ops the backward needs again in the backward
 	// (activation recomputation; see remat.go).

@@ -12,14 +12,16 @@ import (
 // implementation need not be safe for concurrent use.
 type Oracle interface {
 	// StageCost returns the cost of running layers [start, end) as one pipeline stage on
-	// submesh s with logical mesh l, for one micro-batch (forward + backward), and ok=false
-	// if no sharding of it exists on that mesh.
+	// submesh s with logical mesh l — per micro-batch (forward + backward) and once per step
+	// (gradient sync, optimizer update) — and ok=false if no sharding of it exists on that
+	// mesh.
 	StageCost(start, end int, s Submesh, l Logical) (c StageCost, ok bool)
 }
 
 // StageCost is what one stage costs on one (submesh, logical mesh).
 type StageCost struct {
 	Time        float64 // seconds per micro-batch, forward + backward
+	Step        float64 // seconds once per step, after the last backward: gradient sync, update
 	WeightBytes float64 // per device: params, grads, optimizer state (held once)
 	ActBytes    float64 // per device: activations one in-flight micro-batch keeps alive
 	// OnceBytes is per device what the stage holds at its peak besides the in-flight
@@ -43,13 +45,13 @@ func (c StageCost) Memory(inflight int) float64 {
 
 func (c StageCost) validate() error {
 	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
-	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) || bad(c.OnceBytes) {
+	if bad(c.Time) || bad(c.Step) || bad(c.WeightBytes) || bad(c.ActBytes) || bad(c.OnceBytes) {
 		once := ""
 		if c.OnceBytes != 0 {
 			once = fmt.Sprintf(", activations held once %g", c.OnceBytes)
 		}
-		return fmt.Errorf("time %g, weights %g, activations %g%s: each must be finite and non-negative",
-			c.Time, c.WeightBytes, c.ActBytes, once)
+		return fmt.Errorf("time %g, step %g, weights %g, activations %g%s: each must be finite and non-negative",
+			c.Time, c.Step, c.WeightBytes, c.ActBytes, once)
 	}
 	if len(c.Remat) > 8 {
 		return fmt.Errorf("%d recomputing costs, expected at most 8", len(c.Remat))

@@ -156,3 +156,50 @@ func (t *table) fill(k, i, sm int, c Cluster, o Oracle, r *rules) error {
 	t.costs[t.cell(k, i, sm)], t.remat[t.cell(k, i, sm)] = row, of
 	return nil
 }
+
+// firstStage fills w and li, per slot of a first stage (layers [0, i)), with the least
+// t + step over the logical meshes that fit at the slot's in-flight class and run no slower
+// than limit per micro-batch, and that logical mesh's index; +Inf and −1 where none does.
+// The first stage is the one whose step part lies on the critical path (see Solve), so
+// its logical mesh weighs both parts; every later stage's weighs its micro-batch time only.
+func (t *table) firstStage(limit, memory float64, w []float64, li []int16) {
+	for cls, f := range t.lv.inflight {
+		for i := 1; i <= t.layers; i++ {
+			for sm := range t.subs {
+				x := t.slot(cls, 0, i, sm)
+				w[x], li[x] = math.Inf(1), -1
+				for l, sc := range t.costs[t.cell(0, i, sm)] {
+					if math.IsNaN(sc.Time) || sc.Time > limit || sc.Memory(f) > memory {
+						continue
+					}
+					if v := sc.Time + sc.Step; v < w[x] {
+						w[x], li[x] = v, int16(l)
+					}
+				}
+			}
+		}
+	}
+}
+
+// firstTimes lists the micro-batch time of every logical mesh of a first stage that fits in
+// memory at some in-flight class: with firstStage weighing the step part, a first stage
+// need not take its slot's fastest logical mesh, so its times are t_max candidates too.
+func (t *table) firstTimes(memory float64) []float64 {
+	var out []float64
+	for i := 1; i <= t.layers; i++ {
+		for sm := range t.subs {
+			for _, sc := range t.costs[t.cell(0, i, sm)] {
+				if math.IsNaN(sc.Time) {
+					continue
+				}
+				for _, f := range t.lv.inflight {
+					if sc.Memory(f) <= memory {
+						out = append(out, sc.Time)
+						break
+					}
+				}
+			}
+		}
+	}
+	return out
+}
