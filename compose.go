@@ -75,8 +75,8 @@ type crossEdge struct {
 // layerPoint is one solution of one layer on one logical mesh.
 type layerPoint struct {
 	res     *sharding.Result // nil: pruned (see pruneFactor); then time is a lower bound
-	time    float64 // per micro-batch (dp.StageCost.Time)
-	step    float64 // once per step: gradient sync and update (dp.StageCost.Step)
+	time    float64          // per micro-batch (dp.StageCost.Time)
+	step    float64          // once per step: gradient sync and update (dp.StageCost.Step)
 	weights float64
 	act     float64
 	remats  []dp.StageCost // the layer recomputing: whole, layer by layer (remat.go)
