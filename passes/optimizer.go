@@ -3,7 +3,6 @@ package passes
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -68,7 +67,9 @@ func orDefault(v, d float64) float64 {
 // one training step, as Alpa compiles it: forward, loss, backward (Grad with respect to
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
-// Adam — and an ir.Update for every param and state it adds. The loss stays the first
+// Adam — and an ir.Update for every param and state it adds. State is marked ir.RoleState
+// of its param (Slot "m", "v"; "t" for the counter), every update op ir.RoleUpdate of its
+// param (of none for Adam's clock). The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
 // state, and rounded back to the param's dtype.
 func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
@@ -112,11 +113,14 @@ func stepInputs(g *ir.Graph) (ir.ValueID, []ir.ValueID, error) {
 // applyOptimizer appends the update of every param of g given its gradient.
 func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
 	u := &updater{b: newBuilder(g), opt: opt, casts: map[[2]ir.ValueID]ir.ValueID{}}
+	u.b.shared = ir.RoleOf(ir.RoleUpdate, ir.NoValue)
+	u.b.prov = u.b.shared
 	if opt.Kind == "adam" {
 		u.adamClock(params)
 	}
 	for k, p := range params {
 		u.b.pos = g.Values[p].Pos
+		u.b.prov = ir.RoleOf(ir.RoleUpdate, p)
 		var next ir.ValueID
 		if opt.Kind == "adam" {
 			next = u.adam(p, grads[k])
@@ -153,6 +157,7 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 	if err != nil {
 		panic("passes: declaring optimizer state: " + err.Error())
 	}
+	g.SetProv(id, ir.Prov{Role: ir.RoleState, Of: p, Slot: suffix})
 	return id
 }
 
@@ -215,6 +220,7 @@ func (u *updater) adamClock(params []ir.ValueID) {
 	if err != nil {
 		panic("passes: declaring adam.t: " + err.Error())
 	}
+	g.SetProv(t, ir.Prov{Role: ir.RoleState, Of: ir.NoValue, Slot: "t"})
 	next := u.b.emit("adam.t.next", ir.OpAdd, nil, t, u.b.scalar(dt, 1))
 	g.AddUpdate(t, next, ir.Pos{})
 	corr := func(name string, beta float64) ir.ValueID {
@@ -234,7 +240,7 @@ func (u *updater) inDType(v ir.ValueID, dt ir.DType) ir.ValueID {
 	if c, ok := u.casts[key]; ok {
 		return c
 	}
-	c := u.b.emit(g.Values[v].Name+"."+dt.String(), ir.OpCast, ir.Attrs{}.With("to", dt), v)
+	c := u.b.emitAs(u.b.shared, g.Values[v].Name+"."+dt.String(), ir.OpCast, ir.Attrs{}.With("to", dt), v)
 	u.casts[key] = c
 	return c
 }
@@ -295,7 +301,7 @@ func runOptimizer(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
 	for k, p := range params {
 		gr := g.Outputs[n+k].Value
 		gv, pv := g.Value(gr), g.Value(p)
-		if !strings.HasPrefix(gv.Name, "grad."+pv.Name) || !gv.Type.Equal(pv.Type) {
+		if gv.Prov != ir.RoleOf(ir.RoleGrad, p) || !gv.Type.Equal(pv.Type) {
 			return nil, fmt.Errorf("output %d is %s, not the gradient of param %s: run autodiff first", n+k, gv.Name, pv.Name)
 		}
 		grads[k] = gr
