@@ -1,11 +1,9 @@
 package autopar
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/autopar/autopar/dp"
@@ -52,11 +50,9 @@ type Options struct {
 	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
 	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
 	Search string
-	// Progress, if set, is called as the search advances, with the phase: "sharding ILPs"
-	// (every stage priced for every micro-batch count at once, the long part; the count
-	// passed is then 0, and the total may grow once as the fast search adds its aligned
-	// solves) then "stage search" (the DP, with the micro-batch count it runs for). Calls
-	// come one at a time.
+	// Progress, if set, is called as the search advances, with the micro-batch count being
+	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
+	// search" (the DP). Calls come one at a time.
 	Progress func(microbatches int, phase string, done, total int)
 }
 
@@ -84,207 +80,66 @@ func ConstraintsOf(p *Plan) dp.Constraints {
 }
 
 // Compile plans the training of forward graph g (whose first output is a scalar loss that
-// is a mean over the batch) on cluster c. It returns a *dp.MemoryError-wrapping error when
-// no plan fits in device memory (naming the memory that would fit), and errors naming the
-// option at fault for a batch the micro-batch count does not divide, a manual plan that
-// does not match the cluster, or contradictory constraints.
+// is a mean over the batch) on cluster c: it runs Phases up to the search, once per
+// micro-batch count, and returns the plan with the shortest step time (Plan.Programs is
+// the lower phase). It returns a *dp.MemoryError-wrapping error when no plan fits in device
+// memory (naming the memory that would fit), and errors naming the option at fault for a
+// batch the micro-batch count does not divide, a manual plan that does not match the
+// cluster, or contradictory constraints.
 func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, error) {
-	p, _, err := compileSearch(ctx, g, c, opts)
-	return p, err
-}
-
-// searchStats says what a compile's search did, for tests and benchmarks.
-type searchStats struct {
-	solves     int // sharding ILPs solved, every micro-batch count together
-	largestILP int // variables of the largest
-	composed   int // layer ranges the fast search priced by composition
-	inexact    int // of them, those whose price is not proven equal to the range's ILP
-	counts     int // micro-batch counts prepared
-	skipped    int // of them, those the fast search's bound skipped (boundOrder)
-}
-
-func (s *shared) stats(atts []*attempt) searchStats {
-	st := searchStats{solves: int(s.solves.Load()), largestILP: int(s.maxVars.Load()), counts: len(atts)}
-	for _, a := range atts {
-		if a.skipped {
-			st.skipped++
-		}
-		for _, c := range a.o.composedAt {
-			if c.ok {
-				st.composed++
-				if !c.exact {
-					st.inexact++
-				}
-			}
-		}
+	s, err := Run(ctx, g, c, opts, &PhaseConfig{UpTo: "search", Check: checkEveryPhase})
+	if err != nil {
+		return nil, err
 	}
-	return st
+	return s.Plan, nil
 }
 
-// compileSearch is Compile, also saying what its search did.
-func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, searchStats, error) {
-	p, atts, sh, err := compileAll(ctx, g, c, opts)
-	if sh == nil {
-		return p, searchStats{}, err
-	}
-	return p, sh.stats(atts), err
-}
-
-func compileAll(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, []*attempt, *shared, error) {
+// prepare checks Compile's inputs and returns the compilation the phases start from, with
+// the micro-batch counts to try.
+func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Compilation, []int, error) {
 	if err := c.Validate(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if len(g.Updates) > 0 {
-		return nil, nil, nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
+		return nil, nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
 	}
 	if p := opts.From; p != nil {
 		if err := p.CheckFor(g, c); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
 	if err := checkSearch(opts.Search); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := checkRemat(opts.Remat); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	batch, err := passes.BatchSize(g)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("compile: %w", err)
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	counts, err := microbatchCounts(batch, opts.Microbatches)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if id, ok := passes.BatchCoupled(g); ok {
 		// Micro-batches would change what the model computes: a plan must equal the step.
 		if opts.Microbatches > 1 {
 			v := g.Value(id)
-			return nil, nil, nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
+			return nil, nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
 				opts.Microbatches, v.Name, v.Op)
 		}
 		counts = []int{1}
 	}
-	sh := newShared()
-	var atts []*attempt
-	var why error // when no count gives a plan: the memory error that needs least, or the first
-	for _, b := range counts {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, nil, err
-		}
-		a, err := prepare(ctx, g, c, opts, sched, batch, b, sh)
-		if err != nil {
-			why = worse(why, err)
-			continue
-		}
-		atts = append(atts, a)
-	}
-	progress := solveAll(atts, opts.Progress)
-	order := boundOrder(ctx, atts)
-	var best *Plan
-	for _, a := range order {
-		if err := ctx.Err(); err != nil {
-			return nil, atts, sh, err
-		}
-		if best != nil && a.bound >= best.Predicted.StepTime*(1+boundMargin) {
-			a.skipped = true
-			continue // cannot win (see boundOrder)
-		}
-		if a.o.fast {
-			a.o.applyAligned(a.o.run(a.o.alignJobs(a.o.meshes(a.dc)), progress.more()))
-		}
-		p, err := a.finish(ctx, g, c, opts, sched, batch)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, atts, sh, ctx.Err()
-			}
-			why = worse(why, err)
-			continue
-		}
-		if best == nil || p.Predicted.StepTime < best.Predicted.StepTime {
-			best = p
-		}
-	}
-	if best == nil {
-		var me *dp.MemoryError
-		if opts.Remat == RematNone && errors.As(why, &me) {
-			return nil, atts, sh, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
-		}
-		return nil, atts, sh, why
-	}
-	return best, atts, sh, nil
-}
-
-// solveAll runs the sharding ILPs of every micro-batch count's search at once, on all
-// cores, so that progress covers the whole compile (its micro-batch count is 0) and a
-// solve shared by two counts runs once. The fast search's aligned solves (compose.go)
-// follow, count by count, through the progress it returns; the total grows by their
-// number as each count's are known.
-func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) *ilpProgress {
-	var jobs []job
-	for _, a := range atts {
-		if a.free {
-			jobs = append(jobs, a.o.jobs(a.lay.L, a.dc)...)
-		}
-	}
-	pr := &ilpProgress{report: report}
-	if len(atts) > 0 {
-		atts[0].o.run(jobs, pr.more()) // the oracles share their solutions: any one runs them
-	}
-	return pr
-}
-
-// ilpProgress reports the sharding ILPs of a whole compile as one count.
-type ilpProgress struct {
-	report      func(microbatches int, phase string, done, total int)
-	done, total int
-}
-
-// more returns the progress callback of the next batch of solves.
-func (p *ilpProgress) more() func(done, total int) {
-	if p.report == nil {
-		return nil
-	}
-	base := p.done
-	return func(done, total int) {
-		p.done, p.total = base+done, base+total
-		p.report(0, "sharding ILPs", p.done, p.total)
-	}
-}
-
-// boundMargin: a micro-batch count whose optimistic bound is within this fraction of the
-// best plan found is searched all the same, since the bound is not a proof (oracle.lower).
-const boundMargin = 0.02
-
-// boundOrder prices, in the fast search, each micro-batch count's plan optimistically (the
-// DP on oracle.lower, from the layer solves already run) and orders the counts by it, so
-// that the best plan is found first and the counts whose bound already loses to it by more
-// than boundMargin are skipped (Alpa's bound on t_max, applied to micro-batch counts). The
-// exhaustive search keeps the counts in order and skips none.
-func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
-	order := slices.Clone(atts)
-	for _, a := range order {
-		a.bound = 0
-		if !a.o.fast {
-			continue
-		}
-		a.o.optimistic = true
-		quiet := a.do
-		quiet.Progress = nil
-		if res, err := dp.Solve(ctx, a.lay.L, a.dc, a.o, quiet); err == nil {
-			a.bound = res.Time
-		}
-		a.o.optimistic = false
-	}
-	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
-	return order
+	s := &Compilation{Model: g, Cluster: c, Options: opts, Schedule: sched, Batch: batch, ctx: ctx, shared: newShared()}
+	return s, counts, nil
 }
 
 // worse picks the error to report of two: a memory error, which names the memory that
@@ -339,6 +194,26 @@ func checkSearch(s string) error {
 	return nil
 }
 
+// searchStats says what a compile's search did, for tests and benchmarks.
+type searchStats struct {
+	solves     int // sharding ILPs solved, every micro-batch count together
+	largestILP int // variables of the largest
+	composed   int // layer ranges the fast search priced by composition
+	inexact    int // of them, those whose price is not proven equal to the range's ILP
+}
+
+// compileSearch is Compile, also saying what its search did.
+func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, searchStats, error) {
+	s, err := Run(ctx, g, c, opts, &PhaseConfig{UpTo: "search", Check: checkEveryPhase})
+	if err != nil {
+		return nil, searchStats{}, err
+	}
+	sh := s.shared
+	st := searchStats{solves: int(sh.solves.Load()), largestILP: int(sh.maxVars.Load()),
+		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load())}
+	return s.Plan, st, nil
+}
+
 // microbatchCounts lists the B to try: the one asked for, or every divisor of the batch up
 // to MaxAutoMicrobatches.
 func microbatchCounts(batch, asked int) ([]int, error) {
@@ -360,47 +235,13 @@ func microbatchCounts(batch, asked int) ([]int, error) {
 	return out, nil
 }
 
-// attempt is the search with one micro-batch count, between prepare and finish.
-type attempt struct {
-	b    int
-	step *ir.Graph
-	lay  *passes.Layering
-	dc   dp.Cluster
-	do   dp.Options
-	o    *oracle
-	free bool // nothing is pinned: every stage is searched (and prefetched)
-	// bound is the fast search's optimistic step time (0: none); skipped says boundOrder's
-	// bound made the search skip this count.
-	bound   float64
-	skipped bool
-}
-
-// prepare builds the training step with b micro-batches, its layers and its oracle.
-func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch, b int, sh *shared) (*attempt, error) {
-	mb, err := passes.Rebatch(g, batch/b)
-	if err != nil {
-		return nil, err
-	}
-	step, err := passes.TrainingStep(mb, opts.Optimizer)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	layers := opts.Layers
-	if layers == 0 {
-		// More layers than devices buys no more stages, and every layer range is priced on
-		// every submesh: the search grows with L².
-		layers = min(8, c.Devices())
-	}
-	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// compileWith is the search phase: it plans s's training step of b micro-batches, clustered
+// into layers, with the DP over stages and submeshes priced by the sharding ILPs, sets
+// s.Search to the DP's result and returns the plan.
+func compileWith(s *Compilation) (*Plan, error) {
+	ctx, g, step, lay, c, opts, sched := s.ctx, s.Model, s.Step, s.Layering, s.Cluster, s.Options, s.Schedule
+	batch, b := s.Batch, s.Microbatches
+	var err error
 	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
 	if opts.MemoryPerDevice > 0 {
 		dc.MemoryPerDevice = float64(opts.MemoryPerDevice)
@@ -418,7 +259,7 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sc
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
-	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), sh)
+	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), s.shared)
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	o.remat = opts.Remat
 	if p := opts.From; p != nil {
@@ -429,33 +270,36 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sc
 	}
 	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
 	o.fast = free && opts.Search == SearchFast
-	return &attempt{b: b, step: step, lay: lay, dc: dc, do: do, o: o, free: free}, nil
-}
-
-// finish runs the stage DP on the prefetched prices and assembles the plan.
-func (a *attempt) finish(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch int) (*Plan, error) {
-	do, o, b := a.do, a.o, a.b
+	if free {
+		var progress func(done, total int)
+		if opts.Progress != nil {
+			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
+		}
+		o.prefetch(lay.L, dc, progress)
+	}
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
-	res, err := dp.Solve(ctx, a.lay.L, a.dc, o, do)
+	res, err := dp.Solve(ctx, lay.L, dc, o, do)
 	if o.fast && ctx.Err() == nil {
 		if err == nil {
-			res, err = exactly(ctx, a.lay.L, a.dc, o, do, res)
+			res, err = exactly(ctx, lay.L, dc, o, do, res)
 		} else {
 			// No plan from the composed prices (their memory is an estimate): the reference.
 			o.fast = false
-			o.prefetch(a.lay.L, a.dc, nil)
-			res, err = dp.Solve(ctx, a.lay.L, a.dc, o, do)
+			o.prefetch(lay.L, dc, nil)
+			res, err = dp.Solve(ctx, lay.L, dc, o, do)
 		}
 	}
+	o.countComposed()
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
 			return nil, fmt.Errorf("%w: %v", err, o.err)
 		}
 		return nil, err
 	}
-	return assemble(g, a.step, a.lay, c, opts, sched, batch, b, res, o)
+	s.Search = res
+	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how

@@ -64,6 +64,8 @@ type shared struct {
 	reshardMemo map[reshardMemoKey]float64
 	solves      atomic.Int64
 	maxVars     atomic.Int64 // the most variables of any ILP solved
+	nComposed   atomic.Int64 // layer ranges the fast search priced by composition
+	nInexact    atomic.Int64 // of them, those not proven equal to their range's ILP
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -354,6 +356,18 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, me
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+}
+
+// countComposed adds the oracle's composed prices to the compile's counts.
+func (o *oracle) countComposed() {
+	for _, c := range o.composedAt {
+		if c.ok {
+			o.nComposed.Add(1)
+			if !c.exact {
+				o.nInexact.Add(1)
+			}
+		}
+	}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).

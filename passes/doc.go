@@ -1,10 +1,12 @@
-// Package passes holds autopar's graph-to-graph passes and the one ordered table that runs
-// them (see Table): verify, autodiff (reverse-mode differentiation written into the same IR)
-// and optimizer (the parameter update of SGD or Adam), with simplify and layer clustering
-// to follow. `autopar compile --dump PASS` prints the graph after any row of the table.
-// It also holds the graph analyses the planner calls directly: Alpa's layer clustering
-// (ClusterLayers) and the graph of one micro-batch (Rebatch). The intra-operator sharding
-// pass is the subpackage passes/sharding.
+// Package passes holds autopar's graph-to-graph phases: the functions the rows rebatch
+// (Rebatch: the graph of one micro-batch), autodiff (Autodiff: reverse-mode
+// differentiation written into the same IR), optimizer (ApplyOptimizer: the parameter
+// update of SGD or Adam) and cluster (ClusterLayers: Alpa's layer clustering) of the
+// compiler's phase table call. The table itself is autopar.Phases in the root package,
+// because its last rows (search, lower) need the oracle and codegen, which passes must not
+// import; `autopar compile --dump PHASE` prints what any row produced. TrainingStep is
+// Autodiff then ApplyOptimizer, for callers that want the step in one call. The
+// intra-operator sharding pass is the subpackage passes/sharding.
 //
 // Autodiff writes the backward ops as ordinary ir ops, so that the intra-operator sharding
 // pass later sees forward, backward and optimizer update as one graph and shards them
