@@ -1,6 +1,7 @@
 // Package passes holds autopar's graph-to-graph passes and the one ordered table that runs
-// them (see Table): verify, autodiff (reverse-mode differentiation written into the same IR)
-// and optimizer (the parameter update of SGD or Adam), with simplify and layer clustering
+// them (see Table): verify, precision (the forward in the compute dtype of --precision),
+// autodiff (reverse-mode differentiation written into the same IR) and optimizer (the
+// parameter update of SGD or Adam, with f32 master weights under mixed precision), with simplify and layer clustering
 // to follow. `autopar compile --dump PASS` prints the graph after any row of the table.
 // It also holds the graph analyses the planner calls directly: Alpa's layer clustering
 // (ClusterLayers) and the graph of one micro-batch (Rebatch). The intra-operator sharding

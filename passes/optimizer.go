@@ -23,6 +23,9 @@ type Optimizer struct {
 	// WeightDecay is decoupled (AdamW: p -= lr·wd·p) for Adam and the classic L2 term
 	// (g += wd·p, before momentum) for SGD. 0 is none.
 	WeightDecay float64
+	// Precision names the dtypes of the step (ParsePrecision): "" keeps the model's,
+	// "mixed" computes in bf16 with f32 master weights and optimizer state.
+	Precision string
 }
 
 // withDefaults fills Adam's zero hyperparameters and checks every range.
@@ -48,6 +51,9 @@ func (o Optimizer) withDefaults() (Optimizer, error) {
 	default:
 		return o, fmt.Errorf("unknown optimizer %q, want sgd or adam", o.Kind)
 	}
+	if _, err := ParsePrecision(o.Precision); err != nil {
+		return o, err
+	}
 	if !(o.LR > 0) || math.IsInf(o.LR, 0) {
 		return bad("the learning rate must be positive", o.LR)
 	}
@@ -70,10 +76,14 @@ func orDefault(v, d float64) float64 {
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
 // Adam — and an ir.Update for every param and state it adds. The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
-// state, and rounded back to the param's dtype.
+// state, and rounded back to the param's dtype. opt.Precision first converts g
+// (ConvertPrecision) and, for mixed precision, keeps an f32 master of every half param.
 func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	opt, err := opt.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if g, err = convertFor(g, opt); err != nil {
 		return nil, err
 	}
 	loss, params, err := stepInputs(g)
@@ -111,7 +121,8 @@ func stepInputs(g *ir.Graph) (ir.ValueID, []ir.ValueID, error) {
 
 // applyOptimizer appends the update of every param of g given its gradient.
 func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
-	u := &updater{b: newBuilder(g), opt: opt, casts: map[[2]ir.ValueID]ir.ValueID{}}
+	prec, _ := ParsePrecision(opt.Precision) // withDefaults checked it
+	u := &updater{b: newBuilder(g), opt: opt, master: prec.Master, casts: map[[2]ir.ValueID]ir.ValueID{}}
 	if opt.Kind == "adam" {
 		u.adamClock(params)
 	}
@@ -130,6 +141,8 @@ func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
 type updater struct {
 	b   *builder
 	opt Optimizer
+	// master keeps f32 master weights of half params (Precision.Master).
+	master bool
 	// bc1, bc2 are Adam's bias corrections 1-β^t, in the clock's dtype.
 	bc1, bc2 ir.ValueID
 	// casts caches a clock scalar cast to a param dtype, keyed by (value, dtype).
@@ -158,27 +171,48 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 
 // work returns the dtype the update of p is computed in — f32 for f16 and bf16 params,
 // whose range cannot hold Adam's eps or a small squared gradient; the param's own dtype
-// otherwise — and p and its gradient in that dtype. There is no f32 master copy of a
-// half-precision param: its new value is rounded back to its dtype.
+// otherwise — and p's weight and its gradient in that dtype. Without a master the weight
+// is p cast to f32, and finish rounds the new weight back to p's dtype.
+//
+// With u.master the weight is the f32 master weight <p>.master = f32(p) + <p>.rem, the
+// state <p>.rem holding what rounding the master to p's dtype lost. Holding the master as
+// that remainder is exact (the rounding error of an f32 to f16/bf16 is an f32, so the sum
+// gives the master back bit for bit) and costs the 4 bytes of an f32 master, and
+// zero-initialized state is then the master of any param: every path that starts state at
+// zero (a fresh Trainer, the serial interpreter, a resume without state) is right as is.
 func (u *updater) work(p, grad ir.ValueID) (ir.DType, ir.ValueID, ir.ValueID) {
 	dt := u.b.g.Values[p].Type.DType
 	if dt != ir.F16 && dt != ir.BF16 {
 		return dt, p, grad
 	}
 	to := ir.Attrs{}.With("to", ir.F32)
-	return ir.F32, u.b.emit(u.name(p, "f32"), ir.OpCast, to, p), u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad)
+	pw := u.b.emit(u.name(p, "f32"), ir.OpCast, to, p)
+	if u.master {
+		pw = u.op(p, "master", ir.OpAdd, pw, u.state(p, "rem", ir.F32))
+	}
+	return ir.F32, pw, u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad)
 }
 
-// finish computes p - lr·step in the work dtype and rounds it to p's dtype.
+// finish computes p - lr·step in the work dtype and rounds it to p's dtype; with a
+// master it also updates the remainder: <p>.rem' = master' - f32(p').
 func (u *updater) finish(p, pw, step ir.ValueID, wt ir.DType) ir.ValueID {
 	dt := u.b.g.Values[p].Type.DType
 	suffix := "next"
 	if dt != wt {
 		suffix = "next." + wt.String()
+		if u.master {
+			suffix = "master.next"
+		}
 	}
-	next := u.op(p, suffix, ir.OpSub, pw, u.op(p, "step", ir.OpMul, step, u.b.scalar(wt, u.opt.LR)))
-	if dt != wt {
-		next = u.b.emit(u.name(p, "next"), ir.OpCast, ir.Attrs{}.With("to", dt), next)
+	full := u.op(p, suffix, ir.OpSub, pw, u.op(p, "step", ir.OpMul, step, u.b.scalar(wt, u.opt.LR)))
+	if dt == wt {
+		return full
+	}
+	next := u.b.emit(u.name(p, "next"), ir.OpCast, ir.Attrs{}.With("to", dt), full)
+	if u.master {
+		rem := u.b.g.Values[pw].Args[1]
+		back := u.b.emit(u.name(p, "next.f32"), ir.OpCast, ir.Attrs{}.With("to", wt), next)
+		u.b.g.AddUpdate(rem, u.op(p, "rem.next", ir.OpSub, full, back), u.b.pos)
 	}
 	return next
 }

@@ -38,6 +38,8 @@ type Pass struct {
 // here, placed after the passes it requires.
 var Table = []Pass{
 	{Name: "verify", Doc: "check the graph's invariants (types, names, order)", Run: runVerify},
+	{Name: "precision", Doc: "compute the forward in the --precision dtype (float params declared in it, inputs cast on entry)",
+		Run: runPrecision, Requires: []string{"verify"}},
 	{Name: "autodiff", Doc: "append the backward ops: grad.<param> for every param of the loss (first output)",
 		Run: runAutodiff, Requires: []string{"verify"}},
 	{Name: "optimizer", Doc: "append the optimizer update of every param and its state",

@@ -16,7 +16,7 @@ func TestTableOrder(t *testing.T) {
 	require.NoError(t, checkTable(Table))
 	names := Names()
 	require.GreaterOrEqual(t, len(names), 3)
-	assert.Equal(t, []string{"verify", "autodiff", "optimizer"}, names[:3])
+	assert.Equal(t, []string{"verify", "precision", "autodiff", "optimizer"}, names[:4])
 	p, ok := Lookup("optimizer")
 	require.True(t, ok)
 	assert.Equal(t, []string{"autodiff"}, p.Requires)
@@ -73,7 +73,7 @@ func TestRunUpTo(t *testing.T) {
 
 	_, err = Run(g, cfg, "autodif")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `unknown pass "autodif", want one of verify, autodiff, optimizer`)
+	assert.Contains(t, err.Error(), `unknown pass "autodif", want one of verify, precision, autodiff, optimizer`)
 }
 
 func TestRunErrorsNameThePass(t *testing.T) {

@@ -79,5 +79,5 @@ func TestCompileDumpAndTime(t *testing.T) {
 	assert.NotContains(t, out.String(), ".m.next", "the optimizer pass runs after autodiff")
 	assert.Contains(t, errOut.String(), "pass autodiff")
 	f.dump = "nope"
-	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, autodiff, optimizer")
+	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, precision, autodiff, optimizer")
 }

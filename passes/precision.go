@@ -1,0 +1,147 @@
+package passes
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/autopar/autopar/ir"
+)
+
+// Precision says in which dtype a training step computes and whether it keeps f32 master
+// weights. The zero value keeps the model's own dtypes.
+type Precision struct {
+	// Compute is the dtype of every float param and activation of the forward (and so of the
+	// backward); Invalid keeps the dtypes the model declares.
+	Compute ir.DType
+	// Master keeps an f32 master copy of every f16 and bf16 param: the optimizer updates the
+	// master in f32 and the param is its rounding, as Megatron-LM's and ZeRO's mixed
+	// precision do. Without it a half param is updated in f32 and rounded back, and an update
+	// smaller than half an ulp of the param is lost.
+	Master bool
+}
+
+// The precisions --precision names. "" keeps the model's dtypes; "mixed" computes in bf16
+// (what Megatron-LM uses on A100 and H100) with f32 master weights and optimizer state.
+var precisions = []struct {
+	name string
+	p    Precision
+}{
+	{"", Precision{}},
+	{"f32", Precision{Compute: ir.F32}},
+	{"f16", Precision{Compute: ir.F16}},
+	{"bf16", Precision{Compute: ir.BF16}},
+	{"mixed", Precision{Compute: ir.BF16, Master: true}},
+	{"mixed-f16", Precision{Compute: ir.F16, Master: true}},
+}
+
+// PrecisionNames lists the names ParsePrecision takes, but "" (the model's own dtypes).
+func PrecisionNames() []string {
+	var out []string
+	for _, p := range precisions[1:] {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+// ParsePrecision reads a precision name: "" (the model's dtypes), "f32", "f16", "bf16"
+// (every float of the model in that dtype; a half param is updated in f32 and rounded back),
+// "mixed" (bf16 compute, f32 master weights and optimizer state) or "mixed-f16".
+func ParsePrecision(s string) (Precision, error) {
+	for _, p := range precisions {
+		if p.name == s {
+			return p.p, nil
+		}
+	}
+	return Precision{}, fmt.Errorf("unknown precision %q, want one of %v", s, PrecisionNames())
+}
+
+// ConvertPrecision returns forward graph g computed in dtype dt: every float param
+// declared in dt, every float data input cast to dt where it enters, every float constant,
+// iota and cast computed in dt, and the other ops' dtypes inferred from their operands'.
+// The graph keeps its interface: inputs are fed and float outputs (the loss) returned in
+// the dtypes g declares, through a cast. Params change dtype: their data is dt's. Value
+// names are kept; the casts added get fresh ones. g is not modified.
+func ConvertPrecision(g *ir.Graph, dt ir.DType) (*ir.Graph, error) {
+	if !dt.IsFloat() {
+		return nil, fmt.Errorf("precision: cannot compute in %s, want a float dtype", dt)
+	}
+	taken := map[string]bool{}
+	for i := range g.Values {
+		taken[g.Values[i].Name] = true
+	}
+	fresh := func(base string) string {
+		name := base
+		for k := 1; taken[name]; k++ {
+			name = base + "." + strconv.Itoa(k)
+		}
+		taken[name] = true
+		return name
+	}
+	out := ir.NewGraph(g.Name)
+	id := make([]ir.ValueID, len(g.Values))
+	for i := range g.Values {
+		v := &g.Values[i]
+		args := make([]ir.ValueID, len(v.Args))
+		for k, a := range v.Args {
+			args[k] = id[a]
+		}
+		nid, err := out.Append(v.Op, v.Name, args, convertAttrs(v, dt), v.Pos)
+		if err != nil {
+			return nil, fmt.Errorf("precision %s: %w", dt, err)
+		}
+		id[i] = nid
+		if v.Op == ir.OpInput && v.Type.DType.IsFloat() && v.Type.DType != dt {
+			if id[i], err = out.Append(ir.OpCast, fresh(v.Name+"."+dt.String()), []ir.ValueID{nid}, ir.Attrs{}.With("to", dt), v.Pos); err != nil {
+				return nil, fmt.Errorf("precision %s: %w", dt, err)
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		nid := id[o.Value]
+		if want := g.Value(o.Value).Type.DType; out.Value(nid).Type.DType != want {
+			var err error
+			if nid, err = out.Append(ir.OpCast, fresh(g.Value(o.Value).Name+"."+want.String()), []ir.ValueID{nid}, ir.Attrs{}.With("to", want), o.Pos); err != nil {
+				return nil, fmt.Errorf("precision %s: %w", dt, err)
+			}
+		}
+		out.AddOutput(nid, o.Pos)
+	}
+	for _, u := range g.Updates {
+		out.AddUpdate(id[u.Target], id[u.Value], u.Pos)
+	}
+	return out, nil
+}
+
+// convertAttrs returns v's attributes with the float dtypes it declares (a param's or
+// state's type, a constant's or iota's, a cast's target) replaced by dt. A data input keeps
+// its type: ConvertPrecision casts it after.
+func convertAttrs(v *ir.Value, dt ir.DType) ir.Attrs {
+	at := v.Attrs
+	switch v.Op {
+	case ir.OpParam, ir.OpState, ir.OpConstant, ir.OpIota:
+		if t, ok := at.Get("type"); ok && t.(ir.Type).DType.IsFloat() {
+			t := t.(ir.Type)
+			at = at.With("type", ir.Type{DType: dt, Shape: t.Shape})
+		}
+	case ir.OpCast:
+		if at.DType("to").IsFloat() {
+			at = at.With("to", dt)
+		}
+	}
+	return at
+}
+
+// convertFor converts forward graph g to opt's precision; g itself when it names none.
+func convertFor(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
+	p, err := ParsePrecision(opt.Precision)
+	if err != nil || p.Compute == ir.Invalid {
+		return g, err
+	}
+	return ConvertPrecision(g, p.Compute)
+}
+
+// runPrecision is the "precision" pass: the forward graph in the dtype cfg.Optimizer's
+// precision computes in; the graph as it is when the precision keeps the model's dtypes.
+func runPrecision(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
+	return convertFor(g, cfg.Optimizer)
+}
