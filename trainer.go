@@ -92,16 +92,19 @@ func (d *Diff) add(name string, got, want *kernels.Tensor) {
 // devices, sharded as the plan says, and runs one training step per Step call with only
 // the data inputs coming from the caller.
 type Trainer struct {
-	plan   *Plan
-	full   *ir.Graph // the full-batch training step, for init, inputs and the serial check
-	sess   *runtime.Session
-	loss   string
-	inputs []*ir.Value // the data inputs, by name
-	params []string    // the params' names, sorted
-	step   int
-	opts   TrainerOptions
-	last   *runtime.Result
-	check  *SerialCheck
+	plan *Plan
+	full *ir.Graph // the full-batch training step, for init, inputs and the serial check
+	// masters maps the master-weight remainders of full to their params
+	// (passes.MasterRemainders): the serial check compares them with the params.
+	masters map[ir.ValueID]ir.ValueID
+	sess    *runtime.Session
+	loss    string
+	inputs  []*ir.Value // the data inputs, by name
+	params  []string    // the params' names, sorted
+	step    int
+	opts    TrainerOptions
+	last    *runtime.Result
+	check   *SerialCheck
 	// devices is the number of programs.
 	devices int
 	// traceNext asks the next step for a trace.
@@ -151,7 +154,7 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{plan: plan, full: full, sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
+	t := &Trainer{plan: plan, full: full, masters: passes.MasterRemainders(full), sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
 	for i := range full.Values {
 		v := &full.Values[i]
 		switch v.Op {
@@ -313,6 +316,9 @@ func (t *Trainer) compare(got, want map[string]*kernels.Tensor, tol float64) err
 		case ir.OpParam:
 			return "params"
 		case ir.OpState:
+			if _, ok := t.masters[id]; ok {
+				return "params" // the low part of a master weight: rounding-sized, at the weight's scale
+			}
 			return "state ." + name[strings.LastIndexByte(name, '.')+1:]
 		}
 		return name

@@ -23,6 +23,7 @@ type trainFlags struct {
 	momentum  float64
 	seed      int64
 	freshData bool
+	precision string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -47,6 +48,7 @@ A graph that already holds its updates (a training step) runs as it is.`,
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "sgd momentum (0 for plain sgd)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.freshData, "fresh-data", false, "draw a new random batch every step")
+	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16, bf16, mixed (bf16 with f32 master weights and state) or mixed-f16 (default: the model's dtypes)")
 	return cmd
 }
 
@@ -58,19 +60,22 @@ func optimizerFrom(f trainFlags) (passes.Optimizer, error) {
 	if math.IsNaN(f.momentum) || f.momentum < 0 || f.momentum >= 1 {
 		return passes.Optimizer{}, fmt.Errorf("--momentum %v: expected a momentum in [0, 1)", f.momentum)
 	}
+	if _, err := passes.ParsePrecision(f.precision); err != nil {
+		return passes.Optimizer{}, fmt.Errorf("--precision: %w", err)
+	}
 	switch f.optimizer {
 	case "sgd":
 		lr := f.lr
 		if lr == 0 {
 			lr = 0.1
 		}
-		return passes.Optimizer{Kind: "sgd", LR: lr, Momentum: f.momentum}, nil
+		return passes.Optimizer{Kind: "sgd", LR: lr, Momentum: f.momentum, Precision: f.precision}, nil
 	case "adam":
 		lr := f.lr
 		if lr == 0 {
 			lr = 0.01
 		}
-		return passes.Optimizer{Kind: "adam", LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
+		return passes.Optimizer{Kind: "adam", LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Precision: f.precision}, nil
 	}
 	return passes.Optimizer{}, fmt.Errorf("unknown optimizer %q, expected sgd or adam", f.optimizer)
 }
