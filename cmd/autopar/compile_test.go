@@ -81,3 +81,15 @@ func TestCompileDumpAndTime(t *testing.T) {
 	f.dump = "nope"
 	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, precision, autodiff, optimizer")
 }
+
+func TestCompilePrecision(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "1", schedule: "1f1b", optimizer: "adam", dump: "optimizer", precision: "mixed"}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	assert.Contains(t, out.String(), "param l0.fc.w: bf16[16,32]")
+	assert.Contains(t, out.String(), "state l0.fc.w.rem: f32[16,32]", "the f32 master weight's remainder")
+	assert.Contains(t, out.String(), "x.bf16 = cast x to=bf16", "the input is cast on entry")
+	f.precision = "fp8"
+	require.EqualError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
+		`--precision: unknown precision "fp8", want one of [f32 f16 bf16 mixed mixed-f16]`)
+}
