@@ -38,7 +38,9 @@ type TrainerOptions struct {
 	// Tolerance relative to the largest magnitude of that tensor. Over a Group the lead
 	// runs the serial step; the other processes only take part in the gathers.
 	CheckSerial bool
-	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order).
+	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order), or
+	// 2e-2 for a step that computes in f16 or bf16 (a few ulps of 2⁻⁸: partial sums are
+	// rounded to the half dtype where the serial step rounds once).
 	Tolerance float64
 	// Timeout bounds each device wait (runtime.Options.Timeout); 0 means the runtime's.
 	Timeout time.Duration
@@ -118,12 +120,12 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if plan == nil || plan.Forward() == nil {
 		return nil, fmt.Errorf("trainer: no plan: compile one or read it with ReadPlan")
 	}
-	if opts.Tolerance <= 0 {
-		opts.Tolerance = 1e-4
-	}
 	full, err := passes.TrainingStep(plan.Forward(), plan.Optimizer.Optimizer())
 	if err != nil {
 		return nil, err
+	}
+	if opts.Tolerance <= 0 {
+		opts.Tolerance = defaultTolerance(full)
 	}
 	progs := opts.Programs
 	if progs == nil {
@@ -299,6 +301,17 @@ func (t *Trainer) checkSerial(ctx context.Context, stores map[string]*kernels.Te
 		return fmt.Errorf("trainer: step %d: serial check: %w", t.step, err)
 	}
 	return nil
+}
+
+// defaultTolerance is CheckSerial's bound for step: 2e-2 when a param is f16 or bf16,
+// 1e-4 otherwise.
+func defaultTolerance(step *ir.Graph) float64 {
+	for _, p := range step.Leaves(ir.OpParam) {
+		if dt := step.Value(p).Type.DType; dt == ir.F16 || dt == ir.BF16 {
+			return 2e-2
+		}
+	}
+	return 1e-4
 }
 
 // compare checks got against want, tensor by tensor, in groups: the loss, the params, and
