@@ -74,7 +74,8 @@ func orDefault(v, d float64) float64 {
 // one training step, as Alpa compiles it: forward, loss, backward (Grad with respect to
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
-// Adam — and an ir.Update for every param and state it adds. The loss stays the first
+// Adam; "<p>.rem", an f32 master weight's remainder, for a half param under mixed
+// precision — and an ir.Update for every param and state it adds. The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
 // state, and rounded back to the param's dtype. opt.Precision first converts g
 // (ConvertPrecision) and, for mixed precision, keeps an f32 master of every half param.

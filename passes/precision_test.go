@@ -148,3 +148,24 @@ func TestMixedPrecisionMasterWeights(t *testing.T) {
 	assert.Greater(t, nm, 9*total/10, "the masters hold the updates (those of a zero gradient aside)")
 	assert.Less(t, np, total/4, "pure bf16 loses most updates of lr 1e-5")
 }
+
+// MasterRemainders finds the remainder state of every half param of a mixed step, and none
+// elsewhere.
+func TestMasterRemainders(t *testing.T) {
+	g := model(t, "mlp-tiny")
+	for _, precision := range []string{"", "bf16", "mixed"} {
+		step, err := TrainingStep(g, Optimizer{Kind: "adam", LR: 0.01, Precision: precision})
+		require.NoError(t, err)
+		got := map[string]string{}
+		for s, p := range MasterRemainders(step) {
+			got[step.Value(s).Name] = step.Value(p).Name
+		}
+		want := map[string]string{}
+		if precision == "mixed" {
+			for _, p := range step.Leaves(ir.OpParam) {
+				want[step.Value(p).Name+".rem"] = step.Value(p).Name
+			}
+		}
+		assert.Equal(t, want, got, "precision %q", precision)
+	}
+}

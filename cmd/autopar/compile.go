@@ -251,8 +251,12 @@ func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
 // split per micro-batch, so no stage's communication is hidden behind the slowest's.
 func printSummary(w io.Writer, p *autopar.Plan) {
 	pr := p.Predicted
-	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s), cluster %s\n\n",
-		p.Model, p.Batch, p.Microbatches, p.Schedule, p.Cluster.String())
+	precision := ""
+	if p.Optimizer.Precision != "" {
+		precision = ", precision " + p.Optimizer.Precision
+	}
+	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s)%s, cluster %s\n\n",
+		p.Model, p.Batch, p.Microbatches, p.Schedule, precision, p.Cluster.String())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tmemory/device\tcapacity")
 	slow := 0
