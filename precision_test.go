@@ -1,6 +1,7 @@
 package autopar
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,6 +46,12 @@ func TestPrecisionWeightBytes(t *testing.T) {
 				assert.Equal(t, tc.opt*params+4, m.Optimizer)
 			}
 			assert.Equal(t, tc.precision, p.Optimizer.Precision, "plan.json records the precision")
+			var a, b bytes.Buffer
+			require.NoError(t, p.WriteJSON(&a))
+			q, err := ReadPlan(bytes.NewReader(a.Bytes()))
+			require.NoError(t, err)
+			require.NoError(t, q.WriteJSON(&b))
+			assert.Equal(t, a.String(), b.String(), "plan.json round-trips, its step rebuilt in its precision")
 		})
 	}
 	_, err := Compile(t.Context(), g, cluster(t, "cpu:2"), Options{Precision: "fp8"})
