@@ -26,6 +26,12 @@ type Optimizer struct {
 	// Precision names the dtypes of the step (ParsePrecision): "" keeps the model's,
 	// "mixed" computes in bf16 with f32 master weights and optimizer state.
 	Precision string
+	// LossScale is a static loss scale S (Megatron-LM's --loss-scale): the backward starts
+	// from the loss times S, so that small f16 gradients do not flush to zero, and the
+	// update divides the gradients by S (in f32 for half params). The gradients the step
+	// computes are the scaled ones. 0 or 1: none. S past the gradient dtype's range
+	// (65504 for f16) overflows to inf.
+	LossScale float64
 }
 
 // withDefaults fills Adam's zero hyperparameters and checks every range.
@@ -53,6 +59,9 @@ func (o Optimizer) withDefaults() (Optimizer, error) {
 	}
 	if _, err := ParsePrecision(o.Precision); err != nil {
 		return o, err
+	}
+	if !(o.LossScale >= 0) || math.IsInf(o.LossScale, 0) {
+		return bad("the loss scale must be positive (or 0 for none)", o.LossScale)
 	}
 	if !(o.LR > 0) || math.IsInf(o.LR, 0) {
 		return bad("the learning rate must be positive", o.LR)
@@ -91,7 +100,8 @@ func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, grads, err := Grad(g, loss, params)
+	g, seed := scaleLoss(g, loss, opt.LossScale)
+	out, grads, err := Grad(g, seed, params)
 	if err != nil {
 		return nil, err
 	}
@@ -184,14 +194,22 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 func (u *updater) work(p, grad ir.ValueID) (ir.DType, ir.ValueID, ir.ValueID) {
 	dt := u.b.g.Values[p].Type.DType
 	if dt != ir.F16 && dt != ir.BF16 {
-		return dt, p, grad
+		return dt, p, u.unscale(p, grad, dt)
 	}
 	to := ir.Attrs{}.With("to", ir.F32)
 	pw := u.b.emit(u.name(p, "f32"), ir.OpCast, to, p)
 	if u.master {
 		pw = u.op(p, "master", ir.OpAdd, pw, u.state(p, "rem", ir.F32))
 	}
-	return ir.F32, pw, u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad)
+	return ir.F32, pw, u.unscale(p, u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad), ir.F32)
+}
+
+// unscale divides p's gradient, in dtype dt, by the loss scale (multiplies by 1/S).
+func (u *updater) unscale(p, grad ir.ValueID, dt ir.DType) ir.ValueID {
+	if s := u.opt.LossScale; s != 0 && s != 1 {
+		return u.op(p, "grad.unscaled", ir.OpMul, grad, u.b.scalar(dt, 1/s))
+	}
+	return grad
 }
 
 // finish computes p - lr·step in the work dtype and rounds it to p's dtype; with a
@@ -299,12 +317,13 @@ func (u *updater) adam(p, grad ir.ValueID) ir.ValueID {
 // runAutodiff is the "autodiff" pass: the gradient of the loss (first output) with
 // respect to every param, returned as extra outputs after the graph's own, in param order,
 // so that --dump autodiff shows them and the runtime's check can compare them.
-func runAutodiff(g *ir.Graph, _ *Config) (*ir.Graph, error) {
+func runAutodiff(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
 	loss, params, err := stepInputs(g)
 	if err != nil {
 		return nil, err
 	}
-	out, grads, err := Grad(g, loss, params)
+	g, seed := scaleLoss(g, loss, cfg.Optimizer.LossScale)
+	out, grads, err := Grad(g, seed, params)
 	if err != nil {
 		return nil, err
 	}

@@ -163,3 +163,17 @@ func MasterRemainders(g *ir.Graph) map[ir.ValueID]ir.ValueID {
 	}
 	return out
 }
+
+// scaleLoss returns g with loss·s appended (a fresh "<loss>.scaled") for the backward to
+// start from, and that value; g and loss themselves when s is 0 or 1. The graph's output
+// stays the unscaled loss.
+func scaleLoss(g *ir.Graph, loss ir.ValueID, s float64) (*ir.Graph, ir.ValueID) {
+	if s == 0 || s == 1 {
+		return g, loss
+	}
+	out := g.Clone()
+	b := newBuilder(out)
+	v := out.Value(loss)
+	b.pos = v.Pos
+	return out, b.emit(v.Name+".scaled", ir.OpMul, nil, loss, b.scalar(v.Type.DType, s))
+}

@@ -3,6 +3,7 @@ package passes
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -168,4 +169,76 @@ func TestMasterRemainders(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "precision %q", precision)
 	}
+}
+
+// A static loss scale keeps small f16 gradients from flushing to zero: with a loss of
+// 2⁻²³ (an exact f16) of the cross-entropy, f16 gradients of order 1e-8 are below f16's
+// smallest subnormal, so mixed-f16 without a scale loses most of them; scaled by 2¹⁴ they
+// survive, S times the f32 step's, and the update unscales them in f32.
+func TestLossScale(t *testing.T) {
+	g := parse(t, `param w1: f32[4,8]
+param w2: f32[8,3]
+input x: f32[6,4] batch=0
+input y: i32[6] batch=0 limit=3
+h = matmul x, w1
+r = tanh h
+z = matmul r, w2
+ce = sparse_cross_entropy z, y
+m = reduce_mean ce axes=[0]
+k = constant type=f32[] value=1.1920928955078125e-07
+loss = mul m, k
+output loss
+`)
+	grads := func(opt Optimizer) (map[string][]float64, *ir.Graph) {
+		step, err := TrainingStep(g, opt)
+		require.NoError(t, err)
+		feeds := interp.InitParams(step, 1)
+		in, err := interp.GenerateInputs(step, 2)
+		require.NoError(t, err)
+		for k, v := range in {
+			feeds[k] = v
+		}
+		r, err := interp.RunKeep(context.Background(), step, feeds)
+		require.NoError(t, err)
+		out := map[string][]float64{}
+		for _, p := range step.Leaves(ir.OpParam) {
+			name := step.Value(p).Name
+			id, ok := step.Lookup("grad." + name)
+			require.True(t, ok)
+			for i := range r.Values[id].Len() {
+				out[name] = append(out[name], r.Values[id].At(i))
+			}
+		}
+		return out, step
+	}
+	zeros := func(gs map[string][]float64) (n int) {
+		for _, g := range gs {
+			for _, v := range g {
+				if v == 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	sgd := Optimizer{Kind: "sgd", LR: 1e4}
+	ref, _ := grads(sgd)
+	require.Zero(t, zeros(ref), "f32 gradients are all nonzero")
+	unscaled, _ := grads(Optimizer{Kind: "sgd", LR: 1e4, Precision: "mixed-f16"})
+	assert.Greater(t, zeros(unscaled), 28, "of 56 f16 gradients most flush to zero")
+	scaledOpt := Optimizer{Kind: "sgd", LR: 1e4, Precision: "mixed-f16", LossScale: 1 << 14}
+	scaled, step := grads(scaledOpt)
+	assert.Zero(t, zeros(scaled), "scaled, none does")
+	for name, want := range ref {
+		var diff, scale float64
+		for i, w := range want {
+			diff = max(diff, math.Abs(w*(1<<14)-scaled[name][i]))
+			scale = max(scale, math.Abs(w*(1<<14)))
+		}
+		assert.Less(t, diff/scale, 2e-2, "%s: the gradients are the scaled ones, to f16's resolution", name)
+	}
+	_, ok := step.Lookup("w1.grad.unscaled")
+	assert.True(t, ok, "the update unscales in f32")
+	_, err := TrainingStep(g, Optimizer{Kind: "sgd", LR: 1, LossScale: -1})
+	require.ErrorContains(t, err, "the loss scale must be positive")
 }

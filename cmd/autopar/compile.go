@@ -23,7 +23,7 @@ type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
 	optimizer, dump, precision                               string
 	batch, layers, microbatchSize                            int
-	lr                                                       float64
+	lr, lossScale                                            float64
 	timePasses                                               bool
 	timeLimit                                                time.Duration
 }
@@ -70,6 +70,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16 or bf16 (every float of the model in it), mixed (bf16 with f32 master weights and optimizer state) or mixed-f16 (default: the model's dtypes)")
+	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
 	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve time limit per sharding ILP (0: the default)")
 }
 
@@ -139,7 +140,7 @@ func microbatchesOfSize(g *ir.Graph, f compileFlags) (int, error) {
 
 func compileOptions(f compileFlags) (autopar.Options, error) {
 	var o autopar.Options
-	opt, err := optimizerFrom(trainFlags{optimizer: f.optimizer, lr: f.lr, momentum: 0.9, precision: f.precision})
+	opt, err := optimizerFrom(trainFlags{optimizer: f.optimizer, lr: f.lr, momentum: 0.9, precision: f.precision, lossScale: f.lossScale})
 	if err != nil {
 		return o, err
 	}
