@@ -28,6 +28,7 @@ func TestEquivMixedPrecision(t *testing.T) {
 		{name: "mlp-megatron-1x2", fwd: mlpOf("f32", 1), opt: msgd, b: 1, plan: singleStage(1, 2, 1, megatron, propagate), tol: tol, stepwise: true},
 		{name: "mlp-megatron-2x2-adam-microbatches", fwd: mlpOf("f32", 1), opt: adamBF16, b: 2, plan: singleStage(2, 2, 2, megatron, propagate), tol: tol, stepwise: true},
 		{name: "gpt-dp-1x2", fwd: gptOf("f32"), opt: msgd, b: 1, plan: singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate), tol: tol, stepwise: true},
+		{name: "wresnet-dp-sync-batch-norm-1x2", fwd: wresnetOf("f32"), opt: msgd, b: 1, plan: singleStage(1, 2, 1, dataParallel(mesh.Axis1), propagate), tol: tol, stepwise: true},
 		{name: "gpt-2-stage-dp-1f1b", fwd: gptOf("f32"), opt: msgd, b: 2, plan: pipeline(twoDP, 2, program.OneFOneB, dataParallel(mesh.Axis1), propagate), tol: tol, stepwise: true},
 	}
 	for _, c := range cases {

@@ -170,12 +170,16 @@ func moe(t testing.TB) *ir.Graph {
 	return g
 }
 
-func wresnet(t testing.TB) *ir.Graph {
-	m := zoo.NewWResNet()
-	m.DType = "f64"
-	g, err := m.Build()
-	require.NoError(t, err)
-	return g
+func wresnet(t testing.TB) *ir.Graph { return wresnetOf("f64")(t) }
+
+func wresnetOf(dtype string) func(t testing.TB) *ir.Graph {
+	return func(t testing.TB) *ir.Graph {
+		m := zoo.NewWResNet()
+		m.DType = dtype
+		g, err := m.Build()
+		require.NoError(t, err)
+		return g
+	}
 }
 
 func TestEquivMoEAndWideResNet(t *testing.T) {

@@ -57,7 +57,8 @@ func ParsePrecision(s string) (Precision, error) {
 
 // ConvertPrecision returns forward graph g computed in dtype dt: every float param
 // declared in dt, every float data input cast to dt where it enters, every float constant,
-// iota and cast computed in dt, and the other ops' dtypes inferred from their operands'.
+// iota and cast computed in dt, and the other ops' dtypes inferred from their operands',
+// but for batch_norm, kept in f32 between casts under a half dt (keepF32).
 // The graph keeps its interface: inputs are fed and float outputs (the loss) returned in
 // the dtypes g declares, through a cast. Params change dtype: their data is dt's. Value
 // names are kept; the casts added get fresh ones. g is not modified.
@@ -85,6 +86,14 @@ func ConvertPrecision(g *ir.Graph, dt ir.DType) (*ir.Graph, error) {
 		for k, a := range v.Args {
 			args[k] = id[a]
 		}
+		if keepF32(v, dt) {
+			nid, err := appendInF32(out, v, args, dt, fresh)
+			if err != nil {
+				return nil, fmt.Errorf("precision %s: %w", dt, err)
+			}
+			id[i] = nid
+			continue
+		}
 		nid, err := out.Append(v.Op, v.Name, args, convertAttrs(v, dt), v.Pos)
 		if err != nil {
 			return nil, fmt.Errorf("precision %s: %w", dt, err)
@@ -110,6 +119,36 @@ func ConvertPrecision(g *ir.Graph, dt ir.DType) (*ir.Graph, error) {
 		out.AddUpdate(id[u.Target], id[u.Value], u.Pos)
 	}
 	return out, nil
+}
+
+// keepF32 reports whether op v of an f32 model stays in f32 when the model computes in a
+// half dtype dt: batch_norm, as cuDNN and autocast run it. Its gradient rule is written as
+// ops in the op's dtype, dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), whose differences cancel
+// to nothing in a half dtype's 8 or 11 bits.
+func keepF32(v *ir.Value, dt ir.DType) bool {
+	return v.Op == ir.OpBatchNorm && (dt == ir.F16 || dt == ir.BF16) && v.Type.DType.IsFloat()
+}
+
+// appendInF32 appends v computed in f32 on f32 casts of its float operands (args, in the
+// converted graph), and the cast of its result to dt under v's own name.
+func appendInF32(out *ir.Graph, v *ir.Value, args []ir.ValueID, dt ir.DType, fresh func(string) string) (ir.ValueID, error) {
+	to32 := ir.Attrs{}.With("to", ir.F32)
+	in := make([]ir.ValueID, len(args))
+	for k, a := range args {
+		in[k] = a
+		if t := out.Value(a).Type.DType; t.IsFloat() && t != ir.F32 {
+			c, err := out.Append(ir.OpCast, fresh(out.Value(a).Name+".f32"), []ir.ValueID{a}, to32, v.Pos)
+			if err != nil {
+				return ir.NoValue, err
+			}
+			in[k] = c
+		}
+	}
+	r, err := out.Append(v.Op, fresh(v.Name+".f32"), in, v.Attrs, v.Pos)
+	if err != nil {
+		return ir.NoValue, err
+	}
+	return out.Append(ir.OpCast, v.Name, []ir.ValueID{r}, ir.Attrs{}.With("to", dt), v.Pos)
 }
 
 // convertAttrs returns v's attributes with the float dtypes it declares (a param's or

@@ -242,3 +242,28 @@ output loss
 	_, err := TrainingStep(g, Optimizer{Kind: "sgd", LR: 1, LossScale: -1})
 	require.ErrorContains(t, err, "the loss scale must be positive")
 }
+
+// Under a half compute dtype batch_norm stays in f32 between casts, as cuDNN runs it: its
+// gradient's differences would cancel to nothing in bf16.
+func TestConvertPrecisionKeepsBatchNormF32(t *testing.T) {
+	c, err := ConvertPrecision(model(t, "wresnet-tiny"), ir.BF16)
+	require.NoError(t, err)
+	require.NoError(t, ir.Verify(c))
+	n := 0
+	for i := range c.Values {
+		v := &c.Values[i]
+		if v.Op != ir.OpBatchNorm {
+			continue
+		}
+		n++
+		assert.Equal(t, ir.F32, v.Type.DType, v.Name)
+		for _, a := range v.Args {
+			assert.Equal(t, ir.F32, c.Value(a).Type.DType, "%s's operand %s", v.Name, c.Value(a).Name)
+		}
+	}
+	require.Positive(t, n)
+	id, ok := c.Lookup("stem.bn.batch_norm")
+	require.True(t, ok)
+	assert.Equal(t, ir.OpCast, c.Value(id).Op, "the model's value is the bf16 cast of the f32 op")
+	assert.Equal(t, ir.BF16, c.Value(id).Type.DType)
+}
