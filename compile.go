@@ -38,12 +38,16 @@ type Options struct {
 	Manual *Manual
 	// From, if set, re-costs a saved plan: Compile refuses it unless it was compiled for the
 	// same model and cluster (Plan.CheckFor), and pins its stages (ConstraintsOf), layer
-	// count, micro-batch count and schedule, which replace Layers, Microbatches, Schedule,
-	// Manual and Constraints.
+	// count, micro-batch count, schedule and each stage's recomputation, which replace
+	// Layers, Microbatches, Schedule, Manual, Constraints and Remat.
 	From *Plan
 	// Constraints pin parts of the plan (stage boundaries, submeshes, logical meshes); the
 	// rest is searched. Manual, when set, replaces them.
 	Constraints dp.Constraints
+	// Remat is activation recomputation: "auto" (the default: the search decides per
+	// stage, recomputing where memory forces it), "none" or "full" (every stage, as
+	// Megatron-LM's full recomputation). See remat.go.
+	Remat string
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
 	// Progress, if set, is called as the search advances, with the micro-batch count being
@@ -104,6 +108,9 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	if _, err := passes.ParsePrecision(opts.Optimizer.Precision); err != nil {
 		return nil, fmt.Errorf("compile: %w", err)
 	}
+	if err := checkRemat(opts.Remat); err != nil {
+		return nil, err
+	}
 	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, err
@@ -144,6 +151,10 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 	}
 	if best == nil {
+		var me *dp.MemoryError
+		if opts.Remat == RematNone && errors.As(why, &me) {
+			return nil, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
+		}
 		return nil, why
 	}
 	return best, nil
@@ -171,6 +182,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Schedule == "" {
 		o.Schedule = "1f1b"
+	}
+	if o.Remat == "" {
+		o.Remat = RematAuto
 	}
 	if o.ILPTimeLimit == 0 {
 		o.ILPTimeLimit = 30 * time.Second
@@ -244,6 +258,13 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
+	o.remat = opts.Remat
+	if p := opts.From; p != nil {
+		o.pinned = map[[2]int]int{}
+		for _, s := range p.Stages {
+			o.pinned[[2]int{s.FirstLayer, s.LastLayer + 1}] = choice(s.Recompute, s.RecomputeLayers)
+		}
+	}
 	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
 		var progress func(done, total int)
 		if opts.Progress != nil {

@@ -500,7 +500,8 @@ type StageExplanation struct {
 	InFlight   int    `json:"in_flight"`
 	Capacity   int64  `json:"capacity"` // device memory the plan was made for
 	Schedule   string `json:"schedule"`
-	// StepTime is the plan's predicted step time, Σ t_i + (B−1)·max t_j.
+	// StepTime is the plan's predicted step time, Σ t_i + (B−1)·max t_j + u_0 (the first
+	// stage's once-per-step part).
 	StepTime float64 `json:"step_time"`
 	// Alternatives are in the DP's tie-break order: submeshes smallest first, then dp
 	// ascending.
@@ -515,18 +516,22 @@ type StageAlternative struct {
 	Devices int           `json:"devices"`
 	OK      bool          `json:"ok"`              // a sharding exists
 	Err     string        `json:"error,omitempty"` // why not, when !OK
-	Time    float64       `json:"time"`            // seconds per micro-batch, the ILP's objective
-	Cost    sharding.Cost `json:"cost"`
+	Time    float64       `json:"time"`            // seconds per micro-batch, forward + backward
+	Step    float64       `json:"step_part"`       // seconds once per step: gradient sync, update
+	Cost    sharding.Cost `json:"cost"`            // Total (the ILP's objective) = Time + Step
 	// Pruned: not solved, as compile did not solve it, because its weights alone, spread
 	// evenly over its devices, overflow the device memory several times over. Time and
 	// WeightBytes are then lower bounds and Cost is zero.
 	Pruned bool `json:"pruned,omitempty"`
 	// WeightBytes are params, their gradients and optimizer state; ActBytes one
-	// micro-batch's activations; MemoryBytes = WeightBytes + InFlight·ActBytes.
-	WeightBytes int64 `json:"weight_bytes"`
-	ActBytes    int64 `json:"activation_bytes"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	Fits        bool  `json:"fits"`
+	// micro-batch's activations (a recomputing stage's: its inputs), RecomputeBytes the
+	// recomputed micro-batch's; MemoryBytes = WeightBytes + InFlight·ActBytes +
+	// RecomputeBytes.
+	WeightBytes    int64 `json:"weight_bytes"`
+	ActBytes       int64 `json:"activation_bytes"`
+	RecomputeBytes int64 `json:"recompute_bytes,omitempty"`
+	MemoryBytes    int64 `json:"memory_bytes"`
+	Fits           bool  `json:"fits"`
 	// StepTime is the plan's step time with this stage's time replaced, for alternatives on
 	// as many devices as the chosen one (the others would not tile the cluster with the
 	// other stages as they are); 0 otherwise.
@@ -552,7 +557,7 @@ func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, erro
 		return nil, err
 	}
 	e := &StageExplanation{Stage: n, FirstLayer: s.FirstLayer, LastLayer: s.LastLayer, Ops: len(sg.ids), InFlight: s.InFlight,
-		Capacity: p.Predicted.DeviceMemory, Schedule: p.Schedule, StepTime: p.stepTime(n, s.Time), Chosen: -1}
+		Capacity: p.Predicted.DeviceMemory, Schedule: p.Schedule, StepTime: p.stepTime(n, s.Time, s.StepTime), Chosen: -1}
 	dc := dp.Cluster{Hosts: p.Cluster.Hosts, DevicesPerHost: p.Cluster.DevicesPerHost, MemoryPerDevice: float64(p.Predicted.DeviceMemory)}
 	for _, sub := range dp.Submeshes(dc) {
 		for _, l := range dp.LogicalShapes(sub) {
@@ -586,24 +591,30 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logic
 		a.Err = fmt.Sprint(sol.err)
 		return a
 	}
-	a.Time = sol.cost.Time
+	cost := sol.chosen(choice(s.Recompute, s.RecomputeLayers)) // priced as the stage runs
+	a.Time, a.Step = cost.Time, cost.Step
 	if sol.res != nil {
 		a.Cost = sol.res.Cost
 	} else {
 		a.Pruned = true
 	}
-	a.WeightBytes, a.ActBytes = int64(sol.cost.WeightBytes), int64(sol.cost.ActBytes)
-	a.MemoryBytes = int64(sol.cost.Memory(s.InFlight))
+	a.WeightBytes, a.ActBytes, a.RecomputeBytes = int64(cost.WeightBytes), int64(cost.ActBytes), int64(cost.OnceBytes)
+	a.MemoryBytes = int64(cost.Memory(s.InFlight))
 	a.Fits = !a.Pruned && a.MemoryBytes <= p.Predicted.DeviceMemory
 	if a.Devices == len(s.Devices) {
-		a.StepTime = p.stepTime(n, a.Time)
+		a.StepTime = p.stepTime(n, a.Time, a.Step)
 	}
 	return a
 }
 
-// stepTime is Σ t_i + (B−1)·max t_j over the plan's stages with stage n taking t.
-func (p *Plan) stepTime(n int, t float64) float64 {
+// stepTime is Σ t_i + (B−1)·max t_j + u_0 over the plan's stages with stage n taking
+// micro-batch time t and step part u (dp.Solve's objective).
+func (p *Plan) stepTime(n int, t, u float64) float64 {
 	var sum, slow float64
+	first := p.Stages[0].StepTime
+	if n == 0 {
+		first = u
+	}
 	for i, s := range p.Stages {
 		ti := s.Time
 		if i == n {
@@ -612,7 +623,7 @@ func (p *Plan) stepTime(n int, t float64) float64 {
 		sum += ti
 		slow = max(slow, ti)
 	}
-	return sum + float64(p.Microbatches-1)*slow
+	return sum + float64(p.Microbatches-1)*slow + first
 }
 
 func (p *Plan) unknownStage(n int) error {

@@ -29,7 +29,8 @@ func (p *Plan) Export(source string) (*export.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		es := export.Stage{FirstLayer: s.FirstLayer, LastLayer: s.LastLayer, Mesh: s.Logical}
+		es := export.Stage{FirstLayer: s.FirstLayer, LastLayer: s.LastLayer, Mesh: s.Logical, Recompute: s.Recompute,
+			RecomputeLayers: s.RecomputeLayers}
 		for _, d := range lm.Devices {
 			es.Devices = append(es.Devices, int(d))
 		}

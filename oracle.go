@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -32,6 +33,7 @@ type oracle struct {
 	limit  time.Duration
 	memory int64
 
+	parts  *codegen.StepParts // of step, made by the first stage cut
 	stages map[[2]int]*stageGraph
 	solved map[solveKey]*stageSolution
 	err    error // the first error that was not a question of memory
@@ -39,14 +41,23 @@ type oracle struct {
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
+	// remat is the recomputation mode (RematAuto, RematNone, RematFull); pinned, when set,
+	// fixes the choice per layer range [start, end) (a saved plan's stages; see choice).
+	remat  string
+	pinned map[[2]int]int
+	fwd    []bool // the step's forward values (forwardValues)
 }
 
 type stageGraph struct {
 	g       *ir.Graph
 	ids     []ir.ValueID // the step's values the stage computes, in graph order
+	remat   *stageRemat
 	hash    string
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
+	// once and acc mark, per value of g, an op of the update (run once per step) and a
+	// value accumulated over the micro-batches (codegen.StepParts).
+	once, acc []bool
 }
 
 type solveKey struct {
@@ -57,9 +68,51 @@ type solveKey struct {
 
 type stageSolution struct {
 	res  *sharding.Result // nil when pruned: the stage cannot fit, whatever its sharding
-	cost dp.StageCost
-	ok   bool
-	err  error
+	cost dp.StageCost     // without recomputation
+	// stepComm is the communication of cost.Step: the gradients' collectives and resharding.
+	stepComm float64
+	// remats are the costs recomputing: the whole stage at once, then layer by layer (see
+	// remat.go); a pruned stage's are its lower bound.
+	remats []dp.StageCost
+	ok     bool
+	err    error
+}
+
+// costFor is the cost the DP sees for a stage in recomputation mode mode: the plain cost,
+// the recomputing ones, or (auto) the plain one offering the recomputing ones.
+func (s *stageSolution) costFor(mode string) dp.StageCost {
+	var c dp.StageCost
+	switch mode {
+	case RematNone:
+		return s.cost
+	case RematFull:
+		c = s.remats[0]
+		c.Remat = s.remats[1:]
+	default:
+		c = s.cost
+		c.Remat = s.remats
+	}
+	return c
+}
+
+// choice numbers a stage's way to run as costFor's choices do: 0 plain, 1 recomputing the
+// whole stage, 2 layer by layer.
+func choice(recompute, layers bool) int {
+	switch {
+	case !recompute:
+		return 0
+	case !layers:
+		return 1
+	}
+	return 2
+}
+
+// chosen is the cost of way i (see choice).
+func (s *stageSolution) chosen(i int) dp.StageCost {
+	if i == 0 {
+		return s.cost
+	}
+	return s.remats[i-1]
 }
 
 // pruneFactor: a stage whose weights alone, spread perfectly over its devices, exceed this
@@ -70,7 +123,8 @@ const pruneFactor = 4
 
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64) *oracle {
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
-		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{}}
+		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{},
+		remat: RematAuto, fwd: forwardValues(step)}
 }
 
 // StageCost implements dp.Oracle.
@@ -79,7 +133,10 @@ func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.Stage
 		return dp.StageCost{}, false
 	}
 	sol := o.solve(start, end, s, l)
-	return sol.cost, sol.ok
+	if i, ok := o.pinned[[2]int{start, end}]; ok && sol.ok {
+		return sol.chosen(i), true
+	}
+	return sol.costFor(o.remat), sol.ok
 }
 
 func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolution {
@@ -174,7 +231,12 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 	}
 	n := float64(lm.Size())
 	if floor := float64(sg.weights) / n; o.memory > 0 && floor > pruneFactor*float64(o.memory) {
-		return &stageSolution{ok: true, cost: dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}}
+		c := dp.StageCost{Time: o.c.ComputeTime(sg.flops) / n, WeightBytes: floor}
+		r := c
+		r.Recompute = true // as bounded: recomputation frees no weights
+		l := r
+		l.Checkpoints = true
+		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true}
 	o.solves.Add(1)
@@ -196,17 +258,58 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
-	return &stageSolution{res: res, ok: true, cost: dp.StageCost{
-		Time:        res.Cost.Total,
+	stepCompute, stepComm := sg.stepPart(res)
+	step := stepCompute + stepComm
+	plain := dp.StageCost{
+		Time:        max(0, res.Cost.Total-step),
+		Step:        step,
 		WeightBytes: float64(weights),
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
-	}}
+	}
+	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
 func (o *oracle) note(err error) {
 	if o.err == nil && o.ctx.Err() == nil {
 		o.err = err
 	}
+}
+
+// stepPart is the part of a solved stage's cost that codegen runs once per step, not per
+// micro-batch: the ops of the update, the collectives that resolve the partial sums of the
+// accumulated gradients (their ops' own collectives, which codegen defers to the update),
+// every resharding into an update op or into a param's new value, and the reshardings of
+// params and state into the layouts their ops read (the prologue's, once). The rest of
+// res.Cost.Total is the forward and backward of one micro-batch. It returns the step
+// part's compute and its communication.
+func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
+	for id := range sg.g.Values {
+		s := &res.Strategies[id]
+		switch {
+		case sg.once[id]:
+			compute += s.Compute
+			comm += s.Comm
+		case sg.acc[id]:
+			comm += s.Comm
+		}
+	}
+	for _, c := range res.Collectives {
+		if sg.perStep(c) && c.Consumer != ir.NoValue {
+			comm += c.Time
+		}
+	}
+	return compute, comm
+}
+
+// perStep reports whether codegen runs collective c once per step: an op's own collective
+// of an update op or of an accumulated value, or a resharding into an update op, into a
+// param's new value (Slot −1) or of a param or state (in the prologue).
+func (sg *stageGraph) perStep(c sharding.Collective) bool {
+	if c.Consumer == ir.NoValue {
+		return sg.once[c.Value] || sg.acc[c.Value]
+	}
+	op := sg.g.Value(c.Value).Op
+	return c.Slot < 0 || sg.once[c.Consumer] || op == ir.OpParam || op == ir.OpState
 }
 
 // weightBytes is what a device holds for the whole step whatever the micro-batch: its
@@ -242,11 +345,28 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 			ids = append(ids, ir.ValueID(i))
 		}
 	}
+	if o.parts == nil {
+		parts, err := codegen.Parts(o.step)
+		if err != nil {
+			return nil, err
+		}
+		o.parts = parts
+	}
 	g, err := passes.Subgraph(o.step, fmt.Sprintf("layers%d-%d", start, end-1), ids)
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, hash: structureHash(g), flops: g.TotalFLOPs()}
+	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values))}
+	var kinds strings.Builder // the step part of each value, which the price depends on
+	for i := range g.Values {
+		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
+			sg.once[i], sg.acc[i] = o.parts.Update[id], o.parts.Accumulated[id]
+		}
+		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
+	}
+	k := sha256.Sum256([]byte(kinds.String()))
+	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:
@@ -258,6 +378,13 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // structureHash identifies a graph up to the names of its values: ops, attributes, types

@@ -20,6 +20,40 @@ import (
 // added. It marshals to the same JSON as plan.Plan.
 type Plan struct {
 	plan.Plan
+	// priced holds, per stage, the sharding compile priced it with; nil in a plan read back.
+	priced []pricedStage
+}
+
+// pricedStage is one stage's sharding as compile priced it.
+type pricedStage struct {
+	sg  *stageGraph
+	res *sharding.Result
+}
+
+// pricedCollective is one collective a compiled plan prices: run by every device of its
+// stage, once per micro-batch or (PerStep) once per step.
+type pricedCollective struct {
+	Stage   int
+	Kind    mesh.Collective
+	Bytes   float64 // B of the alpha–beta formulas: the tensor as one group holds it
+	PerStep bool
+	Value   string // the value it moves
+}
+
+// pricedCollectives lists the collectives the plan's prices count, in stage order; nil for a
+// plan read back from plan.json (its sharding results are not kept there).
+func (p *Plan) pricedCollectives() []pricedCollective {
+	var out []pricedCollective
+	for si, ps := range p.priced {
+		for _, c := range ps.res.Collectives {
+			if c.Kind == mesh.Slice {
+				continue // local: no communication
+			}
+			out = append(out, pricedCollective{Stage: si, Kind: c.Kind, Bytes: c.Bytes, PerStep: ps.sg.perStep(c),
+				Value: ps.sg.g.Value(c.Value).Name})
+		}
+	}
+	return out
 }
 
 // The plan.json schema is package plan's; these names keep the root API.
@@ -51,14 +85,14 @@ func wrap(p *plan.Plan, err error) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{*p}, nil
+	return &Plan{Plan: *p}, nil
 }
 
 // assemble turns the DP's result into a Plan.
 func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Options, sched program.Schedule,
 	batch, b int, res *dp.Result, o *oracle) (*Plan, error) {
 	text := g.String()
-	p := &Plan{plan.Plan{Version: PlanVersion, Model: g.Name, ModelHash: plan.HashText(text), ModelIR: text, Cluster: *c,
+	p := &Plan{Plan: plan.Plan{Version: PlanVersion, Model: g.Name, ModelHash: plan.HashText(text), ModelIR: text, Cluster: *c,
 		Batch: batch, Microbatches: b, Schedule: sched.String(), Optimizer: plan.SpecOf(opts.Optimizer)}}
 	p.AttachGraphs(g, step)
 	if opts.Manual != nil {
@@ -75,6 +109,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 			return nil, fmt.Errorf("compile: stage %d-%d lost its sharding: %v", st.Start, st.End-1, err)
 		}
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
+		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
 	predict(&p.Plan, res, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
@@ -91,8 +126,9 @@ func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph
 	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
 		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
 		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
-		Cost: costOf(sol.res.Cost), WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
-		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: ilpStatsOf(sol.res.ILP)}
+		StepTime: st.Cost.Step, StepComm: sol.stepComm, Cost: costOf(sol.res.Cost), WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
+		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: ilpStatsOf(sol.res.ILP),
+		Recompute: st.Cost.Recompute, RecomputeLayers: st.Cost.Checkpoints, RecomputeBytes: int64(st.Cost.OnceBytes)}
 	s.ILP.SolveTime = 0
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]
@@ -115,17 +151,14 @@ func predict(p *plan.Plan, res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
 			slow = i
 		}
 	}
-	s := p.Stages[slow]
-	comm := s.Cost.Communication + s.Cost.Resharding
-	frac := 0.0
-	if s.Cost.Total > 0 {
-		frac = comm / s.Cost.Total
-	}
+	compute, comm := p.Stages[slow].MicrobatchSplit()
 	pr := &p.Predicted
 	pr.StepTime = res.Time
-	pr.Communication = B * s.Time * frac
-	pr.Compute = B*s.Time - pr.Communication
-	pr.Bubble = res.Time - B*s.Time
+	pr.Communication = B * comm
+	pr.Compute = B * compute
+	pr.Sync = p.Stages[0].StepComm
+	pr.Update = max(0, p.Stages[0].StepTime-pr.Sync)
+	pr.Bubble = max(0, res.Compute-p.Stages[slow].Time) // Σ t + (B−1)·max t − B·max t
 	pr.FLOPs = step.TotalFLOPs() * B
 	if res.Time > 0 {
 		pr.SamplesPerSecond = float64(p.Batch) / res.Time
@@ -143,8 +176,8 @@ func costOf(c sharding.Cost) plan.Cost {
 // ilpStatsOf is the sharding ILP's statistics as plan.json spells them.
 func ilpStatsOf(s sharding.ILPStats) plan.ILPStats {
 	return plan.ILPStats{Values: s.Values, Nodes: s.Nodes, Variables: s.Variables, EdgeVars: s.EdgeVars, Rows: s.Rows,
-		MemoryRows: s.MemoryRows, TiedGroups: s.TiedGroups, Rounds: s.Rounds, Status: s.Status, Objective: s.Objective,
-		SolveTime: s.SolveTime}
+		MemoryRows: s.MemoryRows, TiedGroups: s.TiedGroups, Rounds: s.Rounds, SharedValues: s.SharedValues,
+		PerEdgeValues: s.PerEdgeValues, Status: s.Status, Objective: s.Objective, SolveTime: s.SolveTime}
 }
 
 // ilpTimeLimit is the time limit the plan's sharding solves ran under.

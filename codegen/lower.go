@@ -65,8 +65,16 @@ func Lower(p *Plan) (progs []*program.Program, err error) {
 // lower emits the stage's blocks and gives its programs the schedule loops.
 func (em *stageEm) lower(loops []program.Loop) {
 	em.block("prologue", false, em.prologue)
-	em.block("forward", true, func() { em.runTask(task{phaseF, 0}) })
+	em.block("forward", true, func() {
+		em.runTask(task{phaseF, 0})
+		if em.st.Recompute {
+			em.dropActivations()
+		}
+	})
 	em.block("backward", true, func() {
+		if em.remat != nil {
+			em.remat.backward = true
+		}
 		em.runTask(task{phaseB, 0})
 		em.freeMicrobatch()
 	})
@@ -210,12 +218,25 @@ type stageEm struct {
 	have  map[key][]*dbuf
 	left  map[key]int // remaining uses; absent: kept until the update
 	accs  map[ir.ValueID]*dbuf
+	// landed marks the versions received from another stage, in their landing layout.
+	landed map[*dbuf]bool
 	// usesM and usesU count operand uses on this stage per micro-batch and in the update.
 	usesM, usesU []int
 	opsF, opsB   []ir.ValueID
 	opsU         []ir.ValueID
 	update       bool // emitting the update task
 	perMB        bool // emitting a micro-batch block
+	// remat is the recomputation of a Recompute stage (nil otherwise); redo is set while
+	// the backward block re-runs the forward.
+	remat *remat
+	redo  bool
+}
+
+// stageInput reports whether v is a value of another stage's forward or backward that
+// this stage receives (not a leaf it loads, not a constant it fills itself).
+func (em *stageEm) stageInput(v ir.ValueID) bool {
+	val := em.l.g.Value(v)
+	return em.l.p.StageOf[v] != em.id && !val.Op.IsLeaf() && !madeWhereUsed(val)
 }
 
 func newStageEm(l *lowerer, id StageID) *stageEm {
@@ -251,6 +272,9 @@ func newStageEm(l *lowerer, id StageID) *stageEm {
 			}
 		}
 	}
+	if st.Recompute {
+		em.remat = newRemat(em)
+	}
 	return em
 }
 
@@ -262,6 +286,9 @@ func (em *stageEm) runTask(t task) {
 		}
 	case phaseB:
 		for _, v := range em.opsB {
+			if em.remat != nil {
+				em.recomputeFor(v)
+			}
 			em.compute(v, t.mb)
 		}
 	case phaseU:
@@ -340,10 +367,19 @@ func (em *stageEm) produced(k key) {
 	l := em.l
 	stages := l.an.usedIn[k.v][0]
 	uses := em.usesM[k.v]
-	if k.mb < 0 {
+	switch {
+	case k.mb < 0:
 		stages, uses = l.an.usedIn[k.v][1], em.usesU[k.v]
-	} else if l.an.acc[k.v] {
-		em.accumulate(k)
+	case em.redo:
+		// Recomputed: the forward accumulated and sent it already.
+		stages, uses = nil, em.remat.uses[k.v]
+	default:
+		if em.remat != nil {
+			uses = em.remat.usesOf(k.v)
+		}
+		if l.an.acc[k.v] {
+			em.accumulate(k)
+		}
 	}
 	for _, t := range stages {
 		if t != em.id {
@@ -353,6 +389,9 @@ func (em *stageEm) produced(k key) {
 	if k.mb < 0 {
 		em.stores(k)
 	}
+	if em.remat != nil && em.remat.keeps(k, em.redo) {
+		return // a checkpoint: counted when the forward ends (dropActivations)
+	}
 	em.left[k] = uses
 	if uses == 0 {
 		em.release(k)
@@ -360,7 +399,8 @@ func (em *stageEm) produced(k key) {
 }
 
 // stores writes what the step returns: updated params and state (under the target's
-// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients.
+// name, where the next step loads them: storeUpdate), outputs, and the scaled gradients
+// (in their resolved layout).
 func (em *stageEm) stores(k key) {
 	g := em.l.g
 	for _, u := range g.Updates {
@@ -369,8 +409,17 @@ func (em *stageEm) stores(k key) {
 		}
 	}
 	if em.l.isOutput[k.v] || em.l.an.acc[k.v] {
-		em.store(k, g.Value(k.v).Name)
+		em.store(k, g.Value(k.v).Name, em.resolvedSpec(k))
 	}
+}
+
+// resolvedSpec is the layout k's partial sums resolve into: Stage.Resolved's, or k's
+// current layout without its partial axes.
+func (em *stageEm) resolvedSpec(k key) mesh.Spec {
+	if r, ok := em.st.Resolved[k.v]; ok && em.l.p.StageOf[k.v] == em.id {
+		return r
+	}
+	return mesh.Spec{Dims: em.have[k][0].spec.Dims}
 }
 
 // use counts one use of k; the last frees every version of it.

@@ -13,11 +13,15 @@ func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
 		em.materialize(k, want)
 	}
 	t := em.l.g.Value(k.v).Type
+	resolved := em.resolve(k, want)
 	var best *dbuf
 	bestTime := 0.0
 	for _, b := range em.have[k] {
 		if b.spec.Equal(want) {
 			return b
+		}
+		if resolved && b.spec.Partial != 0 {
+			continue // its sums are resolved once, into the layout the plan priced
 		}
 		r, err := mesh.ReshardCost(em.m, t.Shape, t.DType.Size(), b.spec, want)
 		if err != nil {
@@ -35,6 +39,31 @@ func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
 		em.have[k] = append(em.have[k], out)
 	}
 	return out
+}
+
+// resolve makes, for a value of this stage that the plan resolves (Stage.Resolved) and
+// want is not its partial layout, the resolved version from the partial one if there is
+// none yet; it reports whether k's partial versions are to be skipped.
+func (em *stageEm) resolve(k key, want mesh.Spec) bool {
+	r, ok := em.st.Resolved[k.v]
+	if !ok || em.l.p.StageOf[k.v] != em.id || want.Partial != 0 {
+		return false
+	}
+	var partial *dbuf
+	for _, b := range em.have[k] {
+		if b.spec.Partial == 0 {
+			return true
+		}
+		partial = b
+	}
+	if partial == nil {
+		return false
+	}
+	t := em.l.g.Value(k.v).Type
+	if out := em.reshard(k, partial, t, r); out != partial {
+		em.have[k] = append(em.have[k], out)
+	}
+	return true
 }
 
 // materialize makes the first version of k on this stage: a load for a leaf, a fill for a
@@ -62,10 +91,17 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 		panic("codegen: value " + v.Name + " is used before it is computed")
 	}
 	uses := em.usesM[k.v]
-	if em.update {
+	switch {
+	case em.update:
 		uses = em.usesU[k.v]
-	} else if k.mb < 0 {
+	case k.mb < 0:
 		return // a param or state: kept for every micro-batch and the update
+	case em.remat != nil && em.remat.backward:
+		uses = em.remat.uses[k.v]
+	case em.remat != nil && em.stageInput(k.v):
+		return // a recomputing stage's input: counted when its forward ends (dropActivations)
+	case em.remat != nil:
+		uses = em.remat.usesF[k.v]
 	}
 	em.left[k] = uses
 }
@@ -99,9 +135,13 @@ func (em *stageEm) reshard(k key, src *dbuf, t ir.Type, want mesh.Spec) *dbuf {
 	if err != nil {
 		fail("value %s: %v", em.l.g.Value(k.v).Name, err)
 	}
+	note := ""
+	if em.landed[src] {
+		note = TransferNote + em.l.g.Value(k.v).Name
+	}
 	cur := src
 	for _, st := range r.Steps {
-		next := em.step(k, cur, t, st)
+		next := em.step(k, cur, t, st, note)
 		if cur != src && next != cur {
 			em.free(cur.ids)
 		}
@@ -111,11 +151,14 @@ func (em *stageEm) reshard(k key, src *dbuf, t ir.Type, want mesh.Spec) *dbuf {
 }
 
 // step lowers one resharding step on every device.
-func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
+func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step, note string) *dbuf {
 	if st.Kind == mesh.AllReduce {
+		if note == "" {
+			note = em.l.g.Value(k.v).Name
+		}
 		em.each(func(d int) program.Instr {
 			return program.Instr{Kind: program.AllReduce, Out: program.NoBuffer, Args: []program.BufferID{cur.ids[d]},
-				Group: em.group(st.Axes, d), Note: em.l.g.Value(k.v).Name}
+				Group: em.group(st.Axes, d), Note: note}
 		})
 		cur.spec = st.After
 		return cur
@@ -124,7 +167,7 @@ func (em *stageEm) step(k key, cur *dbuf, t ir.Type, st mesh.Step) *dbuf {
 	local := localOf(em.m, t, st.After)
 	next := &dbuf{spec: st.After, ids: em.newBuf(em.name(k)+"."+specText(st.After), local)}
 	em.each(func(d int) program.Instr {
-		in := program.Instr{Out: next.ids[d], Args: []program.BufferID{cur.ids[d]}}
+		in := program.Instr{Out: next.ids[d], Args: []program.BufferID{cur.ids[d]}, Note: note}
 		switch st.Kind {
 		case mesh.Slice:
 			i, j := em.coord(d)
@@ -159,12 +202,10 @@ func (em *stageEm) group(axes mesh.AxisSet, d int) []program.DeviceID {
 	panic("codegen: device in no group of its own mesh")
 }
 
-// store writes k, reduced if partial, as the result name: one device per distinct block
-// (the one at coordinate 0 on every axis the layout does not use) stores it.
-func (em *stageEm) store(k key, name string) {
+// store writes k in layout want (partial sums resolved) as the result name: one device per
+// distinct block (the one at coordinate 0 on every axis the layout does not use) stores it.
+func (em *stageEm) store(k key, name string, want mesh.Spec) {
 	v := em.l.g.Value(k.v)
-	cur := em.have[k][0]
-	want := mesh.Spec{Dims: cur.spec.Dims, Partial: 0}
 	b := em.ensure(k, want)
 	used := want.Used()
 	for d := range em.progs {

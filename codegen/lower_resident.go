@@ -134,6 +134,10 @@ func (em *stageEm) receiveUpdates() {
 			ids[d] = em.assemble(d, k, got, grids[d], 0)
 		}
 		landed := &dbuf{spec: r, ids: ids}
+		if em.landed == nil {
+			em.landed = map[*dbuf]bool{}
+		}
+		em.landed[landed] = true // its all-gather finishes the transfer (TransferNote)
 		b := em.reshard(k, landed, v.Type, spec)
 		em.storeEverywhere(k, l.g.Value(u.Target).Name, b)
 		if b != landed {

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -131,6 +132,9 @@ func absorb(m *mesh.LogicalMesh, shape []int, t mesh.Spec) mesh.Spec {
 
 // sendSpec is the layout a value leaves its stage in: its own, partial sums resolved.
 func (l *lowerer) sendSpec(v ir.ValueID) mesh.Spec {
+	if r, ok := l.p.Stages[l.p.StageOf[v]].Resolved[v]; ok {
+		return r
+	}
 	s := l.p.outSpec(v)
 	return mesh.Spec{Dims: s.Dims}
 }
@@ -205,8 +209,21 @@ func (em *stageEm) receive(k key, from *stageEm) {
 			panic("codegen: assembled block has the wrong shape")
 		}
 	}
-	em.have[k] = []*dbuf{{spec: r, ids: ids}}
+	landing := &dbuf{spec: r, ids: ids}
+	em.have[k] = []*dbuf{landing}
+	if em.landed == nil {
+		em.landed = map[*dbuf]bool{}
+	}
+	em.landed[landing] = true
 }
+
+// TransferNote starts the Note of the collectives that finish a cross-stage transfer on
+// the receiving stage (the all-gather from the landing layout to the consumer's): they are
+// the transfer's, not the stage's own.
+const TransferNote = "transfer of "
+
+// IsTransfer reports whether a collective finishes a cross-stage transfer (TransferNote).
+func IsTransfer(in *program.Instr) bool { return strings.HasPrefix(in.Note, TransferNote) }
 
 // assemble concatenates a row-major grid of received pieces, dim by dim from dim d,
 // freeing the parts it joins.

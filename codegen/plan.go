@@ -35,6 +35,22 @@ type Stage struct {
 	// In is, per op of this stage, the layout each operand must have when the op runs on
 	// local shards: the op's strategy. See CheckStrategy for the contract.
 	In map[ir.ValueID][]mesh.Spec
+	// Resolved is, per op whose Out is partial, the layout its own collectives (the
+	// all-reduce or reduce-scatter the sharding pass priced with the op) leave: its partial
+	// sums are resolved into it once, and every consumer, send and store is made from it,
+	// as the plan prices them. Absent, each is made from the partial layout directly, by
+	// the cheapest collectives mesh.ReshardCost finds.
+	Resolved map[ir.ValueID]mesh.Spec
+	// Recompute makes the stage keep only its inputs from the forward of a micro-batch to
+	// its backward, and run the forward ops the backward needs again in the backward
+	// (activation recomputation; see remat.go).
+	Recompute bool
+	// Segment, under Recompute, numbers the recomputation segment of each forward op of
+	// the stage (its layer, say; absent: 0): the forward also keeps every value an op of
+	// another segment reads (a checkpoint), and the backward recomputes a segment just
+	// before the first backward op that needs it, so it holds one segment's activations
+	// at a time. Nil: the whole stage is one segment.
+	Segment map[ir.ValueID]int
 }
 
 // Devices lists every device of the plan, stage by stage, in mesh order: the order of the

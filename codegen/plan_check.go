@@ -139,7 +139,25 @@ func checkValue(p *Plan, an *analysis, id ir.ValueID) error {
 	if !v.Op.IsLeaf() && len(v.Args) > 0 && in == nil {
 		return ir.Errorf(v.Pos, "codegen: op %s has no operand layouts on stage %d, expected Stage.In to hold its strategy", v.Name, p.StageOf[id])
 	}
+	if r, ok := st.Resolved[id]; ok {
+		if err := checkResolved(g, id, out, r, st.Mesh); err != nil {
+			return err
+		}
+	}
 	return CheckStrategy(g, id, in, out, st.Mesh)
+}
+
+// checkResolved checks a Stage.Resolved layout: of a partial result, itself not partial,
+// reachable from it by collectives.
+func checkResolved(g *ir.Graph, id ir.ValueID, out, r mesh.Spec, m *mesh.LogicalMesh) error {
+	v := g.Value(id)
+	if out.Partial == 0 || r.Partial != 0 {
+		return ir.Errorf(v.Pos, "codegen: value %s: resolved layout %s of layout %s, expected a layout without partial sums of a partial one", v.Name, r, out)
+	}
+	if _, err := mesh.ReshardCost(m, v.Type.Shape, v.Type.DType.Size(), out, r); err != nil {
+		return ir.Errorf(v.Pos, "codegen: value %s: resolved layout %s: %v", v.Name, r, err)
+	}
+	return nil
 }
 
 func addStage(list *[]StageID, s StageID) {
@@ -280,3 +298,28 @@ func (p *Plan) outSpec(id ir.ValueID) mesh.Spec {
 // their schedules together (a constant shared by the backward of every stage deadlocks
 // 1F1B). Parameters, inputs and state are likewise loaded where used, not sent.
 func madeWhereUsed(v *ir.Value) bool { return v.Op == ir.OpConstant }
+
+// StepParts says, per value of a training step (Plan.Step), what Lower runs once per step
+// rather than once per micro-batch: the search prices the two apart (a pipeline pays the
+// micro-batch part B times and the step part once).
+type StepParts struct {
+	// Update[v]: v is an op of the update block, run once after the last micro-batch.
+	Update []bool
+	// Accumulated[v]: v (a gradient, the loss) is accumulated over the micro-batches in
+	// the layout its op leaves, partial sums included; the collectives that resolve them
+	// run once, in the update, towards the layouts the update asks for.
+	Accumulated []bool
+}
+
+// Parts classifies step as Lower does; the error is Lower's for a step it cannot split.
+func Parts(step *ir.Graph) (*StepParts, error) {
+	an, err := classify(step)
+	if err != nil {
+		return nil, err
+	}
+	sp := &StepParts{Update: make([]bool, len(step.Values)), Accumulated: an.acc}
+	for id, ph := range an.phase {
+		sp.Update[id] = ph == phaseU
+	}
+	return sp, nil
+}

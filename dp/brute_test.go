@@ -4,7 +4,7 @@ import "math"
 
 // bruteResult is what exhaustive search finds.
 type bruteResult struct {
-	time float64 // least Σ t + (B−1)·max t over feasible plans; +Inf if none
+	time float64 // least Σ t + (B−1)·max t + the first stage's Step over feasible plans; +Inf if none
 	need float64 // least over all plans (memory ignored) of the largest stage memory; +Inf if none
 	plan []Stage // one optimal plan
 }
@@ -61,7 +61,7 @@ func (r *bruteResult) score(stages []Stage, c Cluster, opts Options, allow func(
 	if peak > c.MemoryPerDevice {
 		return
 	}
-	if t := sum + float64(opts.Microbatches-1)*slowest; t < r.time {
+	if t := sum + float64(opts.Microbatches-1)*slowest + stages[0].Cost.Step; t < r.time {
 		r.time, r.plan = t, append([]Stage(nil), stages...)
 	}
 }

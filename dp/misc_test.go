@@ -46,7 +46,7 @@ func TestKnownPlans(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, r.Stages, 1)
 	assert.Equal(t, Stage{Start: 0, End: 2, Submesh: Submesh{1, 2}, Logical: Logical{1, 2},
-		Cost: StageCost{1.2, 10, 1}, InFlight: 1, Memory: 11, Devices: []int{0, 1}}, r.Stages[0])
+		Cost: StageCost{Time: 1.2, WeightBytes: 10, ActBytes: 1}, InFlight: 1, Memory: 11, Devices: []int{0, 1}}, r.Stages[0])
 	assert.InDelta(t, 4.8, r.Time, 1e-12)
 
 	r, err = Solve(context.Background(), 2, c, oracleFunc(uniform), Options{Microbatches: 8})
@@ -109,7 +109,7 @@ func TestValidation(t *testing.T) {
 		{2, ok, o, Options{Microbatches: 1, MaxStages: -1}, "dp: max stages -1 is negative"},
 		{2, ok, o, Options{Microbatches: 1, Schedule: 7}, "dp: unknown pipeline schedule 7"},
 		{2, ok, nil, Options{Microbatches: 1}, "dp: nil cost oracle"},
-		{2, ok, nan, Options{Microbatches: 1}, "dp: oracle cost of layers [0, 1) on submesh (1, 1), logical mesh (1, 1): time NaN, weights 0, activations 0: each must be finite and non-negative"},
+		{2, ok, nan, Options{Microbatches: 1}, "dp: oracle cost of layers [0, 1) on submesh (1, 1), logical mesh (1, 1): time NaN, step 0, weights 0, activations 0: each must be finite and non-negative"},
 	}
 	for _, tc := range cases {
 		_, err := Solve(context.Background(), tc.layers, tc.c, tc.o, tc.opts)
@@ -130,7 +130,7 @@ func TestMaxStages(t *testing.T) {
 func TestEarlyStopPrunes(t *testing.T) {
 	c := Cluster{Hosts: 2, DevicesPerHost: 8, MemoryPerDevice: 1e9}
 	o := newPlausible(5, 16)
-	opts := Options{Microbatches: 8}
+	opts := Options{Microbatches: 16}
 	plain, err := solve(context.Background(), 16, c, o, opts, true)
 	require.NoError(t, err)
 	st := plain.Stats

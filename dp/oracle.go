@@ -12,28 +12,57 @@ import (
 // implementation need not be safe for concurrent use.
 type Oracle interface {
 	// StageCost returns the cost of running layers [start, end) as one pipeline stage on
-	// submesh s with logical mesh l, for one micro-batch (forward + backward), and ok=false
-	// if no sharding of it exists on that mesh.
+	// submesh s with logical mesh l — per micro-batch (forward + backward) and once per step
+	// (gradient sync, optimizer update) — and ok=false if no sharding of it exists on that
+	// mesh.
 	StageCost(start, end int, s Submesh, l Logical) (c StageCost, ok bool)
 }
 
 // StageCost is what one stage costs on one (submesh, logical mesh).
 type StageCost struct {
 	Time        float64 // seconds per micro-batch, forward + backward
+	Step        float64 // seconds once per step, after the last backward: gradient sync, update
 	WeightBytes float64 // per device: params, grads, optimizer state (held once)
 	ActBytes    float64 // per device: activations one in-flight micro-batch keeps alive
+	// OnceBytes is per device what the stage holds at its peak besides the in-flight
+	// micro-batches' ActBytes: 0, or under Recompute the activations of the one
+	// micro-batch whose backward runs.
+	OnceBytes float64
+	// Recompute is set when the stage recomputes its activations in the backward (it then
+	// keeps only its inputs in flight: ActBytes); Checkpoints, besides, when it keeps
+	// each layer's input and recomputes one layer at a time.
+	Recompute, Checkpoints bool
+	// Remat lists other ways to run the same stage (with recomputation): the search takes,
+	// per stage, the fastest of the cost and these among those that fit the device memory,
+	// the earliest on ties.
+	Remat []StageCost
 }
 
 // Memory is the per-device bytes the stage needs with inflight micro-batches alive.
 func (c StageCost) Memory(inflight int) float64 {
-	return c.WeightBytes + float64(inflight)*c.ActBytes
+	return c.WeightBytes + float64(inflight)*c.ActBytes + c.OnceBytes
 }
 
 func (c StageCost) validate() error {
 	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
-	if bad(c.Time) || bad(c.WeightBytes) || bad(c.ActBytes) {
-		return fmt.Errorf("time %g, weights %g, activations %g: each must be finite and non-negative",
-			c.Time, c.WeightBytes, c.ActBytes)
+	if bad(c.Time) || bad(c.Step) || bad(c.WeightBytes) || bad(c.ActBytes) || bad(c.OnceBytes) {
+		once := ""
+		if c.OnceBytes != 0 {
+			once = fmt.Sprintf(", activations held once %g", c.OnceBytes)
+		}
+		return fmt.Errorf("time %g, step %g, weights %g, activations %g%s: each must be finite and non-negative",
+			c.Time, c.Step, c.WeightBytes, c.ActBytes, once)
+	}
+	if len(c.Remat) > 8 {
+		return fmt.Errorf("%d recomputing costs, expected at most 8", len(c.Remat))
+	}
+	for _, r := range c.Remat {
+		if r.Remat != nil {
+			return fmt.Errorf("a recomputing cost offers more recomputing costs")
+		}
+		if err := r.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

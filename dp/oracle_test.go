@@ -23,8 +23,8 @@ func unit(seed uint64, salt int, k, i int, s Submesh, l Logical) float64 {
 
 // plausible prices a stage like a real model: work split over the devices, a tensor-parallel
 // all-reduce of activations that grows with MP, a data-parallel all-reduce of gradients that
-// is slow when the submesh spans hosts, weights sharded over MP, activations over all
-// devices. A few (stage, mesh) pairs have no sharding.
+// is slow when the submesh spans hosts (paid once per step, with the update), weights
+// sharded over MP, activations over all devices. A few (stage, mesh) pairs have no sharding.
 type plausible struct {
 	seed              uint64
 	work, par, act    []float64 // prefix sums per layer
@@ -53,8 +53,9 @@ func (p *plausible) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool) 
 	if s.Hosts > 1 {
 		dpBeta = 1.5 // axis 0 crosses hosts
 	}
-	t := w/n + 2*(mp-1)/mp*act/dp*mpBeta + 2*(dp-1)/dp*par/mp*dpBeta + p.overhead
-	return StageCost{Time: t, WeightBytes: 4 * par / mp, ActBytes: act / n}, true
+	t := w/n + 2*(mp-1)/mp*act/dp*mpBeta + p.overhead
+	step := 2*(dp-1)/dp*par/mp*dpBeta + 0.1*par/n
+	return StageCost{Time: t, Step: step, WeightBytes: 4 * par / mp, ActBytes: act / n}, true
 }
 
 // adversarial prices every (stage, mesh) independently at random: no structure for the
@@ -67,6 +68,7 @@ func (a adversarial) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool)
 	}
 	return StageCost{
 		Time:        unit(a.seed, 1, k, i, s, l),
+		Step:        2 * unit(a.seed, 4, k, i, s, l),
 		WeightBytes: 10 * unit(a.seed, 2, k, i, s, l),
 		ActBytes:    3 * unit(a.seed, 3, k, i, s, l),
 	}, true

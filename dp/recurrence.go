@@ -16,7 +16,13 @@ import (
 // Requiring d = Hosts·DevicesPerHost at the top means the stages use the whole cluster,
 // which the shapes of Submeshes always tile (see the package doc).
 type recurrence struct {
-	t     *table
+	t      *table
+	memory float64 // bytes per device
+	// fw and fl are, per slot of a first stage, its weight t + step and logical mesh for
+	// the run in progress (see table.firstStage); unused by a maxMode run.
+	fw    []float64
+	fl    []int16
+	first bool  // the run in progress weighs first stages by fw
 	n     int   // blocks in the cluster
 	sizes []int // sizes[sm]: blocks of submesh sm
 	f     []float64
@@ -59,14 +65,17 @@ func checkSize(layers int, c Cluster, lv levels, subs []Submesh) error {
 	return nil
 }
 
-// choice is one stage of a plan read back from the recurrence.
+// choice is one stage of a plan read back from the recurrence, with its logical mesh.
 type choice struct {
 	start, end, sub, class int
+	logical                int16
 }
 
-func newRecurrence(t *table, devices int) *recurrence {
+func newRecurrence(t *table, c Cluster) *recurrence {
+	devices := c.Devices()
 	u := block(devices, t.subs)
-	r := &recurrence{t: t, n: devices / u}
+	r := &recurrence{t: t, n: devices / u, memory: c.MemoryPerDevice,
+		fw: make([]float64, len(t.bestT)), fl: make([]int16, len(t.bestT))}
 	for _, s := range t.subs {
 		r.sizes = append(r.sizes, s.Size()/u)
 	}
@@ -79,11 +88,17 @@ func newRecurrence(t *table, devices int) *recurrence {
 func (r *recurrence) idx(h, k, d int) int { return (h*(r.t.layers+1)+k)*(r.n+1) + d }
 
 // run fills F using per-slot weights w, admitting only stages with w ≤ limit, and returns
-// min over levels of F(s, 0, N). With maxMode the path value is the max of its weights
-// instead of their sum: run(minMem, +Inf, true) is the least per-device memory any plan
-// needs.
+// min over levels of F(s, 0, N). A first stage (layers [0, i)) is weighed instead by its
+// micro-batch time plus its step part (table.firstStage), admitted if its micro-batch time
+// is at most limit. With maxMode the path value is the max of its weights instead of their
+// sum, and first stages are weighed by w like the others: run(minMem, +Inf, true) is the
+// least per-device memory any plan needs.
 func (r *recurrence) run(w []float64, limit float64, maxMode bool) float64 {
 	L := r.t.layers
+	r.first = !maxMode
+	if r.first {
+		r.t.firstStage(limit, r.memory, r.fw, r.fl)
+	}
 	for i := range r.f {
 		r.f[i] = math.Inf(1)
 	}
@@ -116,7 +131,11 @@ func (r *recurrence) state(w []float64, limit float64, maxMode bool, h, k int) {
 		}
 		for sm, n := range r.sizes {
 			x := w[t.slot(t.lv.class[h], k, i, sm)]
-			if !(x <= limit) || n > N {
+			if k == 0 && r.first {
+				if x = r.fw[t.slot(t.lv.class[h], k, i, sm)]; math.IsInf(x, 1) || n > N {
+					continue
+				}
+			} else if !(x <= limit) || n > N {
 				continue
 			}
 			for d := n; d <= N; d++ {
@@ -152,7 +171,12 @@ func (r *recurrence) path() []choice {
 	for k, d := 0, r.n; k < r.t.layers; {
 		a := int(r.arg[r.idx(h, k, d)])
 		up, sm, i := a%2, (a/2)%len(r.sizes), a/2/len(r.sizes)
-		out = append(out, choice{start: k, end: i, sub: sm, class: r.t.lv.class[h]})
+		ch := choice{start: k, end: i, sub: sm, class: r.t.lv.class[h]}
+		ch.logical = r.t.bestL[r.t.slot(ch.class, k, i, sm)]
+		if k == 0 && r.first {
+			ch.logical = r.fl[r.t.slot(ch.class, k, i, sm)]
+		}
+		out = append(out, ch)
 		k, d = i, d-r.sizes[sm]
 		if up == 0 {
 			h--

@@ -10,18 +10,18 @@ import (
 func (s *search) result() *Result {
 	res := &Result{Stats: s.stats}
 	for _, ch := range s.plan {
-		li := s.t.bestL[s.t.slot(ch.class, ch.start, ch.end, ch.sub)]
+		li := ch.logical
 		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li]
 		f := s.t.lv.inflight[ch.class]
 		res.Stages = append(res.Stages, Stage{
 			Start: ch.start, End: ch.end,
-			Submesh: s.t.subs[ch.sub], Logical: s.t.logs[ch.sub][li],
+			Submesh: s.t.subs[ch.sub], Logical: s.t.logical(ch.start, ch.end, ch.sub, li),
 			Cost: cost, InFlight: f, Memory: cost.Memory(f),
 		})
 	}
-	res.Compute, res.MaxTime = s.times(s.plan)
+	res.Compute, res.MaxTime, res.Step = s.times(s.plan)
 	res.Bubble = (s.b - 1) * res.MaxTime
-	res.Time = res.Compute + res.Bubble
+	res.Time = res.Compute + res.Bubble + res.Step
 	Place(s.c, res.Stages)
 	return res
 }

@@ -26,8 +26,8 @@ type search struct {
 }
 
 func newSearch(t *table, c Cluster, opts Options) *search {
-	s := &search{t: t, rec: newRecurrence(t, c.Devices()), opts: opts, c: c,
-		b: float64(opts.Microbatches), cands: candidates(t), best: math.Inf(1)}
+	s := &search{t: t, rec: newRecurrence(t, c), opts: opts, c: c,
+		b: float64(opts.Microbatches), cands: candidates(t, c.MemoryPerDevice), best: math.Inf(1)}
 	s.fAt = make([]float64, len(s.cands))
 	for i := range s.fAt {
 		s.fAt[i] = math.NaN()
@@ -139,21 +139,26 @@ func (s *search) eval(j int) (float64, error) {
 	return f, nil
 }
 
-// consider keeps plan p if its true cost, Σ t + (B−1)·max t, beats the best so far.
+// consider keeps plan p if its true cost, Σ t + (B−1)·max t + the first stage's step
+// part, beats the best so far.
 func (s *search) consider(p []choice) {
-	sum, slowest := s.times(p)
-	if x := sum + (s.b-1)*slowest; x < s.best {
+	sum, slowest, step := s.times(p)
+	if x := sum + (s.b-1)*slowest + step; x < s.best {
 		s.best, s.plan = x, p
 	}
 }
 
-// times returns the sum and the max of plan p's stage times.
-func (s *search) times(p []choice) (sum, slowest float64) {
-	for _, ch := range p {
-		x := s.t.bestT[s.t.slot(ch.class, ch.start, ch.end, ch.sub)]
-		sum, slowest = sum+x, max(slowest, x)
+// times returns the sum and the max of plan p's micro-batch times and its first stage's
+// step part.
+func (s *search) times(p []choice) (sum, slowest, step float64) {
+	for i, ch := range p {
+		c := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][ch.logical]
+		sum, slowest = sum+c.Time, max(slowest, c.Time)
+		if i == 0 {
+			step = c.Step
+		}
 	}
-	return sum, slowest
+	return sum, slowest, step
 }
 
 func (s *search) finishStats(stopAt int) {

@@ -24,9 +24,10 @@ type Stage struct {
 // Result is the plan Solve picks and what it predicts.
 type Result struct {
 	Stages  []Stage
-	Time    float64 // predicted iteration time: Compute + Bubble
+	Time    float64 // predicted iteration time: Compute + Bubble + Step
 	Compute float64 // Σ_i t_i: one micro-batch through every stage
 	Bubble  float64 // (B−1)·max_j t_j: the other micro-batches behind the slowest stage
+	Step    float64 // the first stage's step part (gradient sync, update), run once at the end
 	MaxTime float64 // max_j t_j
 	Stats   Stats
 }
@@ -70,7 +71,14 @@ func gib(b float64) string {
 var ErrNoPlan = errors.New("dp: no pipeline plan exists")
 
 // Solve picks the pipeline plan for layers layers on cluster c that minimises
-// Σ t_i + (B−1)·max t_j, with costs from o. It runs Alpa's loop over t_max (the distinct
+// Σ t_i + (B−1)·max t_j + u_0, with costs from o: t_i is stage i's micro-batch time
+// (StageCost.Time) and u_0 the first stage's step part (StageCost.Step). Under GPipe and
+// 1F1B alike every stage runs its step part (gradient sync, optimizer update) once, after
+// its own last backward, and the last backward of the step is the first stage's (the last
+// micro-batch's gradient flows back to it through every other stage), so u_0 is on the
+// critical path. Stage i > 0 finished its last backward earlier, by the last micro-batch's
+// backward through stages 0..i−1, and its step part runs meanwhile: the model takes it as
+// hidden there (docs/DECISIONS.md says when it is not). It runs Alpa's loop over t_max (the distinct
 // stage times, ascending) with the early stop B·t_max ≥ best; within it, t_max values where
 // the recurrence's value cannot have changed are skipped by a galloping search (F is a
 // non-increasing step function of t_max, and only the first t_max of each step can win).
@@ -129,9 +137,10 @@ func check(layers int, c Cluster, opts Options) (*rules, levels, error) {
 	return r, lv, nil
 }
 
-// candidates lists the distinct finite stage times in ascending order.
-func candidates(t *table) []float64 {
-	var out []float64
+// candidates lists the distinct finite stage times in ascending order: each slot's fastest
+// and, for first stages, every one that fits (see table.firstTimes).
+func candidates(t *table, memory float64) []float64 {
+	out := t.firstTimes(memory)
 	for _, x := range t.bestT {
 		if !math.IsInf(x, 1) {
 			out = append(out, x)

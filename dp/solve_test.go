@@ -101,8 +101,9 @@ func checkPlan(t *testing.T, in instance, r *Result) {
 		sum, slowest = sum+st.Cost.Time, max(slowest, st.Cost.Time)
 	}
 	require.Equal(t, in.layers, k)
-	assert.InEpsilon(t, sum+float64(in.opts.Microbatches-1)*slowest, r.Time, 1e-12)
-	assert.InDelta(t, r.Time, r.Compute+r.Bubble, 1e-12*r.Time)
+	assert.InEpsilon(t, sum+float64(in.opts.Microbatches-1)*slowest+r.Stages[0].Cost.Step, r.Time, 1e-12)
+	assert.InDelta(t, r.Stages[0].Cost.Step, r.Step, 1e-15)
+	assert.InDelta(t, r.Time, r.Compute+r.Bubble+r.Step, 1e-12*r.Time)
 	if in.opts.MaxStages > 0 {
 		require.LessOrEqual(t, len(r.Stages), in.opts.MaxStages)
 	}

@@ -57,13 +57,25 @@ type table struct {
 	subs   []Submesh
 	logs   [][]Logical
 	lv     levels
-	costs  [][]StageCost // [cell(k, i, sm)][logical]; Time NaN = no sharding
+	// costs holds per cell the costs of its entries: entry l < len(logs[sm]) is logical
+	// mesh l's cost, each later one a recomputing alternative (StageCost.Remat) of the
+	// logical mesh remat names. Time NaN = no sharding.
+	costs  [][]StageCost // [cell(k, i, sm)][entry]
+	remat  [][]int16     // [cell(k, i, sm)][entry − len(logs[sm])] its logical index
 	bestT  []float64     // [slot(cls, k, i, sm)] fastest feasible time; +Inf = none
-	bestL  []int16       // [slot(...)] its logical index
+	bestL  []int16       // [slot(...)] its entry (see logical)
 	minMem []float64     // [slot(...)] smallest memory over logicals, ignoring the budget
 }
 
 func (t *table) cell(k, i, sm int) int { return (k*(t.layers+1)+i)*len(t.subs) + sm }
+
+// logical is the logical mesh of entry e of cell (k, i, sm).
+func (t *table) logical(k, i, sm int, e int16) Logical {
+	if n := len(t.logs[sm]); int(e) >= n {
+		e = t.remat[t.cell(k, i, sm)][int(e)-n]
+	}
+	return t.logs[sm][e]
+}
 
 func (t *table) slot(cls, k, i, sm int) int {
 	return cls*(t.layers+1)*(t.layers+1)*len(t.subs) + t.cell(k, i, sm)
@@ -75,6 +87,7 @@ func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels,
 	t.subs, t.logs = shapes(c, r.c)
 	cells := (layers + 1) * (layers + 1) * len(t.subs)
 	t.costs = make([][]StageCost, cells)
+	t.remat = make([][]int16, cells)
 	t.bestT = make([]float64, cells*len(lv.inflight))
 	t.bestL = make([]int16, len(t.bestT))
 	t.minMem = make([]float64, len(t.bestT))
@@ -105,6 +118,8 @@ func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels,
 func (t *table) fill(k, i, sm int, c Cluster, o Oracle, r *rules) error {
 	s := t.subs[sm]
 	row := make([]StageCost, len(t.logs[sm]))
+	var alts []StageCost // the recomputing alternatives, entries after the logical meshes'
+	var of []int16
 	for li, l := range t.logs[sm] {
 		row[li].Time = math.NaN()
 		if !r.meshOK(k, s, l) {
@@ -117,16 +132,74 @@ func (t *table) fill(k, i, sm int, c Cluster, o Oracle, r *rules) error {
 		if err := sc.validate(); err != nil {
 			return fmt.Errorf("dp: oracle cost of layers [%d, %d) on submesh %v, logical mesh %v: %v", k, i, s, l, err)
 		}
+		for _, alt := range sc.Remat {
+			alts = append(alts, alt)
+			of = append(of, int16(li))
+		}
+		sc.Remat = nil
 		row[li] = sc
+	}
+	row = append(row, alts...)
+	for e, sc := range row {
+		if math.IsNaN(sc.Time) {
+			continue
+		}
 		for cls, f := range t.lv.inflight {
 			x := t.slot(cls, k, i, sm)
 			mem := sc.Memory(f)
 			t.minMem[x] = min(t.minMem[x], mem)
 			if mem <= c.MemoryPerDevice && sc.Time < t.bestT[x] {
-				t.bestT[x], t.bestL[x] = sc.Time, int16(li)
+				t.bestT[x], t.bestL[x] = sc.Time, int16(e)
 			}
 		}
 	}
-	t.costs[t.cell(k, i, sm)] = row
+	t.costs[t.cell(k, i, sm)], t.remat[t.cell(k, i, sm)] = row, of
 	return nil
+}
+
+// firstStage fills w and li, per slot of a first stage (layers [0, i)), with the least
+// t + step over the logical meshes that fit at the slot's in-flight class and run no slower
+// than limit per micro-batch, and that logical mesh's index; +Inf and −1 where none does.
+// The first stage is the one whose step part lies on the critical path (see Solve), so
+// its logical mesh weighs both parts; every later stage's weighs its micro-batch time only.
+func (t *table) firstStage(limit, memory float64, w []float64, li []int16) {
+	for cls, f := range t.lv.inflight {
+		for i := 1; i <= t.layers; i++ {
+			for sm := range t.subs {
+				x := t.slot(cls, 0, i, sm)
+				w[x], li[x] = math.Inf(1), -1
+				for l, sc := range t.costs[t.cell(0, i, sm)] {
+					if math.IsNaN(sc.Time) || sc.Time > limit || sc.Memory(f) > memory {
+						continue
+					}
+					if v := sc.Time + sc.Step; v < w[x] {
+						w[x], li[x] = v, int16(l)
+					}
+				}
+			}
+		}
+	}
+}
+
+// firstTimes lists the micro-batch time of every logical mesh of a first stage that fits in
+// memory at some in-flight class: with firstStage weighing the step part, a first stage
+// need not take its slot's fastest logical mesh, so its times are t_max candidates too.
+func (t *table) firstTimes(memory float64) []float64 {
+	var out []float64
+	for i := 1; i <= t.layers; i++ {
+		for sm := range t.subs {
+			for _, sc := range t.costs[t.cell(0, i, sm)] {
+				if math.IsNaN(sc.Time) {
+					continue
+				}
+				for _, f := range t.lv.inflight {
+					if sc.Memory(f) <= memory {
+						out = append(out, sc.Time)
+						break
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -75,6 +75,7 @@ func megatronArgs(p *Plan) (string, error) {
 	if c.dtypeFlag != "" {
 		args = append(args, [2]string{c.dtypeFlag, ""})
 	}
+	args = append(args, recomputeArgs(p, &c, &b)...)
 	args = append(args, optimizerArgs(p.Optimizer)...)
 	if c.vocab > 0 {
 		fmt.Fprintf(&b, "# vocabulary: %d entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of\n"+
@@ -222,6 +223,10 @@ func readWeights(p *Plan, c *megatronConfig) []string {
 			}
 		}
 	}
+	if i := slices.Index(list, 3*c.hidden); i >= 0 && len(list) == 2 {
+		// A [hidden, 3·hidden] weight is Megatron's own fused query_key_value projection.
+		list = slices.Delete(list, i, i+1)
+	}
 	switch len(list) {
 	case 0:
 	case 1:
@@ -361,4 +366,38 @@ func intList(xs []int) string {
 		parts[i] = fmt.Sprint(x)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// recomputeArgs turns the plan's recomputing stages into Megatron's full recomputation:
+// layer by layer (--recompute-method uniform, one layer per checkpoint), or a stage's
+// layers at once (as many layers per checkpoint as a stage holds). Megatron applies it to
+// every pipeline stage alike, so a plan that recomputes only some stages, or some layer by
+// layer and some whole, gets the first recomputing stage's way everywhere, with a note in
+// b saying so.
+func recomputeArgs(p *Plan, c *megatronConfig, b *strings.Builder) [][2]string {
+	var some []string
+	first := -1
+	mixed := false
+	for i, s := range p.Stages {
+		if !s.Recompute {
+			continue
+		}
+		some = append(some, fmt.Sprint(i))
+		if first < 0 {
+			first = i
+		}
+		mixed = mixed || s.RecomputeLayers != p.Stages[first].RecomputeLayers
+	}
+	if first < 0 {
+		return nil
+	}
+	if len(some) < len(p.Stages) || mixed {
+		fmt.Fprintf(b, "# note: the plan recomputes the activations of stage %s, not all alike; Megatron-LM recomputes every stage as stage %d does\n",
+			strings.Join(some, ", "), first)
+	}
+	per := 1
+	if !p.Stages[first].RecomputeLayers && c.pp > 0 {
+		per = max(1, c.blocks/c.pp)
+	}
+	return [][2]string{{"--recompute-granularity", "full"}, {"--recompute-method", "uniform"}, {"--recompute-num-layers", fmt.Sprint(per)}}
 }

@@ -76,7 +76,24 @@ func TestMegatronExpressible(t *testing.T) {
 				"--global-batch-size 8\n", "--num-layers 2\n", "--hidden-size 32\n", "--num-attention-heads 4\n",
 				"--seq-length 16\n", "--ffn-hidden-size 128\n", "--position-embedding-type learned_absolute\n",
 				"--optimizer adam\n", "--adam-beta2 0.95\n", "world size 8 = tensor 2 × pipeline 2 × data 2", "# vocabulary: 64 entries"},
-			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie"}},
+			[]string{"--sequence-parallel", "--use-distributed-optimizer", "--untie", "--recompute"}},
+		{"recomputing", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
+			for i := range p.Stages {
+				p.Stages[i].Recompute, p.Stages[i].RecomputeLayers = true, true
+			}
+			return p
+		}(), []string{"--recompute-granularity full\n", "--recompute-method uniform\n", "--recompute-num-layers 1\n"}, []string{"note: the plan recomputes"}},
+		{"recomputing whole stages", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 2, megatronBase))
+			p.Stages[0].Recompute = true
+			return p
+		}(), []string{"--recompute-method uniform\n", "--recompute-num-layers 2\n"}, []string{"note: the plan recomputes"}},
+		{"recomputing one stage", func() *Plan {
+			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase), gptStage(2, 2, 1, 1, megatronBase))
+			p.Stages[0].Recompute = true
+			return p
+		}(), []string{"--recompute-granularity full\n", "# note: the plan recomputes the activations of stage 0, not all alike; Megatron-LM recomputes every stage as stage 0 does"}, nil},
 		{"untied output layer", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Stages[0].Values[1].Users = []string{"gather"}
@@ -140,9 +157,9 @@ func TestMegatronNotExpressible(t *testing.T) {
 		{"two MLP widths", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Stages[0].Values = append(p.Stages[0].Values, Value{Name: "w3", Op: "param", Role: Param, DType: "f32",
-				Shape: []int{32, 96}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"matmul"}})
+				Shape: []int{32, 80}, BatchDim: -1, Spec: mesh.MustParseSpec("RS1"), Users: []string{"matmul"}})
 			return p
-		}(), []string{"the weights have the widths 96, 128 besides the hidden size 32"}},
+		}(), []string{"the weights have the widths 80, 128 besides the hidden size 32"}},
 		{"micro-batch does not divide", func() *Plan {
 			p := megatronPlan(gptStage(2, 2, 0, 1, megatronBase))
 			p.Microbatches = 8

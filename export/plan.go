@@ -33,6 +33,9 @@ type Stage struct {
 	// Devices are the stage's devices laid over the logical mesh row-major: the device
 	// at mesh coordinate (i, j) is Devices[i*Mesh[1]+j].
 	Devices []int
+	// Recompute is set when the stage recomputes its activations in the backward;
+	// RecomputeLayers when it does so layer by layer (each layer's input kept).
+	Recompute, RecomputeLayers bool
 	// Values are the values the stage holds, in the order of the training step. A
 	// param, input or state several stages read is listed only by the stage that holds
 	// it (the first to read it).

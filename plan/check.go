@@ -105,7 +105,7 @@ func (p *Plan) checkDevices() error {
 // in-flight count is what the schedule implies for its place in the pipeline.
 func (p *Plan) checkStageNumbers(si int) error {
 	s := &p.Stages[si]
-	for _, x := range []float64{s.Time, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Total, s.ILP.Objective} {
+	for _, x := range []float64{s.Time, s.StepTime, s.StepComm, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Total, s.ILP.Objective} {
 		if !finite(x) {
 			return fmt.Errorf("plan: stage %d: time or cost %v, expected a finite number ≥ 0", si, x)
 		}
@@ -116,9 +116,15 @@ func (p *Plan) checkStageNumbers(si int) error {
 			return fmt.Errorf("plan: stage %d: ILP count %d, expected ≥ 0", si, n)
 		}
 	}
-	if s.WeightBytes < 0 || s.ActBytes < 0 || s.MemoryBytes < 0 {
-		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
-			si, s.WeightBytes, s.ActBytes, s.MemoryBytes)
+	if s.WeightBytes < 0 || s.ActBytes < 0 || s.MemoryBytes < 0 || s.RecomputeBytes < 0 {
+		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, recompute_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
+			si, s.WeightBytes, s.ActBytes, s.RecomputeBytes, s.MemoryBytes)
+	}
+	if s.RecomputeLayers && !s.Recompute {
+		return fmt.Errorf("plan: stage %d: recompute_layers of a stage that does not recompute", si)
+	}
+	if s.RecomputeBytes > 0 && !s.Recompute {
+		return fmt.Errorf("plan: stage %d: recompute_bytes %d of a stage that does not recompute", si, s.RecomputeBytes)
 	}
 	sched, _ := program.ParseSchedule(p.Schedule)
 	want := p.Microbatches
@@ -138,7 +144,7 @@ func (p *Plan) checkStageNumbers(si int) error {
 }
 
 func checkPrediction(pr *Prediction) error {
-	for _, x := range []float64{pr.StepTime, pr.Compute, pr.Communication, pr.Bubble, pr.FLOPs, pr.SamplesPerSecond, pr.TFLOPSPerDevice, pr.MFU} {
+	for _, x := range []float64{pr.StepTime, pr.Compute, pr.Communication, pr.Bubble, pr.Sync, pr.Update, pr.FLOPs, pr.SamplesPerSecond, pr.TFLOPSPerDevice, pr.MFU} {
 		if !finite(x) {
 			return fmt.Errorf("plan: predicted %v, expected finite times, rates and FLOPs ≥ 0", x)
 		}

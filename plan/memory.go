@@ -17,7 +17,7 @@ type DeviceMemory struct {
 	Weights     int64 `json:"weights"`     // the local shards of the params under their specs
 	Gradients   int64 `json:"gradients"`   // one accumulator per param, sharded like it
 	Optimizer   int64 `json:"optimizer"`   // the local shards of the optimizer state
-	Activations int64 `json:"activations"` // ActBytes × InFlight
+	Activations int64 `json:"activations"` // ActBytes × InFlight + RecomputeBytes
 	Total       int64 `json:"total"`
 	Capacity    int64 `json:"capacity"`
 }
@@ -37,7 +37,7 @@ func (p *Plan) MemoryBreakdown() []DeviceMemory {
 		if err != nil {
 			panic(fmt.Sprintf("plan: stage %d: %v", si, err))
 		}
-		dm := DeviceMemory{Stage: si, Activations: s.ActBytes * int64(s.InFlight), Capacity: p.Predicted.DeviceMemory}
+		dm := DeviceMemory{Stage: si, Activations: s.ActBytes*int64(s.InFlight) + s.RecomputeBytes, Capacity: p.Predicted.DeviceMemory}
 		for _, v := range s.Values {
 			if v.Op != ir.OpParam.String() && v.Op != ir.OpState.String() {
 				continue

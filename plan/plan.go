@@ -75,19 +75,33 @@ type Layer struct {
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
-	FirstLayer  int          `json:"first_layer"`
-	LastLayer   int          `json:"last_layer"`
-	Submesh     mesh.Submesh `json:"submesh"`
-	Logical     [2]int       `json:"logical_mesh"` // (dp, mp)
-	Devices     []int        `json:"devices"`
-	Time        float64      `json:"time"` // seconds per micro-batch, forward + backward
-	Cost        Cost         `json:"cost"`
-	WeightBytes int64        `json:"weight_bytes"`
-	ActBytes    int64        `json:"activation_bytes"`
-	InFlight    int          `json:"in_flight"`
-	MemoryBytes int64        `json:"memory_bytes"` // per device at the peak
-	ILP         ILPStats     `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values      []ValuePlan  `json:"values"`
+	FirstLayer int          `json:"first_layer"`
+	LastLayer  int          `json:"last_layer"`
+	Submesh    mesh.Submesh `json:"submesh"`
+	Logical    [2]int       `json:"logical_mesh"` // (dp, mp)
+	Devices    []int        `json:"devices"`
+	Time       float64      `json:"time"` // seconds per micro-batch, forward + backward
+	// StepTime is seconds once per step, after the stage's last backward: the gradient sync
+	// (StepComm of it: the collectives that resolve the accumulated gradients and reshard
+	// them for the update) and the optimizer update. Cost.Total = Time + StepTime, less
+	// any recomputation in Time.
+	StepTime    float64 `json:"step_time"`
+	StepComm    float64 `json:"step_communication"`
+	Cost        Cost    `json:"cost"`
+	WeightBytes int64   `json:"weight_bytes"`
+	ActBytes    int64   `json:"activation_bytes"`
+	InFlight    int     `json:"in_flight"`
+	// Recompute is set when the stage recomputes its activations in the backward: then
+	// ActBytes is what it keeps per micro-batch in flight (its inputs; with
+	// RecomputeLayers, each layer's input too, and it recomputes one layer at a time),
+	// and RecomputeBytes the activations of the micro-batch whose backward runs.
+	// MemoryBytes = WeightBytes + InFlight·ActBytes + RecomputeBytes.
+	Recompute       bool        `json:"recompute,omitempty"`
+	RecomputeLayers bool        `json:"recompute_layers,omitempty"`
+	RecomputeBytes  int64       `json:"recompute_bytes,omitempty"`
+	MemoryBytes     int64       `json:"memory_bytes"` // per device at the peak
+	ILP             ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
+	Values          []ValuePlan `json:"values"`
 }
 
 // Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
@@ -103,17 +117,22 @@ type Cost struct {
 // ILPStats describes the integer program a stage's sharding solved: plan.json's copy of
 // sharding.ILPStats.
 type ILPStats struct {
-	Values     int           `json:"values"`
-	Nodes      int           `json:"nodes"` // groups after merging followers
-	Variables  int           `json:"variables"`
-	EdgeVars   int           `json:"edge_variables"`
-	Rows       int           `json:"rows"`
-	MemoryRows int           `json:"memory_rows"`
-	TiedGroups int           `json:"tied_groups"` // groups sharing another's variables
-	Rounds     int           `json:"rounds"`      // solves (memory rows are added lazily)
-	Status     string        `json:"status"`
-	Objective  float64       `json:"objective"`
-	SolveTime  time.Duration `json:"solve_time_ns"` // 0 in plan.json
+	Values     int `json:"values"`
+	Nodes      int `json:"nodes"` // groups after merging followers
+	Variables  int `json:"variables"`
+	EdgeVars   int `json:"edge_variables"`
+	Rows       int `json:"rows"`
+	MemoryRows int `json:"memory_rows"`
+	TiedGroups int `json:"tied_groups"` // groups sharing another's variables
+	Rounds     int `json:"rounds"`      // solves (memory rows are added lazily)
+	// SharedValues are values the ILP prices once per layout their consumers want;
+	// PerEdgeValues those it prices once per consumer (too large to share; its objective
+	// then may exceed Cost.Total).
+	SharedValues  int           `json:"shared_values"`
+	PerEdgeValues int           `json:"per_edge_values"`
+	Status        string        `json:"status"`
+	Objective     float64       `json:"objective"`
+	SolveTime     time.Duration `json:"solve_time_ns"` // 0 in plan.json
 }
 
 // ValuePlan is the sharding of one value of a stage.
@@ -129,13 +148,17 @@ type ValuePlan struct {
 }
 
 // Prediction is what the plan predicts for one training step. StepTime = Compute +
-// Communication + Bubble, where Compute and Communication are the B micro-batches of the
-// slowest stage and Bubble the rest of the pipeline's fill and drain.
+// Communication + Bubble + Sync + Update, where Compute and Communication are the B
+// micro-batches of the slowest stage, Bubble the rest of the pipeline's fill and drain, and
+// Sync and Update the first stage's once-per-step part (its gradient sync and optimizer
+// update), which ends the step: the first stage runs the step's last backward.
 type Prediction struct {
 	StepTime         float64 `json:"step_time"`
 	Compute          float64 `json:"compute"`
 	Communication    float64 `json:"communication"`
 	Bubble           float64 `json:"bubble"`
+	Sync             float64 `json:"gradient_sync"`
+	Update           float64 `json:"update"`
 	FLOPs            float64 `json:"flops"` // per step, forward + backward + update
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TFLOPSPerDevice  float64 `json:"tflops_per_device"`
@@ -326,15 +349,25 @@ func (p *Plan) CodegenPlan() (*codegen.Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: stage %d: %w", si, err)
 		}
-		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}}
+		st := codegen.Stage{Mesh: lm, Out: map[ir.ValueID]mesh.Spec{}, In: map[ir.ValueID][]mesh.Spec{}, Recompute: s.Recompute,
+			Resolved: map[ir.ValueID]mesh.Spec{}}
+		if s.RecomputeLayers {
+			st.Segment = map[ir.ValueID]int{}
+		}
 		for _, v := range s.Values {
 			id, _ := step.Lookup(v.Name)
 			if owner[id] != si {
 				continue
 			}
 			st.Out[id] = LocalOut(step, id, v.In, v.Spec)
+			if st.Out[id].Partial != 0 {
+				st.Resolved[id] = v.Spec // the op's own collectives leave its sharding's layout
+			}
 			if len(v.In) > 0 {
 				st.In[id] = v.In
+			}
+			if st.Segment != nil {
+				st.Segment[id] = v.Layer
 			}
 		}
 		cp.Stages = append(cp.Stages, st)
@@ -359,4 +392,12 @@ func (p *Plan) StageNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// MicrobatchSplit splits the stage's time per micro-batch into compute and communication
+// (op collectives and resharding): its sharding cost less the step part.
+func (s *Stage) MicrobatchSplit() (compute, comm float64) {
+	comm = max(0, s.Cost.Communication+s.Cost.Resharding-s.StepComm)
+	comm = min(comm, s.Time)
+	return s.Time - comm, comm
 }

@@ -92,9 +92,16 @@ func planTitle(p *plan.Plan) string {
 // stageLabel is a stage cluster's caption: submesh, logical mesh, devices and time.
 func stageLabel(p *plan.Plan, s int) string {
 	st := &p.Stages[s]
-	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device",
+	remat := ""
+	switch {
+	case st.RecomputeLayers:
+		remat = ", recomputing activations layer by layer"
+	case st.Recompute:
+		remat = ", recomputing activations"
+	}
+	return fmt.Sprintf("stage %d: layers %d-%d, submesh %dx%d, logical mesh %dx%d, devices %s, %s per micro-batch, %s per device%s",
 		s, st.FirstLayer, st.LastLayer, st.Submesh.Hosts, st.Submesh.Devices, st.Logical[0], st.Logical[1],
-		deviceRange(st.Devices), units.Seconds(st.Time), units.Bytes(st.MemoryBytes))
+		deviceRange(st.Devices), units.Seconds(st.Time), units.Bytes(st.MemoryBytes), remat)
 }
 
 // drawOps adds one node per listed value that opts' filters keep and one edge per operand

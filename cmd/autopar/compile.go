@@ -21,7 +21,7 @@ import (
 
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
-	optimizer, dump, precision                               string
+	optimizer, dump, remat, precision                        string
 	batch, layers, microbatchSize                            int
 	lr, lossScale                                            float64
 	timePasses                                               bool
@@ -65,6 +65,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
 	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch, as Megatron-LM and DeepSpeed count (instead of --microbatches)")
 	fl.StringVar(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	fl.StringVar(&f.remat, "remat", "auto", "activation recomputation: auto (per stage, where memory forces it), none, or full (every stage)")
 	fl.StringVar(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
 	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
@@ -160,6 +161,12 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
 	}
 	o.Schedule = f.schedule
+	switch f.remat {
+	case "", autopar.RematAuto, autopar.RematNone, autopar.RematFull:
+		o.Remat = f.remat
+	default:
+		return o, fmt.Errorf("--remat %q: expected auto, none or full", f.remat)
+	}
 	o.Layers = f.layers
 	if f.layers < 0 {
 		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
@@ -247,9 +254,10 @@ func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
 }
 
 // printSummary prints the plan's stages and its predicted step. The step's breakdown is
-// Prediction's: the slowest stage's compute and communication over all micro-batches plus
-// the pipeline bubble, so the line names that stage; the table gives every stage's own
-// split per micro-batch, so no stage's communication is hidden behind the slowest's.
+// Prediction's: the slowest stage's compute and communication over all micro-batches, the
+// pipeline bubble, and the first stage's gradient sync and update, once; so the line
+// names those stages. The table gives every stage's own split per micro-batch and its
+// once-per-step part, so no stage's communication is hidden behind the slowest's.
 func printSummary(w io.Writer, p *autopar.Plan) {
 	pr := p.Predicted
 	precision := ""
@@ -259,39 +267,46 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s)%s, cluster %s\n\n",
 		p.Model, p.Batch, p.Microbatches, p.Schedule, precision, p.Cluster.String())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tmemory/device\tcapacity")
+	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tonce/step\tgrad sync\tmemory/device\tcapacity")
 	slow := 0
 	for i, s := range p.Stages {
 		if s.Time > p.Stages[slow].Time {
 			slow = i
 		}
-		compute, comm := stageSplit(s)
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
+		compute, comm := s.MicrobatchSplit()
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
 			s.Logical[0], s.Logical[1], deviceRange(s.Devices), units.Seconds(s.Time), units.Seconds(compute),
-			units.Seconds(comm), units.Bytes(s.MemoryBytes), units.Bytes(pr.DeviceMemory))
+			units.Seconds(comm), units.Seconds(s.StepTime), units.Seconds(s.StepComm),
+			units.Bytes(s.MemoryBytes), units.Bytes(pr.DeviceMemory))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "times per micro-batch, forward + backward; communication includes resharding; logical mesh: data x model parallel")
+	fmt.Fprintln(w, "compute and communication (resharding included) per micro-batch, forward + backward; once/step: gradient sync + optimizer update, after the stage's last backward; logical mesh: data x model parallel")
+	var remat []string
+	for i, s := range p.Stages {
+		switch {
+		case s.RecomputeLayers:
+			remat = append(remat, strconv.Itoa(i)+" (layer by layer)")
+		case s.Recompute:
+			remat = append(remat, strconv.Itoa(i))
+		}
+	}
+	if len(remat) > 0 {
+		fmt.Fprintf(w, "recomputing activations in the backward (--remat): stage %s\n", strings.Join(remat, ", "))
+	}
 	stage := fmt.Sprintf("stage %d, the slowest,", slow)
 	if len(p.Stages) == 1 {
 		stage = "the one stage"
 	}
-	fmt.Fprintf(w, "\nstep time %s = %s over %d micro-batches (compute %s + communication %s) + pipeline bubble %s\n",
+	once := "once, stage 0's"
+	if len(p.Stages) == 1 {
+		once = "once"
+	}
+	fmt.Fprintf(w, "\nstep time %s = %s over %d micro-batches (compute %s + communication %s) + pipeline bubble %s + gradient sync %s + update %s (%s)\n",
 		units.Seconds(pr.StepTime), stage, p.Microbatches, units.Seconds(pr.Compute), units.Seconds(pr.Communication),
-		units.Seconds(pr.Bubble))
+		units.Seconds(pr.Bubble), units.Seconds(pr.Sync), units.Seconds(pr.Update), once)
 	fmt.Fprintf(w, "throughput %s samples/s, %s per device, model-FLOPs utilization %.1f%%\n",
 		units.Number(pr.SamplesPerSecond), units.FLOPRate(pr.TFLOPSPerDevice*1e12), 100*pr.MFU)
 	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)
-}
-
-// stageSplit splits a stage's time per micro-batch into compute and communication in the
-// proportions of its sharding cost, as Prediction splits the slowest stage's.
-func stageSplit(s autopar.Stage) (compute, comm float64) {
-	if s.Cost.Total <= 0 {
-		return s.Time, 0
-	}
-	comm = s.Time * (s.Cost.Communication + s.Cost.Resharding) / s.Cost.Total
-	return s.Time - comm, comm
 }
 
 func deviceRange(ds []int) string {

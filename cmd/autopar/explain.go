@@ -161,7 +161,7 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 	fmt.Fprintf(w, "stage %d of %d: layers %d-%d, %d ops, %d micro-batch(es) in flight under %s, %s per device\n\n",
 		e.Stage, len(p.Stages), e.FirstLayer, e.LastLayer, e.Ops, e.InFlight, e.Schedule, units.Bytes(e.Capacity))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcomm\treshard\tweights\tactivations\tmemory\tfits\tstep time")
+	fmt.Fprintln(tw, "\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tonce/step\tcompute\tcomm\treshard\tweights\tactivations\tmemory\tfits\tstep time")
 	for _, a := range e.Alternatives {
 		mark := ""
 		if a.Chosen {
@@ -180,15 +180,25 @@ func printStageExplanation(w io.Writer, p *autopar.Plan, e *autopar.StageExplana
 		if a.StepTime > 0 {
 			step = units.Seconds(a.StepTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
-			a.Devices, units.Seconds(a.Time), units.Seconds(a.Cost.Compute), units.Seconds(a.Cost.Communication), units.Seconds(a.Cost.Resharding),
+		fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, a.Submesh, a.Logical[0], a.Logical[1],
+			a.Devices, units.Seconds(a.Time), units.Seconds(a.Step), units.Seconds(a.Cost.Compute), units.Seconds(a.Cost.Communication), units.Seconds(a.Cost.Resharding),
 			units.Bytes(a.WeightBytes), units.Bytes(a.ActBytes), units.Bytes(a.MemoryBytes),
 			yesNo(a.Fits), step)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n* the plan's choice, step time %s; memory = weights + %d × activations; step time: the plan's\n"+
+	fmt.Fprintf(w, "\n* the plan's choice, step time %s; compute, comm and reshard: the ILP's, time/µbatch + once/step;\n"+
+		"memory = weights + %d × activations; step time: the plan's\n"+
 		"with this stage on that mesh, shown for meshes of as many devices (the others would not tile the cluster)\n",
 		units.Seconds(e.StepTime), e.InFlight)
+	if s := p.Stages[e.Stage]; s.Recompute {
+		what := "its inputs"
+		if s.RecomputeLayers {
+			what = "its inputs and its layers' inputs (it recomputes one layer at a time)"
+		}
+		fmt.Fprintf(w, "the stage recomputes its activations in the backward (--remat): activations are %s per\n"+
+			"micro-batch, and memory adds what the micro-batch whose backward runs recomputes (%s on the plan's mesh)\n",
+			what, units.Bytes(s.RecomputeBytes))
+	}
 }
 
 func yesNo(b bool) string {

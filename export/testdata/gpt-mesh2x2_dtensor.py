@@ -35,12 +35,8 @@ PARAMS = {
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.qkv.w': (0, [Shard(1), Shard(1)]),  # f32[32,96] RS01
+    'l0.attn.qkv.b': (0, [Shard(0), Shard(0)]),  # f32[96] S01
     'l0.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
     'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -51,12 +47,8 @@ PARAMS = {
     'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.q.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.k.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.k.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.v.w': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.v.b': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.qkv.w': (0, [Shard(1), Shard(1)]),  # f32[32,96] RS01
+    'l1.attn.qkv.b': (0, [Shard(0), Shard(0)]),  # f32[96] S01
     'l1.attn.o.w': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
     'l1.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -81,12 +73,8 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l0.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l0.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l0.attn.qkv.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,96] RS01
+    'l0.attn.qkv.b.m': (0, [Shard(0), Shard(0)]),  # f32[96] S01
     'l0.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
     'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -97,12 +85,8 @@ OPTIMIZER_STATE = {
     'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.q.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.k.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.k.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
-    'l1.attn.v.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,32] RS01
-    'l1.attn.v.b.m': (0, [Shard(0), Shard(0)]),  # f32[32] S01
+    'l1.attn.qkv.w.m': (0, [Shard(1), Shard(1)]),  # f32[32,96] RS01
+    'l1.attn.qkv.b.m': (0, [Shard(0), Shard(0)]),  # f32[96] S01
     'l1.attn.o.w.m': (0, [Shard(0), Shard(0)]),  # f32[32,32] S01R
     'l1.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R

@@ -28,12 +28,8 @@ PARAMS = {
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.qkv.w': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
+    'l0.attn.qkv.b': (0, P(('x', 'y'))),  # f32[96] S01
     'l0.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
     'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
@@ -44,12 +40,8 @@ PARAMS = {
     'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
     'l1.ln1.beta': (0, P(None)),  # f32[32] R
-    'l1.attn.q.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.q.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.k.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.k.b': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.v.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.v.b': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.qkv.w': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
+    'l1.attn.qkv.b': (0, P(('x', 'y'))),  # f32[96] S01
     'l1.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
     'l1.attn.o.b': (0, P(None)),  # f32[32] R
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
@@ -74,12 +66,8 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l0.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l0.attn.qkv.w.m': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
+    'l0.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
     'l0.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
     'l0.attn.o.b.m': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma.m': (0, P(None)),  # f32[32] R
@@ -90,12 +78,8 @@ OPTIMIZER_STATE = {
     'l0.mlp.w2.b.m': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l1.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l1.attn.q.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.q.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.k.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.k.b.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.v.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
-    'l1.attn.v.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'l1.attn.qkv.w.m': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
+    'l1.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
     'l1.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
     'l1.attn.o.b.m': (0, P(None)),  # f32[32] R
     'l1.ln2.gamma.m': (0, P(None)),  # f32[32] R
@@ -115,14 +99,11 @@ ACTIVATIONS = {
     'embed': (0, P(None, None, None)),  # f32[4,16,32] RRR
     'mask': (0, P(None, None)),  # bool[16,16] RR
     'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l0.attn.qkv.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,96] RRS01
+    'l0.attn.qkv': (0, P(None, None, ('x', 'y'))),  # f32[4,16,96] RRS01
+    'l0.attn.qkv.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,24] RRS01R
     'l0.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
     'l0.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l0.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l0.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
     'l0.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
     'l0.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
     'l0.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
@@ -141,14 +122,11 @@ ACTIVATIONS = {
     'l0.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
     'l0.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
     'l1.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l1.attn.q.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.q': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
+    'l1.attn.qkv.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,96] RRS01
+    'l1.attn.qkv': (0, P(None, None, ('x', 'y'))),  # f32[4,16,96] RRS01
+    'l1.attn.qkv.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,24] RRS01R
     'l1.attn.q.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.k.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.k': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
     'l1.attn.k.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
-    'l1.attn.v.einsum': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
-    'l1.attn.v': (0, P(None, None, ('x', 'y'))),  # f32[4,16,32] RRS01
     'l1.attn.v.heads': (0, P(None, None, ('x', 'y'), None)),  # f32[4,16,4,8] RRS01R
     'l1.attn.scores': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR
     'l1.attn.scaled': (0, P(None, ('x', 'y'), None, None)),  # f32[4,4,16,16] RS01RR

@@ -38,12 +38,8 @@ PARAMS = {
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.q.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.k.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.v.b': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -54,12 +50,8 @@ PARAMS = {
     'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.q.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.k.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.v.b': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.qkv.w': (1, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l1.attn.qkv.b': (1, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w': (1, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l1.attn.o.b': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
@@ -84,12 +76,8 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.q.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.q.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.k.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.k.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l0.attn.v.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l0.attn.v.b.m': (0, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l0.attn.qkv.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
     'l0.attn.o.w.m': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -100,12 +88,8 @@ OPTIMIZER_STATE = {
     'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R
-    'l1.attn.q.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.q.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.k.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.k.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
-    'l1.attn.v.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,32] RS1
-    'l1.attn.v.b.m': (1, [Replicate(), Shard(0)]),  # f32[32] S1
+    'l1.attn.qkv.w.m': (1, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l1.attn.qkv.b.m': (1, [Replicate(), Shard(0)]),  # f32[96] S1
     'l1.attn.o.w.m': (1, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l1.attn.o.b.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R

@@ -31,12 +31,8 @@ PARAMS = {
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.q.b': (0, P('y')),  # f32[32] S1
-    'l0.attn.k.w': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.k.b': (0, P('y')),  # f32[32] S1
-    'l0.attn.v.w': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.v.b': (0, P('y')),  # f32[32] S1
+    'l0.attn.qkv.w': (0, P(None, 'y')),  # f32[32,96] RS1
+    'l0.attn.qkv.b': (0, P('y')),  # f32[96] S1
     'l0.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
     'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
@@ -47,12 +43,8 @@ PARAMS = {
     'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma': (1, P(None)),  # f32[32] R
     'l1.ln1.beta': (1, P(None)),  # f32[32] R
-    'l1.attn.q.w': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.q.b': (1, P('y')),  # f32[32] S1
-    'l1.attn.k.w': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.k.b': (1, P('y')),  # f32[32] S1
-    'l1.attn.v.w': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.v.b': (1, P('y')),  # f32[32] S1
+    'l1.attn.qkv.w': (1, P(None, 'y')),  # f32[32,96] RS1
+    'l1.attn.qkv.b': (1, P('y')),  # f32[96] S1
     'l1.attn.o.w': (1, P('y', None)),  # f32[32,32] S1R
     'l1.attn.o.b': (1, P(None)),  # f32[32] R
     'l1.ln2.gamma': (1, P(None)),  # f32[32] R
@@ -77,12 +69,8 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l0.attn.q.w.m': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.q.b.m': (0, P('y')),  # f32[32] S1
-    'l0.attn.k.w.m': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.k.b.m': (0, P('y')),  # f32[32] S1
-    'l0.attn.v.w.m': (0, P(None, 'y')),  # f32[32,32] RS1
-    'l0.attn.v.b.m': (0, P('y')),  # f32[32] S1
+    'l0.attn.qkv.w.m': (0, P(None, 'y')),  # f32[32,96] RS1
+    'l0.attn.qkv.b.m': (0, P('y')),  # f32[96] S1
     'l0.attn.o.w.m': (0, P('y', None)),  # f32[32,32] S1R
     'l0.attn.o.b.m': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma.m': (0, P(None)),  # f32[32] R
@@ -93,12 +81,8 @@ OPTIMIZER_STATE = {
     'l0.mlp.w2.b.m': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma.m': (1, P(None)),  # f32[32] R
     'l1.ln1.beta.m': (1, P(None)),  # f32[32] R
-    'l1.attn.q.w.m': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.q.b.m': (1, P('y')),  # f32[32] S1
-    'l1.attn.k.w.m': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.k.b.m': (1, P('y')),  # f32[32] S1
-    'l1.attn.v.w.m': (1, P(None, 'y')),  # f32[32,32] RS1
-    'l1.attn.v.b.m': (1, P('y')),  # f32[32] S1
+    'l1.attn.qkv.w.m': (1, P(None, 'y')),  # f32[32,96] RS1
+    'l1.attn.qkv.b.m': (1, P('y')),  # f32[96] S1
     'l1.attn.o.w.m': (1, P('y', None)),  # f32[32,32] S1R
     'l1.attn.o.b.m': (1, P(None)),  # f32[32] R
     'l1.ln2.gamma.m': (1, P(None)),  # f32[32] R
@@ -118,14 +102,11 @@ ACTIVATIONS = {
     'embed': (0, P(None, None, None)),  # f32[2,16,32] RRR
     'mask': (0, P(None, None)),  # bool[16,16] RR
     'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.attn.q.einsum': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l0.attn.q': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
+    'l0.attn.qkv.einsum': (0, P(None, None, 'y')),  # f32[2,16,96] RRS1
+    'l0.attn.qkv': (0, P(None, None, 'y')),  # f32[2,16,96] RRS1
+    'l0.attn.qkv.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,24] RRS1R
     'l0.attn.q.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.k.einsum': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l0.attn.k': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
     'l0.attn.k.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.v.einsum': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l0.attn.v': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
     'l0.attn.v.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
     'l0.attn.scores': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
     'l0.attn.scaled': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
@@ -144,14 +125,11 @@ ACTIVATIONS = {
     'l0.mlp.w2': (0, P(None, None, None)),  # f32[2,16,32] RRR
     'l0.res2': (0, P(None, None, None)),  # f32[2,16,32] RRR
     'l1.ln1.layer_norm': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.attn.q.einsum': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l1.attn.q': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
+    'l1.attn.qkv.einsum': (1, P(None, None, 'y')),  # f32[2,16,96] RRS1
+    'l1.attn.qkv': (1, P(None, None, 'y')),  # f32[2,16,96] RRS1
+    'l1.attn.qkv.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,24] RRS1R
     'l1.attn.q.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.k.einsum': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l1.attn.k': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
     'l1.attn.k.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.v.einsum': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l1.attn.v': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
     'l1.attn.v.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
     'l1.attn.scores': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
     'l1.attn.scaled': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR

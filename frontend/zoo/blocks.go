@@ -24,6 +24,8 @@ type transformer struct {
 	vocab                          int
 	tied                           bool
 	dropout                        float64
+	// fusedQKV: one projection makes q, k and v (see attention).
+	fusedQKV bool
 	// seed numbers the dropout ops so that each gets its own mask.
 	seed int
 }
@@ -82,11 +84,16 @@ func causalMask(b *frontend.Builder, seq int) frontend.Value {
 func (t *transformer) attention(b *frontend.Builder, x, mask frontend.Value) frontend.Value {
 	B, S, H, n := t.batch, t.seq, t.hidden, t.heads
 	d := H / n
-	split := func(name string) frontend.Value {
-		p := dense(b, x, name, H, t.dt)
-		return b.Named(name+".heads").Reshape(p, ir.Shape{B, S, n, d})
+	var q, k, v frontend.Value
+	if t.fusedQKV {
+		q, k, v = t.fusedProjection(b, x)
+	} else {
+		split := func(name string) frontend.Value {
+			p := dense(b, x, name, H, t.dt)
+			return b.Named(name+".heads").Reshape(p, ir.Shape{B, S, n, d})
+		}
+		q, k, v = split("q"), split("k"), split("v")
 	}
-	q, k, v := split("q"), split("k"), split("v")
 	scores := b.Named("scores").Einsum("bqnd,bknd->bnqk", q, k)
 	scores = b.Named("scaled").Mul(scores, b.Named("scale").Scalar(1/math.Sqrt(float64(d)), t.dt))
 	scores = b.Named("masked").Where(mask, scores, b.Named("neg").Scalar(maskValue, t.dt))
@@ -94,6 +101,23 @@ func (t *transformer) attention(b *frontend.Builder, x, mask frontend.Value) fro
 	ctx := b.Named("ctx").Einsum("bnqk,bknd->bqnd", probs, v)
 	ctx = b.Named("ctx.merged").Reshape(ctx, ir.Shape{B, S, H})
 	return t.maybeDropout(b, dense(b, ctx, "o", H, t.dt))
+}
+
+// fusedProjection makes q, k and v [B,S,n,d] from x [B,S,H] with one projection qkv to
+// [B,S,3H], laid out head by head as Megatron-LM does: reshaped to [B,S,n,3d], head h's
+// q, k and v are its columns [0,d), [d,2d) and [2d,3d). So splitting the projection's
+// columns over devices (column parallelism) splits the heads dim n, and the three slices,
+// which cut only the last dim, stay on the device that holds the head: no communication,
+// and the backward sums the three into one input gradient, one all-reduce.
+func (t *transformer) fusedProjection(b *frontend.Builder, x frontend.Value) (q, k, v frontend.Value) {
+	B, S, H, n := t.batch, t.seq, t.hidden, t.heads
+	d := H / n
+	p := dense(b, x, "qkv", 3*H, t.dt)
+	heads := b.Named("qkv.heads").Reshape(p, ir.Shape{B, S, n, 3 * d})
+	part := func(name string, i int) frontend.Value {
+		return b.Named(name+".heads").Slice(heads, []int{0, 0, 0, i * d}, []int{B, S, n, (i + 1) * d})
+	}
+	return part("q", 0), part("k", 1), part("v", 2)
 }
 
 // feedForward is the position-wise MLP: H -> ffn·H with gelu -> H.

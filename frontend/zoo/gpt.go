@@ -22,12 +22,17 @@ type GPT struct {
 	Dropout float64
 	// DType is the dtype of params and activations ("f32", "f16", "bf16").
 	DType string
+	// FusedQKV makes q, k and v with one [H, 3H] projection, as Megatron-LM does, instead
+	// of three [H, H] ones: under tensor parallelism its input gradient is one all-reduce,
+	// not three (see transformer.attention).
+	FusedQKV bool
 }
 
 // NewGPT returns the tiny default config: 2 layers, hidden 32, 4 heads, seq 16, vocab 64,
-// batch 8.
+// batch 8, q, k and v fused into one projection.
 func NewGPT() *GPT {
-	return &GPT{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4, Tied: true, DType: "f32"}
+	return &GPT{Layers: 2, Hidden: 32, Heads: 4, Seq: 16, Vocab: 64, Batch: 8, FFN: 4, Tied: true, DType: "f32",
+		FusedQKV: true}
 }
 
 // Name returns "gpt".
@@ -46,12 +51,13 @@ func (m *GPT) Params() []Param {
 		boolParam("tied", "the logits use the token embedding (--tied=false: a separate head)", &m.Tied),
 		floatParam("dropout", "dropout rate (0: none)", &m.Dropout),
 		stringParam("dtype", "dtype of params and activations (f32, f16, bf16)", &m.DType),
+		boolParam("fused-qkv", "q, k and v come from one [hidden, 3·hidden] projection, as in Megatron-LM (--fused-qkv=false: three)", &m.FusedQKV),
 	}
 }
 
 func (m *GPT) config(k *knobs) *transformer {
 	t := &transformer{dt: k.dtype(m.DType), batch: m.Batch, seq: m.Seq, hidden: m.Hidden,
-		heads: m.Heads, ffn: m.FFN, vocab: m.Vocab, tied: m.Tied, dropout: m.Dropout}
+		heads: m.Heads, ffn: m.FFN, vocab: m.Vocab, tied: m.Tied, dropout: m.Dropout, fusedQKV: m.FusedQKV}
 	t.check(k, m.Layers)
 	return t
 }

@@ -142,7 +142,7 @@ func TestConfigErrors(t *testing.T) {
 // TestLayerNames checks the naming scheme later passes may cluster by.
 func TestLayerNames(t *testing.T) {
 	cases := map[string][]string{
-		"gpt":     {"l0.attn.q", "l0.attn.q.w", "l1.attn.probs", "l1.mlp.w1", "l1.res2", "lnf.gamma", "logits", "loss"},
+		"gpt":     {"l0.attn.qkv", "l0.attn.qkv.w", "l0.attn.q.heads", "l1.attn.probs", "l1.mlp.w1", "l1.res2", "lnf.gamma", "logits", "loss"},
 		"moe":     {"l0.mlp.w1", "l1.moe.wg", "l1.moe.gates", "l1.moe.combine", "l1.moe.dispatch", "l1.moe.expert_out"},
 		"mlp":     {"l0.fc.w", "l1.relu", "logits", "loss"},
 		"wresnet": {"stem.conv", "s0.b0.conv1", "s0.b0.proj", "s3.b0.conv3.bn.gamma", "fc.w", "loss"},

@@ -56,18 +56,26 @@ func randomGraph(t *testing.T, rng *rand.Rand, n int) *ir.Graph {
 }
 
 // bruteCost prices a choice of one strategy per value directly from the candidates and
-// mesh.ReshardCost, sharing nothing with the ILP's construction.
+// mesh.ReshardCost, sharing nothing with the ILP's construction: each value is resharded
+// once into each distinct layout its consumers (and its update target) want.
 func bruteCost(g *ir.Graph, lm *mesh.LogicalMesh, cands [][]Strategy, pick []int) float64 {
 	c := 0.0
+	seen := map[string]bool{}
+	reshard := func(v ir.ValueID, to mesh.Spec) {
+		if k := fmt.Sprint(v, to); !seen[k] {
+			seen[k] = true
+			c += mustReshard(g, lm, v, cands[v][pick[v]].Out, to)
+		}
+	}
 	for id := range g.Values {
 		s := &cands[id][pick[id]]
 		c += s.Compute + s.Comm
 		for i, a := range g.Values[id].Args {
-			c += mustReshard(g, lm, a, cands[a][pick[a]].Out, s.In[i])
+			reshard(a, s.In[i])
 		}
 	}
 	for _, u := range g.Updates {
-		c += mustReshard(g, lm, u.Value, cands[u.Value][pick[u.Value]].Out, cands[u.Target][pick[u.Target]].Out)
+		reshard(u.Value, cands[u.Target][pick[u.Target]].Out)
 	}
 	return c
 }

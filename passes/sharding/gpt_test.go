@@ -24,7 +24,7 @@ func gptStep(t testing.TB, layers, hidden, heads, seq, vocab, batch int) *ir.Gra
 }
 
 // TestGPTBlockMegatron: one GPT block on a 1×8 mesh with a large hidden size and a small
-// batch splits its weights Megatron style: q, k, v and the first MLP weight by output
+// batch splits its weights Megatron style: the fused qkv and the first MLP weight by output
 // columns (heads), the attention output and the second MLP weight by rows.
 func TestGPTBlockMegatron(t *testing.T) {
 	g := gptStep(t, 1, 1024, 16, 8, 512, 2)
@@ -32,7 +32,7 @@ func TestGPTBlockMegatron(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("ilp %+v", r.ILP)
 	for _, tc := range []struct{ param, spec string }{
-		{"l0.attn.q.w", "RS1"}, {"l0.attn.k.w", "RS1"}, {"l0.attn.v.w", "RS1"},
+		{"l0.attn.qkv.w", "RS1"},
 		{"l0.attn.o.w", "S1R"}, {"l0.mlp.w1.w", "RS1"}, {"l0.mlp.w2.w", "S1R"},
 	} {
 		assert.Equal(t, tc.spec, r.Specs[lookup(t, g, tc.param)].String(), tc.param)

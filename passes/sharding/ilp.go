@@ -41,7 +41,19 @@ type planner struct {
 
 	first, last []int // per value: its live range (memory.go)
 
-	edgeRecs []edgeRec
+	edgeRecs   []edgeRec
+	sharedRecs []sharedRec
+	// shared and perEdge count the values priced once per layout by addShared and those
+	// left per edge for their size (maxSharedCells).
+	shared, perEdge int
+}
+
+// sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,
+// y ≥ the binaries of consumer group m's strategies in column class c.
+type sharedRec struct {
+	y, z  ilp.VarID
+	m, c  int
+	colOf []int
 }
 
 // edgeRec remembers one group pair's edge variables, to write assignments (assignment).
@@ -147,8 +159,9 @@ func (p *planner) buildILP() {
 			p.nodeCost[r][k] += gs.cost()
 		}
 	}
+	shared := p.sharedValues()
 	var todo []pairCost
-	for i, es := range p.pairs() {
+	for i, es := range p.pairs(shared) {
 		if i%8 == 0 && p.ctx != nil && p.ctx.Err() != nil {
 			return
 		}
@@ -177,14 +190,258 @@ func (p *planner) buildILP() {
 	for _, t := range todo {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
-	p.prob.SetObjective(obj, 0)
+	p.shared = len(shared.order)
+	for _, v := range shared.order {
+		if p.ctx != nil && p.ctx.Err() != nil {
+			return
+		}
+		for _, t := range p.addShared(v, shared.edges[v]) {
+			t.Coef *= float64(shared.copies[v])
+			obj = append(obj, t)
+		}
+	}
+	p.prob.SetObjective(coalesce(obj), 0)
+}
+
+// coalesce sums the terms of each variable into one, in order of first appearance.
+func coalesce(terms []ilp.Term) []ilp.Term {
+	at := map[ilp.VarID]int{}
+	var out []ilp.Term
+	for _, t := range terms {
+		if i, ok := at[t.Var]; ok {
+			out[i].Coef += t.Coef
+			continue
+		}
+		at[t.Var] = len(out)
+		out = append(out, t)
+	}
+	return out
+}
+
+// sharedEdges are the edges of the values whose consumers may share a resharding: a value
+// resharded into one layout is resharded once, whatever number of consumers read that
+// layout (codegen keeps every layout it made of a value), so its price is one resharding
+// per distinct layout its consumers want, not one per edge.
+//
+// Values of identical layers (tied groups: the same member of the same representative,
+// read by the same members of the same representatives) choose alike, so they are priced
+// once, their costs times their count (copies).
+type sharedEdges struct {
+	order  []ir.ValueID
+	edges  map[ir.ValueID][]edge // every shared value's, copies included (pairs skips them)
+	copies map[ir.ValueID]int    // per value of order: it and its copies
+}
+
+// sharedValues picks the values priced by addShared: those with two or more edges that do
+// not all join the same pair of distinct representative groups (that case the pair's own
+// cost matrix prices once per layout, see pairCost).
+func (p *planner) sharedValues() sharedEdges {
+	byValue := map[ir.ValueID][]edge{}
+	var order []ir.ValueID
+	for _, e := range p.edges() {
+		if _, ok := byValue[e.from]; !ok {
+			order = append(order, e.from)
+		}
+		byValue[e.from] = append(byValue[e.from], e)
+	}
+	out := sharedEdges{edges: map[ir.ValueID][]edge{}, copies: map[ir.ValueID]int{}}
+	seen := map[string]ir.ValueID{}
+	for _, v := range order {
+		es := byValue[v]
+		if op := p.g.Value(v).Op; len(es) < 2 || op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota {
+			// Inputs and constants are loaded or filled in each layout asked for, not
+			// resharded: each consumer's layout is its own.
+			continue
+		}
+		a := p.rep[p.groupOf[v]]
+		one := true
+		for _, e := range es {
+			m := p.rep[p.groupOf[e.to]]
+			one = one && m != a && m == p.rep[p.groupOf[es[0].to]]
+		}
+		if one {
+			continue
+		}
+		if p.sharedCells(v, es) > maxSharedCells {
+			p.perEdge++
+			continue
+		}
+		out.edges[v] = es
+		var sig strings.Builder
+		fmt.Fprintf(&sig, "%d %d %s", a, p.memberIdx[v], p.g.Value(v).Type)
+		for _, e := range es {
+			fmt.Fprintf(&sig, "|%d %d %d", p.rep[p.groupOf[e.to]], p.memberIdx[e.to], e.slot)
+		}
+		if first, ok := seen[sig.String()]; ok {
+			out.copies[first]++
+			continue
+		}
+		seen[sig.String()] = v
+		out.order = append(out.order, v)
+		out.copies[v] = 1
+	}
+	return out
+}
+
+// maxSharedCells bounds the transport cells addShared may add for one value. A value past
+// it keeps one resharding per edge in the ILP (an upper bound on its price: consumers
+// wanting the same layout pay it twice there), while Result still counts each (value,
+// layout) once, as codegen runs it; ILPStats.PerEdgeValues counts them. The bound keeps
+// the ILP of a transformer layer on a 2-D mesh near its old size (its attention tensors
+// have hundreds of cells per edge), and graphs as small as the brute-force tests' exact.
+const maxSharedCells = 256
+
+// sharedCells is the size of v's transport cells in addShared: producer classes by v's
+// layout times each edge's consumer classes by the layout it wants.
+func (p *planner) sharedCells(v ir.ValueID, es []edge) int {
+	a := p.rep[p.groupOf[v]]
+	_, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	n := 0
+	for _, e := range es {
+		_, cols := p.classes(p.rep[p.groupOf[e.to]], []edge{e}, p.want)
+		n += len(rows) * len(cols)
+	}
+	return n
+}
+
+// addShared prices the reshardings of shared value v, each (value, layout) once.
+//
+// A layout L that some edge wants whatever its consumer does (its consumer group has one
+// class) is paid by the producer's strategies: reshard(O → L) on every strategy laying v
+// out as O. A layout only one edge can want is paid on that edge's cells, as a pair's. For
+// a layout L several edges can want, one continuous y ∈ [0, 1] per producer class (layout
+// O) costs reshard(O → L), with y ≥ the edge's transport variable of the cell (O, L) for
+// every such edge: with one-hot binaries exactly the chosen cells are 1, so y is 1 when
+// the producer lays v out as O and some consumer wants L. y ≥ z keeps the relaxation as
+// tight as the pairs' (y is the max of cells). Where the producer has one class, the cell
+// is the sum of the consumer's binaries wanting L and needs no variable.
+func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
+	a := p.rep[p.groupOf[v]]
+	rowOf, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	type side struct {
+		m           int
+		colOf, cols []int
+		wants       []string // per column class: the layout's key
+		specs       []mesh.Spec
+	}
+	sides := make([]side, len(es))
+	var obj []ilp.Term
+	always := map[string]bool{}
+	count := map[string]int{}
+	for ei, e := range es {
+		sd := &sides[ei]
+		sd.m = p.rep[p.groupOf[e.to]]
+		sd.colOf, sd.cols = p.classes(sd.m, []edge{e}, p.want)
+		for _, km := range sd.cols {
+			w := p.want(e, km)
+			sd.wants, sd.specs = append(sd.wants, w.String()), append(sd.specs, w)
+			count[w.String()]++
+		}
+		if len(sd.cols) == 1 && !always[sd.wants[0]] {
+			always[sd.wants[0]] = true
+			for k, r := range rowOf {
+				if x := p.reshard(v, p.outSpec(v, rows[r]), sd.specs[0]).Time; x != 0 {
+					obj = append(obj, ilp.Term{Var: p.s[a][k], Coef: x})
+				}
+			}
+		}
+	}
+	name := p.g.Value(v).Name
+	ys := map[string]ilp.VarID{} // "row layout" → y
+	yOf := func(r int, key string, cost float64) ilp.VarID {
+		k := strconv.Itoa(r) + " " + key
+		y, ok := ys[k]
+		if !ok {
+			y = p.prob.AddContinuous(fmt.Sprintf("y.%s.%d.%d", name, r, len(ys)), 0, 1)
+			ys[k] = y
+			obj = append(obj, ilp.Term{Var: y, Coef: cost})
+			p.edgeVars++
+		}
+		return y
+	}
+	for ei := range es {
+		sd := &sides[ei]
+		if len(sd.cols) == 1 {
+			continue // paid by the producer
+		}
+		cost := make([][]float64, len(rows))
+		shared := make([][]bool, len(rows))
+		anyShared, zero := false, true
+		for r, ka := range rows {
+			cost[r], shared[r] = make([]float64, len(sd.cols)), make([]bool, len(sd.cols))
+			for c := range sd.cols {
+				if always[sd.wants[c]] {
+					continue
+				}
+				x := p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time
+				if x == 0 {
+					continue
+				}
+				if count[sd.wants[c]] > 1 {
+					shared[r][c], anyShared = true, true
+				} else {
+					cost[r][c], zero = x, false
+				}
+			}
+		}
+		switch {
+		case !anyShared && zero:
+			continue
+		case !anyShared || len(rows) == 1:
+			// No transport variables: a producer with one class or a cost of one side only
+			// folds into the consumer's node cost; shared cells bound y by the consumer's
+			// binaries.
+			if len(rows) > 1 {
+				obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+				continue
+			}
+			for km, c := range sd.colOf {
+				if cost[0][c] != 0 {
+					obj = append(obj, ilp.Term{Var: p.s[sd.m][km], Coef: cost[0][c]})
+				}
+			}
+			for c := range sd.cols {
+				if !shared[0][c] {
+					continue
+				}
+				y := yOf(0, sd.wants[c], p.reshard(v, p.outSpec(v, rows[0]), sd.specs[c]).Time)
+				terms := []ilp.Term{{Var: y, Coef: 1}}
+				for km, cc := range sd.colOf {
+					if cc == c {
+						terms = append(terms, ilp.Term{Var: p.s[sd.m][km], Coef: -1})
+					}
+				}
+				p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d", name, ei, c), terms, ilp.GE, 0)
+				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, m: sd.m, colOf: sd.colOf, c: c, z: -1})
+			}
+		default:
+			obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+			z := p.edgeRecs[len(p.edgeRecs)-1].vars
+			for r, ka := range rows {
+				for c := range sd.cols {
+					if !shared[r][c] {
+						continue
+					}
+					y := yOf(r, sd.wants[c], p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time)
+					p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d.%d", name, ei, r, c),
+						[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
+					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
+				}
+			}
+		}
+	}
+	return obj
 }
 
 // pairs groups the edges by the (producer, consumer) pair of representative groups, in
-// order of the pair; an edge within one representative is folded into its node cost.
-func (p *planner) pairs() [][]edge {
+// order of the pair; an edge within one representative is folded into its node cost. The
+// edges of shared values are left to addShared.
+func (p *planner) pairs(shared sharedEdges) [][]edge {
 	byPair := map[[2]int][]edge{}
 	for _, e := range p.edges() {
+		if _, ok := shared.edges[e.from]; ok {
+			continue // priced by addShared
+		}
 		a, m := p.rep[p.groupOf[e.from]], p.rep[p.groupOf[e.to]]
 		if a == m {
 			p.foldDiagonal(a, e)
@@ -225,8 +482,13 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	for r, ka := range rows {
 		cost[r] = make([]float64, len(cols))
 		for c, km := range cols {
+			seen := map[string]bool{} // a value resharded into one layout once, for every edge reading it
 			for _, e := range es {
-				cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), p.want(e, km)).Time
+				want := p.want(e, km)
+				if k := strconv.Itoa(int(e.from)) + " " + want.String(); !seen[k] {
+					seen[k] = true
+					cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), want).Time
+				}
 			}
 			zero = zero && cost[r][c] == 0
 		}
@@ -354,6 +616,13 @@ func (p *planner) assignment(choice []int) []float64 {
 	}
 	for _, e := range p.edgeRecs {
 		x[e.vars[e.rowOf[choice[e.a]]][e.colOf[choice[e.m]]]] = 1
+	}
+	for _, r := range p.sharedRecs {
+		if r.z >= 0 {
+			x[r.y] = max(x[r.y], x[r.z])
+		} else if r.colOf[choice[r.m]] == r.c {
+			x[r.y] = 1
+		}
 	}
 	return x
 }

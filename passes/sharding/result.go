@@ -21,7 +21,8 @@ const maxRounds = 40
 // fits at every point, not only at the rows added.
 func (p *planner) solve(ctx context.Context) (*Result, error) {
 	budget := float64(p.opts.MemoryBudget)
-	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars}
+	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
+		SharedValues: p.shared, PerEdgeValues: p.perEdge}
 	for gi := range p.groups {
 		if p.rep[gi] == gi {
 			stats.Nodes++
@@ -77,6 +78,9 @@ func (p *planner) result(choice []int, stats ILPStats) *Result {
 	n := len(p.g.Values)
 	r := &Result{Mesh: p.lm, Budget: p.opts.MemoryBudget, ILP: stats,
 		Specs: make([]mesh.Spec, n), Choice: make([]int, n), Strategies: make([]Strategy, n)}
+	// Resharding is once per (value, layout): codegen keeps every layout it makes of a
+	// value for all the consumers that read it (the first consumer is named).
+	seen := map[reshardOnce]bool{}
 	for id := range n {
 		v := ir.ValueID(id)
 		k := int(p.pick(v, choice[p.groupOf[v]]))
@@ -89,17 +93,28 @@ func (p *planner) result(choice []int, stats ILPStats) *Result {
 				Kind: c.Kind, Axes: c.Axes, Dim: c.Dim, ToDim: -1, Reduce: c.Reduce, Bytes: c.Bytes, Time: c.Time, After: s.Out})
 		}
 		for i, a := range p.g.Values[id].Args {
-			r.addReshard(p, a, v, i, r.Specs[a], s.In[i])
+			r.addReshard(p, seen, a, v, i, r.Specs[a], s.In[i])
 		}
 	}
 	for _, u := range p.g.Updates {
-		r.addReshard(p, u.Value, u.Target, -1, r.Specs[u.Value], r.Specs[u.Target])
+		r.addReshard(p, seen, u.Value, u.Target, -1, r.Specs[u.Value], r.Specs[u.Target])
 	}
 	r.Cost.Total = r.Cost.Compute + r.Cost.Communication + r.Cost.Resharding
 	return r
 }
 
-func (r *Result) addReshard(p *planner, from, to ir.ValueID, slot int, have, want mesh.Spec) {
+// reshardOnce names one resharding: a value into a layout.
+type reshardOnce struct {
+	v    ir.ValueID
+	spec string
+}
+
+func (r *Result) addReshard(p *planner, seen map[reshardOnce]bool, from, to ir.ValueID, slot int, have, want mesh.Spec) {
+	k := reshardOnce{from, want.String()}
+	if seen[k] {
+		return
+	}
+	seen[k] = true
 	rs := p.reshard(from, have, want)
 	r.Cost.Resharding += rs.Time
 	for _, st := range rs.Steps {

@@ -129,17 +129,22 @@ type Cost struct {
 
 // ILPStats describes the integer program solved.
 type ILPStats struct {
-	Values     int           `json:"values"`
-	Nodes      int           `json:"nodes"` // groups after merging followers
-	Variables  int           `json:"variables"`
-	EdgeVars   int           `json:"edge_variables"`
-	Rows       int           `json:"rows"`
-	MemoryRows int           `json:"memory_rows"`
-	TiedGroups int           `json:"tied_groups"` // groups sharing another's variables
-	Rounds     int           `json:"rounds"`      // solves (memory rows are added lazily)
-	Status     string        `json:"status"`
-	Objective  float64       `json:"objective"`
-	SolveTime  time.Duration `json:"solve_time_ns"`
+	Values     int `json:"values"`
+	Nodes      int `json:"nodes"` // groups after merging followers
+	Variables  int `json:"variables"`
+	EdgeVars   int `json:"edge_variables"`
+	Rows       int `json:"rows"`
+	MemoryRows int `json:"memory_rows"`
+	TiedGroups int `json:"tied_groups"` // groups sharing another's variables
+	Rounds     int `json:"rounds"`      // solves (memory rows are added lazily)
+	// SharedValues are values whose consumers in several groups the ILP prices once per
+	// layout they want; PerEdgeValues those it prices once per consumer (too large, see
+	// maxSharedCells), so that its objective may exceed Cost.Total by their double counts.
+	SharedValues  int           `json:"shared_values"`
+	PerEdgeValues int           `json:"per_edge_values"`
+	Status        string        `json:"status"`
+	Objective     float64       `json:"objective"`
+	SolveTime     time.Duration `json:"solve_time_ns"`
 }
 
 // Collective is one collective of the plan.
