@@ -74,7 +74,8 @@ func (p *Plan) forwardUsers(name string, users [][]ir.ValueID) []string {
 }
 
 // roleOf says what a value of the step is to a user's program: leaves by their op, and
-// an op's value is an activation when the forward graph computes it with the same op.
+// an op's value is an activation when it is the model's own (ir.RoleForward: no pass made
+// it), backward otherwise (a gradient, an optimizer op).
 func (p *Plan) roleOf(v *ir.Value) export.Role {
 	switch v.Op {
 	case ir.OpParam:
@@ -84,7 +85,7 @@ func (p *Plan) roleOf(v *ir.Value) export.Role {
 	case ir.OpState:
 		return export.State
 	}
-	if id, ok := p.Forward().Lookup(v.Name); ok && p.Forward().Value(id).Op == v.Op {
+	if v.Prov.IsForward() {
 		return export.Activation
 	}
 	return export.Backward

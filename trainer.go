@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/autopar/autopar/ir"
@@ -257,9 +256,10 @@ func (t *Trainer) Step(ctx context.Context, batch Batch) (float64, error) {
 // gradNames returns the names of the params' gradients the step computes.
 func (t *Trainer) gradNames() []string {
 	var out []string
+	gradOf := t.full.ByRole(ir.RoleGrad)
 	for _, p := range t.params {
-		if _, ok := t.full.Lookup("grad." + p); ok {
-			out = append(out, "grad."+p)
+		if id, ok := t.full.Lookup(p); ok && gradOf[id] != ir.NoValue {
+			out = append(out, t.full.Value(gradOf[id]).Name)
 		}
 	}
 	return out
@@ -332,7 +332,10 @@ func (t *Trainer) compare(got, want map[string]*kernels.Tensor, tol float64) err
 			if _, ok := t.masters[id]; ok {
 				return "params" // the low part of a master weight: rounding-sized, at the weight's scale
 			}
-			return "state ." + name[strings.LastIndexByte(name, '.')+1:]
+			if v.Prov.Slot != "" {
+				return "state ." + v.Prov.Slot // every param's Adam m together, its v apart
+			}
+			return "state " + name
 		}
 		return name
 	}

@@ -115,7 +115,7 @@ func TestLowerMissingGradient(t *testing.T) {
 	require.NoError(t, err)
 	p := singleStage(1, 1, 1, dataParallel(0), propagate)(t, step)
 	_, err = codegen.Lower(p)
-	require.ErrorContains(t, err, "param unused has no gradient, expected a value named grad.unused")
+	require.ErrorContains(t, err, "param unused has no gradient, expected a value marked role=grad of=unused")
 }
 
 func TestLowerDeadlockRefused(t *testing.T) {

@@ -15,7 +15,7 @@ type StageID int
 type Plan struct {
 	// Step is the training step of ONE micro-batch: forward, loss, backward and update, as
 	// passes.TrainingStep makes it from passes.Rebatch(fwd, batch/B). Its first output is
-	// the loss; the gradient of param p is the value named "grad.<p>".
+	// the loss; the gradient of param p is the value autodiff marked so (Step.GradOf(p)).
 	Step         *ir.Graph
 	Microbatches int
 	Schedule     program.Schedule

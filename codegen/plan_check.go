@@ -183,11 +183,11 @@ func classify(g *ir.Graph) (*analysis, error) {
 	}
 	n := len(g.Values)
 	an := &analysis{g: g, loss: g.Outputs[0].Value, phase: make([]phase, n), alsoU: make([]bool, n), acc: make([]bool, n)}
+	gradOf := g.ByRole(ir.RoleGrad)
 	for _, p := range g.Leaves(ir.OpParam) {
-		name := "grad." + g.Value(p).Name
-		gid, ok := g.Lookup(name)
+		gid, ok := gradOf[p], gradOf[p] != ir.NoValue
 		if !ok {
-			return nil, ir.Errorf(g.Value(p).Pos, "codegen: param %s has no gradient, expected a value named %s (passes.TrainingStep)", g.Value(p).Name, name)
+			return nil, ir.Errorf(g.Value(p).Pos, "codegen: param %s has no gradient, expected a value marked role=grad of=%s (passes.TrainingStep marks them)", g.Value(p).Name, g.Value(p).Name)
 		}
 		an.grads = append(an.grads, gid)
 		an.acc[gid] = true

@@ -15,6 +15,10 @@
 //	output l
 //	update w <- w.next
 //
+// A value a pass made (a training step printed by --dump) ends with its provenance, as
+// ir.Print writes it: `grad.w = ... role=grad of=w`, `state w.m: f32[784,10] role=state
+// of=w slot=m`. of= may name a later value, so it is resolved with the outputs at the end.
+//
 // Every user mistake — a malformed line, an unknown op or attribute, a wrong arity, a shape
 // mismatch, an undefined, duplicate or later-defined name, a bad type — is an *ir.Error in an
 // ir.ErrorList, printed as file:line:col: message, positioned on the token at fault, with

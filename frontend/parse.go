@@ -206,7 +206,9 @@ type parser struct {
 
 	args     []ir.ValueID // operand buffer, reused (Append copies it)
 	attrPos  []attrAt     // attribute positions of the current line, reused
-	graphPos ir.Pos       // where the graph line was, if any
+	prov     lineProv     // the provenance written on the current line
+	provs    []pendingProv
+	graphPos ir.Pos // where the graph line was, if any
 	outputs  []pendingOutput
 	updates  []pendingUpdate
 
@@ -333,7 +335,7 @@ func (p *parser) opRest(name string) ir.ValueID {
 		p.addError(p.relocate(err, opPos))
 		return ir.NoValue
 	}
-	if !p.checkSize(p.g.Values[id].Type, opPos, op.String()+": result") {
+	if !p.checkSize(p.g.Values[id].Type, opPos, op.String()+": result") || !p.applyProv(id, opPos) {
 		return ir.NoValue
 	}
 	return id
@@ -410,6 +412,9 @@ func (p *parser) declRest(op ir.Op, name string, namePos ir.Pos) ir.ValueID {
 	id, err := p.g.Append(op, name, nil, at.With("type", t), namePos)
 	if err != nil {
 		p.addError(p.relocate(err, namePos))
+		return ir.NoValue
+	}
+	if !p.applyProv(id, namePos) {
 		return ir.NoValue
 	}
 	return id

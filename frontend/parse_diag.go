@@ -164,12 +164,13 @@ func suggest(name string, candidates []string) string {
 
 const maxSuggestLen = 64
 
-// finish resolves outputs and updates, runs ir.Verify on an error-free graph and returns
+// finish resolves outputs, updates and provenance, runs ir.Verify on an error-free graph and returns
 // either the graph or every error, never both.
 func (p *parser) finish() (*ir.Graph, error) {
 	if !p.stopped {
 		p.resolveOutputs()
 		p.resolveUpdates()
+		p.resolveProvs()
 	}
 	if len(p.errs) > 0 {
 		return nil, p.errs.Err()

@@ -38,6 +38,7 @@ type bareWord string
 func (p *parser) attrs(op ir.Op) (ir.Attrs, bool) {
 	def := op.Def()
 	p.attrPos = p.attrPos[:0]
+	p.prov = lineProv{}
 	var at ir.Attrs
 	ok := true
 	for p.peek().kind != tokEOL {
@@ -51,6 +52,12 @@ func (p *parser) attrs(op ir.Op) (ir.Attrs, bool) {
 			return nil, false
 		}
 		p.next() // '=', checked above
+		if isProvAttr(string(nameTok.text)) {
+			if !p.provAttr(nameTok) {
+				return nil, false
+			}
+			continue
+		}
 		v, good := p.parseValue()
 		if !good {
 			return nil, false

@@ -13,6 +13,10 @@
 // new op is its constant and row (table.go), its kernel and, if differentiable, its
 // gradient rule.
 //
+// A Value also carries its provenance (Prov): what a training step's pass made it as — the
+// gradient of a param, an adjoint, optimizer state, an update op — and of which value. The
+// passes set it; everything downstream reads it instead of the value's name.
+//
 // ir knows nothing about devices, meshes or costs beyond FLOPs.
 //
 // Errors and panics: mistakes a user can make (a shape mismatch, a bad attribute, an undefined

@@ -20,6 +20,9 @@ type Value struct {
 	Attrs Attrs
 	Type  Type
 	Pos   Pos
+	// Prov says what the value is to a training step (a gradient, optimizer state, ...) and
+	// which value that is relative to; the zero Prov is a model value. See Role.
+	Prov Prov
 }
 
 // BatchDim is the batch dim of a data input, or -1.

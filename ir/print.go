@@ -16,6 +16,7 @@ import (
 //	output s
 //	update w1 <- w1.next
 //
+// A value a pass made says what it is after its attributes (role=grad of=w1; see Prov).
 // Attributes equal to their default are left out.
 func Print(w io.Writer, g *Graph) error {
 	bw := bufio.NewWriter(w)
@@ -49,6 +50,7 @@ func FormatValue(g *Graph, id ValueID) string {
 	if v.Op.IsLeaf() {
 		b.WriteString(v.Op.String() + " " + v.Name + ": " + v.Type.String())
 		writeAttrs(&b, v.Op.Def(), v.Attrs, "type")
+		writeProv(&b, g, v.Prov)
 		return b.String()
 	}
 	b.WriteString(v.Name + " = " + v.Op.String())
@@ -61,7 +63,26 @@ func FormatValue(g *Graph, id ValueID) string {
 		b.WriteString(g.Values[a].Name)
 	}
 	writeAttrs(&b, v.Op.Def(), v.Attrs, "")
+	writeProv(&b, g, v.Prov)
 	return b.String()
+}
+
+// ProvAttrs are the names the text format writes a value's provenance under, after its
+// attributes: role=grad of=w, role=state of=w slot=m. No op has an attribute of these
+// names; a model value (RoleForward) writes none.
+var ProvAttrs = [...]string{"role", "of", "slot"}
+
+func writeProv(b *strings.Builder, g *Graph, p Prov) {
+	if p.Role == RoleForward {
+		return
+	}
+	b.WriteString(" role=" + p.Role.String())
+	if p.Of >= 0 && int(p.Of) < len(g.Values) {
+		b.WriteString(" of=" + g.Values[p.Of].Name)
+	}
+	if p.Slot != "" {
+		b.WriteString(" slot=" + p.Slot)
+	}
 }
 
 func writeAttrs(b *strings.Builder, def *OpDef, at Attrs, skip string) {

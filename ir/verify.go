@@ -6,6 +6,7 @@ package ir
 //   - names are valid and unique;
 //   - each op's arity and attributes match its table row, and its type is what the shape
 //     rule gives;
+//   - a value's provenance is relative to an earlier value;
 //   - outputs name values; updates pair a param or state with a value of the same type, at
 //     most once per target.
 //
@@ -16,6 +17,8 @@ func Verify(g *Graph) error {
 	for i := range g.Values {
 		v := &g.Values[i]
 		if e := verifyValue(g, ValueID(i), seen); e != nil {
+			errs = append(errs, e)
+		} else if e := verifyProv(g, ValueID(i)); e != nil {
 			errs = append(errs, e)
 		}
 		if _, dup := seen[v.Name]; !dup {

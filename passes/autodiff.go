@@ -9,14 +9,17 @@ import (
 // Grad differentiates the value loss of g with respect to each value of wrt (params, usually)
 // by reverse mode, writing the backward ops into a copy of g through ir.Graph.Append. It
 // returns that copy — g's values unchanged and in place, the backward ops after them — and
-// grads[i], the ID of d loss / d wrt[i] in it, a value named "grad.<name of wrt[i]>".
+// grads[i], the ID of d loss / d wrt[i] in it, a value named "grad.<name of wrt[i]>" and
+// marked ir.RoleGrad of wrt[i]. Every value it appends says what it is in its ir.Prov
+// (adjoint, contribution, running sum, rule temporary, each with the forward value it
+// belongs to); other packages read that, never the names below, which are for people.
 //
 // A non-scalar loss is differentiated as the sum of its elements. The adjoint of a forward
-// value x is named "d.x" (when x feeds several differentiated ops, their contributions are
-// "d.x.1", "d.x.2", ..., summed with add in the order the sweep meets them, which is
-// deterministic); temporaries a rule needs are "d.<value>.<what>". Only values on a path from
-// some wrt to the loss get backward ops: a dead branch gets none, and a wrt the loss does not
-// depend on gets a zero constant.
+// value x (ir.RoleAdjoint) is named "d.x" (when x feeds several differentiated ops, their
+// contributions are "d.x.1", "d.x.2", ..., summed with add in the order the sweep meets
+// them, which is deterministic); temporaries a rule needs are "d.<value>.<what>". Only
+// values on a path from some wrt to the loss get backward ops: a dead branch gets none, and
+// a wrt the loss does not depend on gets a zero constant.
 //
 // Errors, positioned: loss or a wrt that is not a float value of g, a wrt listed twice, and
 // a float the loss depends on that comes from a wrt through an op with no gradient

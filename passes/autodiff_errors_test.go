@@ -133,13 +133,14 @@ output loss
 	require.NoError(t, ir.Verify(out))
 	// a feeds b and c: two contributions, summed into d.a in sweep order (c first).
 	// The gradient of add passes d.c straight through to a and b (no op); exp's
-	// contribution is the first built, d.a.1; no op is built for the dead tanh.
-	want := `d.loss = constant type=f32[] value=1.0
-d.c = broadcast d.loss dims=[] shape=[3]
-d.a.1 = mul d.c, b
-d.a = add d.c, d.a.1
-grad.w = mul d.a, x
-grad.unused = constant type=f32[2] value=0.0
+	// contribution is the first built, d.a.1; no op is built for the dead tanh. Each value
+	// says what it is (role=) and of which value (of=), which is what other packages read.
+	want := `d.loss = constant type=f32[] value=1.0 role=adjoint of=loss
+d.c = broadcast d.loss dims=[] shape=[3] role=adjoint of=c
+d.a.1 = mul d.c, b role=adjoint_part of=a
+d.a = add d.c, d.a.1 role=adjoint of=a
+grad.w = mul d.a, x role=grad of=w
+grad.unused = constant type=f32[2] value=0.0 role=grad of=unused
 `
 	var got strings.Builder
 	for i := len(g.Values); i < len(out.Values); i++ {

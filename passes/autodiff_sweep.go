@@ -16,9 +16,12 @@ type builder struct {
 	g *ir.Graph
 	// pos is the position of the forward value whose rule is running: its backward ops
 	// point back at it.
-	pos    ir.Pos
-	taken  map[string]bool
-	consts map[constKey]ir.ValueID
+	pos ir.Pos
+	// prov is the provenance of what emit appends (the rule's forward value, the param
+	// being updated); shared is that of the constants scalar makes, which any rule reuses.
+	prov, shared ir.Prov
+	taken        map[string]bool
+	consts       map[constKey]ir.ValueID
 }
 
 type constKey struct {
@@ -27,7 +30,8 @@ type constKey struct {
 }
 
 func newBuilder(g *ir.Graph) *builder {
-	return &builder{g: g, taken: map[string]bool{}, consts: map[constKey]ir.ValueID{}}
+	shared := ir.RoleOf(ir.RoleBackward, ir.NoValue)
+	return &builder{g: g, prov: shared, shared: shared, taken: map[string]bool{}, consts: map[constKey]ir.ValueID{}}
 }
 
 // fresh returns base, or base.1, base.2, ... if taken, and reserves it.
@@ -48,14 +52,23 @@ func (b *builder) used(name string) bool {
 	return ok
 }
 
-// emit appends one op under a fresh name based on base. The rules build only well-typed
-// ops, so a failure is a bug in a rule: it panics.
+// emit appends one op under a fresh name based on base, with provenance b.prov. The rules
+// build only well-typed ops, so a failure is a bug in a rule: it panics.
 func (b *builder) emit(base string, op ir.Op, at ir.Attrs, args ...ir.ValueID) ir.ValueID {
 	id, err := b.g.Append(op, b.fresh(base), args, at, b.pos)
 	if err != nil {
 		panic(fmt.Sprintf("passes: gradient rule built an invalid %s: %v", op, err))
 	}
+	b.g.SetProv(id, b.prov)
 	return id
+}
+
+// emitAs is emit with provenance p.
+func (b *builder) emitAs(p ir.Prov, base string, op ir.Op, at ir.Attrs, args ...ir.ValueID) ir.ValueID {
+	keep := b.prov
+	b.prov = p
+	defer func() { b.prov = keep }()
+	return b.emit(base, op, at, args...)
 }
 
 // scalar returns a scalar constant of dtype dt, one per (dtype, value) for the whole graph.
@@ -68,7 +81,7 @@ func (b *builder) scalar(dt ir.DType, v float64) ir.ValueID {
 	s = strings.NewReplacer("-", "n", "+", "").Replace(s)
 	pos := b.pos
 	b.pos = ir.Pos{}
-	id := b.emit("k."+dt.String()+"."+s, ir.OpConstant, ir.Attrs{}.With("value", v).With("type", ir.Type{DType: dt}))
+	id := b.emitAs(b.shared, "k."+dt.String()+"."+s, ir.OpConstant, ir.Attrs{}.With("value", v).With("type", ir.Type{DType: dt}))
 	b.pos = pos
 	b.consts[key] = id
 	return id
@@ -79,9 +92,10 @@ func (b *builder) filled(base string, t ir.Type, v float64) ir.ValueID {
 	return b.emit(base, ir.OpConstant, ir.Attrs{}.With("value", v).With("type", t))
 }
 
-// rename gives a value the sweep built a readable name.
-func (b *builder) rename(id ir.ValueID, base string) {
+// rename gives a value the sweep built a readable name and says what it now is.
+func (b *builder) rename(id ir.ValueID, base string, p ir.Prov) {
 	b.g.Values[id].Name = b.fresh(base)
+	b.g.Values[id].Prov = p
 }
 
 // sweep is one reverse pass over the active values, from the loss down.
@@ -120,6 +134,15 @@ func (s *sweep) adjName(x ir.ValueID) string {
 	return "d." + s.b.g.Values[x].Name
 }
 
+// adjRole is the provenance of x's finished adjoint: the gradient of a requested value, the
+// adjoint of any other.
+func (s *sweep) adjRole(x ir.ValueID) ir.Prov {
+	if s.wrt[x] {
+		return ir.RoleOf(ir.RoleGrad, x)
+	}
+	return ir.RoleOf(ir.RoleAdjoint, x)
+}
+
 // run sweeps from the loss down and returns the gradient of each wrt, in order.
 func (s *sweep) run(loss ir.ValueID, wrt []ir.ValueID) []ir.ValueID {
 	g := s.b.g
@@ -130,6 +153,7 @@ func (s *sweep) run(loss ir.ValueID, wrt []ir.ValueID) []ir.ValueID {
 		var dy ir.ValueID
 		if i == loss {
 			s.b.pos = g.Values[i].Pos
+			s.b.prov = s.adjRole(i)
 			dy = s.b.filled(s.adjName(i), g.Values[i].Type, 1)
 		} else {
 			dy = s.finish(i)
@@ -142,6 +166,7 @@ func (s *sweep) run(loss ir.ValueID, wrt []ir.ValueID) []ir.ValueID {
 		grads[k] = s.adj[w]
 		if grads[k] == ir.NoValue {
 			s.b.pos = g.Values[w].Pos
+			s.b.prov = s.adjRole(w)
 			grads[k] = s.b.filled(s.adjName(w), g.Values[w].Type, 0)
 		}
 	}
@@ -163,6 +188,7 @@ func (s *sweep) backward(id, dy ir.ValueID) {
 	}
 	mark := ir.ValueID(len(g.Values))
 	s.b.pos = v.Pos
+	s.b.prov = ir.RoleOf(ir.RoleBackward, id)
 	c := &gctx{b: s.b, y: id, v: v, dy: dy, need: need}
 	out := gradRules[v.Op].fn(c)
 	for j, a := range v.Args {
@@ -182,10 +208,10 @@ func (s *sweep) contribute(x, cv, mark ir.ValueID) {
 	if _, done := s.owner[cv]; cv >= mark && !done {
 		s.owner[cv] = x
 		if s.an.uses[x] == 1 {
-			s.b.rename(cv, s.adjName(x))
+			s.b.rename(cv, s.adjName(x), s.adjRole(x))
 		} else {
 			s.named[x]++
-			s.b.rename(cv, fmt.Sprintf("d.%s.%d", s.b.g.Values[x].Name, s.named[x]))
+			s.b.rename(cv, fmt.Sprintf("d.%s.%d", s.b.g.Values[x].Name, s.named[x]), ir.RoleOf(ir.RoleAdjointPart, x))
 		}
 	}
 	s.contribs[x] = append(s.contribs[x], cv)
@@ -208,17 +234,17 @@ func (s *sweep) finish(x ir.ValueID) ir.ValueID {
 		// A gradient that passes straight through (grad of add) still gets its own name:
 		// an identity cast.
 		dt := s.b.g.Values[x].Type.DType
-		return s.b.emit(s.adjName(x), ir.OpCast, ir.Attrs{}.With("to", dt), cs[0])
+		return s.b.emitAs(s.adjRole(x), s.adjName(x), ir.OpCast, ir.Attrs{}.With("to", dt), cs[0])
 	case len(cs) == 1:
 		return cs[0]
 	}
 	acc := cs[0]
 	for k, c := range cs[1:] {
-		name := s.adjName(x)
+		name, p := s.adjName(x), s.adjRole(x)
 		if k < len(cs)-2 {
-			name = fmt.Sprintf("d.%s.sum%d", s.b.g.Values[x].Name, k+2)
+			name, p = fmt.Sprintf("d.%s.sum%d", s.b.g.Values[x].Name, k+2), ir.RoleOf(ir.RoleAdjointSum, x)
 		}
-		acc = s.b.emit(name, ir.OpAdd, nil, acc, c)
+		acc = s.b.emitAs(p, name, ir.OpAdd, nil, acc, c)
 	}
 	return acc
 }

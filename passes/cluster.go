@@ -3,7 +3,6 @@ package passes
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -207,8 +206,8 @@ func (c *crossing) add(id ir.ValueID, i int) float64 {
 }
 
 // followForward gives every value outside the forward ops a layer. A param, input or
-// constant goes with its first forward user. A backward or update op named after a forward
-// value or param goes with it (see namedLayer); any other goes with the earliest
+// constant goes with its first forward user. A backward or update op derived from a forward
+// value or param goes with it (see derivedLayer); any other goes with the earliest
 // layer among its operands, where a forward activation counts at the layer of its first
 // consumer (the backward op that reads it differentiates one of its consumers, not its
 // producer). What is still unplaced (state, constants made for the backward) goes with its
@@ -241,7 +240,7 @@ func followForward(g *ir.Graph, of []int) {
 		if of[i] >= 0 {
 			continue
 		}
-		if l := namedLayer(g, g.Values[i].Name, of, consumer); l >= 0 {
+		if l := derivedLayer(g, ir.ValueID(i), of, consumer); l >= 0 {
 			of[i] = l
 			continue
 		}
@@ -271,7 +270,7 @@ func followForward(g *ir.Graph, of []int) {
 // it have run theirs; a backward value that travels from a stage to a later one makes that
 // stage's task wait for the earlier stage's, which waits for the later one's: 1F1B and
 // GPipe both deadlock. followForward's rules can do that: the parts of a fanned-out adjoint
-// ("d.x.1", "d.x.2") go with x's consumers while their sum goes with x, so the sum sat one
+// (ir.RoleAdjointPart) go with x's consumers while their sum goes with x, so the sum sat one
 // layer before the adjoint it makes (gpt-tiny's layer norms on 8 stages). The update runs
 // once per stage, after every backward, and the same rule keeps its cross-stage reads
 // pointing one way, so stages' updates cannot wait on each other either. Forward values
@@ -297,49 +296,26 @@ func orderBackward(g *ir.Graph, of []int) {
 	}
 }
 
-// namedLayer places a backward or update op by the name autodiff and the optimizer give it.
-// "d.<x>" and its fan-out parts "d.<x>.<n>" are the adjoint of x, which the gradient rule of
-// x's consumer computes, so they go with that consumer's layer. Any other name — an op
-// inside a gradient rule ("d.<y>.m1"), "grad.<p>", an optimizer op ("<p>.m.next") — goes
-// with the longest dotted prefix that names a placed value. This keeps a layer's backward
-// with its forward even where a rule reads a value every layer shares (a causal mask, a
+// derivedLayer places a backward or update op by what autodiff and the optimizer recorded
+// it is (ir.Prov), never by its name. The adjoint of x, and each contribution to it when x
+// feeds several ops, is computed by the gradient rule of x's consumer, so it goes with that
+// consumer's layer. Anything else derived from a value — a running sum of x's
+// contributions, a temporary inside x's gradient rule, a param's gradient, its optimizer
+// state and update ops — goes with that value's layer. This keeps a layer's backward with
+// its forward even where a rule reads a value every layer shares (a causal mask, a
 // constant), which the earliest-operand rule would drag to the first layer. It returns -1
-// when no prefix names a placed value.
-func namedLayer(g *ir.Graph, name string, of, consumer []int) int {
-	if rest, ok := strings.CutPrefix(name, "d."); ok {
-		x := rest
-		if i := strings.LastIndexByte(rest, '.'); i >= 0 && isDigits(rest[i+1:]) {
-			if _, whole := g.Lookup(rest); !whole {
-				x = rest[:i]
-			}
-		}
-		if id, ok := g.Lookup(x); ok && consumer[id] >= 0 {
-			return consumer[id]
-		}
+// for a model value and for one shared by every param or rule (Adam's clock, autodiff's
+// scalar constants).
+func derivedLayer(g *ir.Graph, id ir.ValueID, of, consumer []int) int {
+	p := g.Values[id].Prov
+	x, ok := p.OfValue()
+	if !ok {
+		return -1
 	}
-	rest, _ := strings.CutPrefix(name, "d.")
-	if r, ok := strings.CutPrefix(name, "grad."); ok {
-		rest = r
+	if (p.Role == ir.RoleAdjoint || p.Role == ir.RoleAdjointPart) && consumer[x] >= 0 {
+		return consumer[x]
 	}
-	for {
-		if id, ok := g.Lookup(rest); ok && rest != name && of[id] >= 0 {
-			return of[id]
-		}
-		i := strings.LastIndexByte(rest, '.')
-		if i < 0 {
-			return -1
-		}
-		rest = rest[:i]
-	}
-}
-
-func isDigits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
+	return of[x]
 }
 
 func lastUser(users []ir.ValueID, of []int) int {

@@ -34,5 +34,11 @@
 // A gradient rule that builds an ill-typed op is a bug in this package and panics with a
 // "passes:" message.
 //
-// passes must not call lp_solve directly, know about devices, or run kernels.
+// Provenance: autodiff and the optimizer record in each value's ir.Prov what it is (the
+// gradient, adjoint or rule temporary of a value; the state or update of a param), and
+// every pass that copies a graph keeps it. Names like grad.w or w.m.next are for people:
+// no package reads them to learn what a value is.
+//
+// passes must not call lp_solve directly, know about devices, parse value names for their
+// meaning, or run kernels.
 package passes

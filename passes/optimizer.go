@@ -3,7 +3,6 @@ package passes
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -84,7 +83,9 @@ func orDefault(v, d float64) float64 {
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
 // Adam; "<p>.rem", an f32 master weight's remainder, for a half param under mixed
-// precision — and an ir.Update for every param and state it adds. The loss stays the first
+// precision — and an ir.Update for every param and state it adds. State is marked
+// ir.RoleState of its param (Slot "m", "v", "rem"; "t" for the counter), every update op
+// ir.RoleUpdate of its param (of none for Adam's clock). The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
 // state, and rounded back to the param's dtype. opt.Precision first converts g
 // (ConvertPrecision) and, for mixed precision, keeps an f32 master of every half param.
@@ -134,11 +135,14 @@ func stepInputs(g *ir.Graph) (ir.ValueID, []ir.ValueID, error) {
 func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
 	prec, _ := ParsePrecision(opt.Precision) // withDefaults checked it
 	u := &updater{b: newBuilder(g), opt: opt, master: prec.Master, casts: map[[2]ir.ValueID]ir.ValueID{}}
+	u.b.shared = ir.RoleOf(ir.RoleUpdate, ir.NoValue)
+	u.b.prov = u.b.shared
 	if opt.Kind == "adam" {
 		u.adamClock(params)
 	}
 	for k, p := range params {
 		u.b.pos = g.Values[p].Pos
+		u.b.prov = ir.RoleOf(ir.RoleUpdate, p)
 		var next ir.ValueID
 		if opt.Kind == "adam" {
 			next = u.adam(p, grads[k])
@@ -177,6 +181,7 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 	if err != nil {
 		panic("passes: declaring optimizer state: " + err.Error())
 	}
+	g.SetProv(id, ir.Prov{Role: ir.RoleState, Of: p, Slot: suffix})
 	return id
 }
 
@@ -199,7 +204,7 @@ func (u *updater) work(p, grad ir.ValueID) (ir.DType, ir.ValueID, ir.ValueID) {
 	to := ir.Attrs{}.With("to", ir.F32)
 	pw := u.b.emit(u.name(p, "f32"), ir.OpCast, to, p)
 	if u.master {
-		pw = u.op(p, "master", ir.OpAdd, pw, u.state(p, "rem", ir.F32))
+		pw = u.op(p, "master", ir.OpAdd, pw, u.state(p, MasterSlot, ir.F32))
 	}
 	return ir.F32, pw, u.unscale(p, u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad), ir.F32)
 }
@@ -268,6 +273,7 @@ func (u *updater) adamClock(params []ir.ValueID) {
 	if err != nil {
 		panic("passes: declaring adam.t: " + err.Error())
 	}
+	g.SetProv(t, ir.Prov{Role: ir.RoleState, Of: ir.NoValue, Slot: "t"})
 	next := u.b.emit("adam.t.next", ir.OpAdd, nil, t, u.b.scalar(dt, 1))
 	g.AddUpdate(t, next, ir.Pos{})
 	corr := func(name string, beta float64) ir.ValueID {
@@ -287,7 +293,7 @@ func (u *updater) inDType(v ir.ValueID, dt ir.DType) ir.ValueID {
 	if c, ok := u.casts[key]; ok {
 		return c
 	}
-	c := u.b.emit(g.Values[v].Name+"."+dt.String(), ir.OpCast, ir.Attrs{}.With("to", dt), v)
+	c := u.b.emitAs(u.b.shared, g.Values[v].Name+"."+dt.String(), ir.OpCast, ir.Attrs{}.With("to", dt), v)
 	u.casts[key] = c
 	return c
 }
@@ -349,7 +355,7 @@ func runOptimizer(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
 	for k, p := range params {
 		gr := g.Outputs[n+k].Value
 		gv, pv := g.Value(gr), g.Value(p)
-		if !strings.HasPrefix(gv.Name, "grad."+pv.Name) || !gv.Type.Equal(pv.Type) {
+		if gv.Prov != ir.RoleOf(ir.RoleGrad, p) || !gv.Type.Equal(pv.Type) {
 			return nil, fmt.Errorf("output %d is %s, not the gradient of param %s: run autodiff first", n+k, gv.Name, pv.Name)
 		}
 		grads[k] = gr

@@ -242,3 +242,42 @@ func TestTrainingStepEveryZooModel(t *testing.T) {
 		})
 	}
 }
+
+// Every value TrainingStep adds says what it is, and of a value of the right kind: the
+// gradient and state of a param, the adjoint of a forward value, the updates of the params
+// and their state marked as updates.
+func TestTrainingStepMarksProvenance(t *testing.T) {
+	for _, name := range []string{"mlp-tiny", "gpt-tiny"} {
+		for _, opt := range []Optimizer{{Kind: "sgd", LR: 0.1, Momentum: 0.9}, {Kind: "adam", LR: 0.01}} {
+			fwd := model(t, name)
+			step, err := TrainingStep(fwd, opt)
+			require.NoError(t, err)
+			n := len(fwd.Values)
+			for i := range step.Values {
+				v := &step.Values[i]
+				if i < n {
+					require.Equal(t, ir.Prov{}, v.Prov, "%s is the model's", v.Name)
+					continue
+				}
+				require.NotEqual(t, ir.RoleForward, v.Prov.Role, "%s was made by a pass", v.Name)
+				of, ok := v.Prov.OfValue()
+				switch v.Prov.Role {
+				case ir.RoleGrad:
+					require.True(t, ok && step.Value(of).Op == ir.OpParam, "%s", v.Name)
+				case ir.RoleAdjoint, ir.RoleAdjointPart, ir.RoleAdjointSum:
+					require.True(t, ok && int(of) < n, "%s is the adjoint of a model value", v.Name)
+				case ir.RoleState:
+					require.True(t, v.Op == ir.OpState && v.Prov.Slot != "", "%s", v.Name)
+					require.True(t, !ok || step.Value(of).Op == ir.OpParam, "%s", v.Name)
+				}
+			}
+			grads := step.ByRole(ir.RoleGrad)
+			for _, p := range step.Leaves(ir.OpParam) {
+				require.NotEqual(t, ir.NoValue, grads[p], "%s has a gradient", step.Value(p).Name)
+			}
+			for _, u := range step.Updates {
+				require.Equal(t, ir.RoleUpdate, step.Value(u.Value).Prov.Role, "%s", step.Value(u.Value).Name)
+			}
+		}
+	}
+}

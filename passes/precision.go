@@ -185,19 +185,18 @@ func runPrecision(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
 	return convertFor(g, cfg.Optimizer)
 }
 
+// MasterSlot is the ir.Prov Slot of a master weight's remainder state (see updater.work).
+const MasterSlot = "rem"
+
 // MasterRemainders maps each master-weight remainder state of training step g (see
-// updater.work: the state r in <p>.master = f32(p) + r) to its param. A remainder is part
-// of its param's weight, not optimizer state of its own: compare it at the param's scale.
+// updater.work: the state r in <p>.master = f32(p) + r, marked ir.RoleState of p with Slot
+// MasterSlot) to its param. A remainder is part of its param's weight, not optimizer state
+// of its own: compare it at the param's scale.
 func MasterRemainders(g *ir.Graph) map[ir.ValueID]ir.ValueID {
 	out := map[ir.ValueID]ir.ValueID{}
-	for i := range g.Values {
-		v := &g.Values[i]
-		if v.Op != ir.OpAdd || len(v.Args) != 2 || g.Value(v.Args[1]).Op != ir.OpState {
-			continue
-		}
-		c := g.Value(v.Args[0])
-		if c.Op == ir.OpCast && c.Type.DType == ir.F32 && g.Value(c.Args[0]).Op == ir.OpParam {
-			out[v.Args[1]] = c.Args[0]
+	for _, s := range g.Leaves(ir.OpState) {
+		if p := g.Value(s).Prov; p.Role == ir.RoleState && p.Slot == MasterSlot && p.Of != ir.NoValue {
+			out[s] = p.Of
 		}
 	}
 	return out

@@ -75,6 +75,7 @@ func Rebatch(g *ir.Graph, batch int) (*ir.Graph, error) {
 		if err := checkRebatched(v, out.Value(id), at[i], old, batch); err != nil {
 			return nil, err
 		}
+		out.SetProv(id, v.Prov) // same IDs: Of still names the same value
 	}
 	for _, o := range g.Outputs {
 		out.AddOutput(o.Value, o.Pos)

@@ -60,8 +60,27 @@ func Subgraph(g *ir.Graph, name string, ids []ir.ValueID) (*ir.Graph, error) {
 		}
 		local[id] = nid
 	}
+	keepProv(g, sub, local)
 	markLive(g, sub, in, local)
 	return sub, nil
+}
+
+// keepProv gives each value of sub its provenance in g, with Of mapped to sub's IDs (a
+// param comes in at its first use, which may follow its gradient); Of becomes NoValue where
+// the value it names stayed outside sub (the forward value of a gradient computed in
+// another stage). A data input standing for a value of another stage keeps that value's
+// provenance: it is the same tensor.
+func keepProv(g, sub *ir.Graph, local map[ir.ValueID]ir.ValueID) {
+	for old, id := range local {
+		p := g.Values[old].Prov
+		if of, ok := p.OfValue(); ok {
+			p.Of = ir.NoValue
+			if l, in := local[of]; in {
+				p.Of = l
+			}
+		}
+		sub.SetProv(id, p)
+	}
 }
 
 // markLive makes outputs of the values of sub that the rest of g needs, and keeps g's

@@ -106,7 +106,7 @@ const (
 
 // phases classifies every value of step the way codegen's analysis does (its is
 // unexported): forward = ancestors of the loss, backward = the other ancestors of the
-// loss and the gradients (passes.TrainingStep names them grad.PARAM), update = the rest.
+// loss and the gradients (ir.RoleGrad, as passes.TrainingStep marks them), update = the rest.
 func phases(step *ir.Graph) []phase {
 	out := make([]phase, len(step.Values))
 	if len(step.Outputs) == 0 {
@@ -114,9 +114,10 @@ func phases(step *ir.Graph) []phase {
 	}
 	roots := []ir.ValueID{step.Outputs[0].Value}
 	fwd := ancestors(step, roots)
+	gradOf := step.ByRole(ir.RoleGrad)
 	for i := range step.Values {
 		if v := &step.Values[i]; v.Op == ir.OpParam {
-			if g, ok := step.Lookup("grad." + v.Name); ok {
+			if g := gradOf[i]; g != ir.NoValue {
 				roots = append(roots, g)
 			}
 		}
