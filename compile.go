@@ -80,20 +80,32 @@ func ConstraintsOf(p *Plan) dp.Constraints {
 }
 
 // Compile plans the training of forward graph g (whose first output is a scalar loss that
-// is a mean over the batch) on cluster c. It returns a *dp.MemoryError-wrapping error when
-// no plan fits in device memory (naming the memory that would fit), and errors naming the
-// option at fault for a batch the micro-batch count does not divide, a manual plan that
-// does not match the cluster, or contradictory constraints.
+// is a mean over the batch) on cluster c: it runs Phases up to the search, once per
+// micro-batch count, and returns the plan with the shortest step time (Plan.Programs is
+// the lower phase). It returns a *dp.MemoryError-wrapping error when no plan fits in device
+// memory (naming the memory that would fit), and errors naming the option at fault for a
+// batch the micro-batch count does not divide, a manual plan that does not match the
+// cluster, or contradictory constraints.
 func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, error) {
-	if err := c.Validate(); err != nil {
+	s, err := Run(ctx, g, c, opts, &PhaseConfig{UpTo: "search", Check: checkEveryPhase})
+	if err != nil {
 		return nil, err
 	}
+	return s.Plan, nil
+}
+
+// prepare checks Compile's inputs and returns the compilation the phases start from, with
+// the micro-batch counts to try.
+func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Compilation, []int, error) {
+	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
 	if len(g.Updates) > 0 {
-		return nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
+		return nil, nil, fmt.Errorf("compile: graph %s already holds a training step; compile takes the forward graph", g.Name)
 	}
 	if p := opts.From; p != nil {
 		if err := p.CheckFor(g, c); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
@@ -101,63 +113,39 @@ func Compile(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	opts = opts.withDefaults()
 	if opts.Precision != "" {
 		if opts.Optimizer.Precision != "" && opts.Optimizer.Precision != opts.Precision {
-			return nil, fmt.Errorf("compile: precision %q and the optimizer's precision %q differ: give one", opts.Precision, opts.Optimizer.Precision)
+			return nil, nil, fmt.Errorf("compile: precision %q and the optimizer's precision %q differ: give one", opts.Precision, opts.Optimizer.Precision)
 		}
 		opts.Optimizer.Precision = opts.Precision
 	}
 	if _, err := passes.ParsePrecision(opts.Optimizer.Precision); err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	if err := checkRemat(opts.Remat); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	batch, err := passes.BatchSize(g)
 	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	counts, err := microbatchCounts(batch, opts.Microbatches)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if id, ok := passes.BatchCoupled(g); ok {
 		// Micro-batches would change what the model computes: a plan must equal the step.
 		if opts.Microbatches > 1 {
 			v := g.Value(id)
-			return nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
+			return nil, nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
 				opts.Microbatches, v.Name, v.Op)
 		}
 		counts = []int{1}
 	}
-	var best *Plan
-	var why error // when no count gives a plan: the memory error that needs least, or the first
-	for _, b := range counts {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		p, err := compileWith(ctx, g, c, opts, sched, batch, b)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			why = worse(why, err)
-			continue
-		}
-		if best == nil || p.Predicted.StepTime < best.Predicted.StepTime {
-			best = p
-		}
-	}
-	if best == nil {
-		var me *dp.MemoryError
-		if opts.Remat == RematNone && errors.As(why, &me) {
-			return nil, fmt.Errorf("%w (with --remat none; recomputing activations, --remat auto or full, may need less)", why)
-		}
-		return nil, why
-	}
-	return best, nil
+	s := &Compilation{Model: g, Cluster: c, Options: opts, Schedule: sched, Batch: batch, ctx: ctx}
+	return s, counts, nil
 }
 
 // worse picks the error to report of two: a memory error, which names the memory that
@@ -213,32 +201,13 @@ func microbatchCounts(batch, asked int) ([]int, error) {
 	return out, nil
 }
 
-// compileWith plans with b micro-batches.
-func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, sched program.Schedule, batch, b int) (*Plan, error) {
-	mb, err := passes.Rebatch(g, batch/b)
-	if err != nil {
-		return nil, err
-	}
-	step, err := passes.TrainingStep(mb, opts.Optimizer)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	layers := opts.Layers
-	if layers == 0 {
-		// More layers than devices buys no more stages, and every layer range is priced on
-		// every submesh: the search grows with L².
-		layers = min(8, c.Devices())
-	}
-	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// compileWith is the search phase: it plans s's training step of b micro-batches, clustered
+// into layers, with the DP over stages and submeshes priced by the sharding ILPs, sets
+// s.Search to the DP's result and returns the plan.
+func compileWith(s *Compilation) (*Plan, error) {
+	ctx, g, step, lay, c, opts, sched := s.ctx, s.Model, s.Step, s.Layering, s.Cluster, s.Options, s.Schedule
+	batch, b := s.Batch, s.Microbatches
+	var err error
 	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
 	if opts.MemoryPerDevice > 0 {
 		dc.MemoryPerDevice = float64(opts.MemoryPerDevice)
@@ -282,6 +251,7 @@ func compileWith(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options
 		}
 		return nil, err
 	}
+	s.Search = res
 	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"math"
 	"testing"
 
@@ -22,7 +23,13 @@ import (
 	"github.com/autopar/autopar/runtime/kernels"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// Every Compile of this package's tests runs each phase's verifier after it; benchmarks
+	// time the compiler as a user runs it.
+	checkEveryPhase = flag.Lookup("test.bench").Value.String() == ""
+	goleak.VerifyTestMain(m)
+}
 
 func model(t testing.TB, name string) *ir.Graph {
 	t.Helper()

@@ -7,13 +7,29 @@
 //	progs, err := plan.Programs()                   // one per device
 //	plan.WriteJSON(w)                               // plan.json, byte-identical for the same input
 //
-// Compile runs the whole pipeline of DESIGN.md: the graph of one micro-batch
-// (passes.Rebatch), its training step (passes.TrainingStep), Alpa's layer clustering
-// (passes.ClusterLayers), and the stage–submesh dynamic program (dp.Solve) whose stage costs
-// come from the intra-operator sharding ILP (passes/sharding) of each candidate stage on each
-// candidate logical mesh. The result is a Plan: stages, submeshes, logical meshes, the
-// sharding of every value, and what it predicts (step time split into compute,
-// communication and pipeline bubble, memory per device, throughput).
+// The compiler is one ordered table, Phases (phases.go), as in the Go compiler's SSA
+// backend; every row has a name, the phases it requires (checked at init), a dump and a
+// verifier:
+//
+//	verify     the forward graph's invariants (ir.Verify)                  once
+//	rebatch    the graph of one micro-batch (passes.Rebatch)               per micro-batch count
+//	precision  its forward in the compute dtype (passes.ApplyPrecision)    per count
+//	autodiff   the backward ops (passes.Autodiff)                          per count
+//	optimizer  the update of every param: the training step                per count
+//	cluster    Alpa's layer clustering (passes.ClusterLayers)              per count
+//	search     the stage–submesh DP (dp.Solve) priced by the sharding      per count
+//	           ILPs of each candidate stage (oracle.go, passes/sharding):
+//	           the plan
+//	lower      one program per device (codegen.Lower)                      the fastest plan
+//
+// The phases act on one Compilation (the graph, the micro-batch graph, the step, the
+// layering, the search result, the plan, the programs): each reads what the rows before it
+// set and sets its own field. Compile runs the table up to search and returns the plan with
+// the shortest step time: stages, submeshes, logical meshes, the sharding of every value,
+// and what it predicts (step time split into compute, communication and pipeline bubble,
+// memory per device, throughput). Plan.Programs is the lower phase; Run runs every row
+// with a hook after each (what `autopar compile --dump`, `--time` and `--check` use). A
+// new phase is a new row.
 //
 // The package holds orchestration only; every decision is made by the package that owns
 // it, and this one must not duplicate their logic.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/autopar/autopar"
 	"github.com/autopar/autopar/frontend"
@@ -183,4 +184,31 @@ func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// Run runs the compiler's phase table with a hook after each phase: here up to the
+// layering, for 2 micro-batches, verifying after every phase, as `autopar compile --dump
+// cluster --check` does.
+func ExampleRun() {
+	c, err := mesh.ParseCluster("cpu:2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := &autopar.PhaseConfig{UpTo: "cluster", Check: true,
+		After: func(p *autopar.Phase, s *autopar.Compilation, _ time.Duration) error {
+			fmt.Printf("%-9s B=%d\n", p.Name, s.Microbatches)
+			return nil
+		}}
+	s, err := autopar.Run(context.Background(), buildMLP(), c, autopar.Options{Microbatches: 2}, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.MicroBatch.Value(s.MicroBatch.Leaves(ir.OpInput)[0]).Type, "per micro-batch;", s.Layering.L, "layers")
+	// Output:
+	// verify    B=0
+	// rebatch   B=2
+	// autodiff  B=2
+	// optimizer B=2
+	// cluster   B=2
+	// f32[8,8] per micro-batch; 2 layers
 }

@@ -1,11 +1,13 @@
-// Package passes holds autopar's graph-to-graph passes and the one ordered table that runs
-// them (see Table): verify, precision (the forward in the compute dtype of --precision),
-// autodiff (reverse-mode differentiation written into the same IR) and optimizer (the
-// parameter update of SGD or Adam, with f32 master weights under mixed precision), with simplify and layer clustering
-// to follow. `autopar compile --dump PASS` prints the graph after any row of the table.
-// It also holds the graph analyses the planner calls directly: Alpa's layer clustering
-// (ClusterLayers) and the graph of one micro-batch (Rebatch). The intra-operator sharding
-// pass is the subpackage passes/sharding.
+// Package passes holds autopar's graph-to-graph phases: the functions the rows rebatch
+// (Rebatch: the graph of one micro-batch), precision (ApplyPrecision: the forward in the
+// compute dtype of --precision), autodiff (Autodiff: reverse-mode
+// differentiation written into the same IR), optimizer (ApplyOptimizer: the parameter
+// update of SGD or Adam, with f32 master weights under mixed precision) and cluster (ClusterLayers: Alpa's layer clustering) of the
+// compiler's phase table call. The table itself is autopar.Phases in the root package,
+// because its last rows (search, lower) need the oracle and codegen, which passes must not
+// import; `autopar compile --dump PHASE` prints what any row produced. TrainingStep is
+// Autodiff then ApplyOptimizer, for callers that want the step in one call. The
+// intra-operator sharding pass is the subpackage passes/sharding.
 //
 // Autodiff writes the backward ops as ordinary ir ops, so that the intra-operator sharding
 // pass later sees forward, backward and optimizer update as one graph and shards them

@@ -94,7 +94,7 @@ func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	if g, err = convertFor(g, opt); err != nil {
+	if g, err = ApplyPrecision(g, opt); err != nil {
 		return nil, err
 	}
 	loss, params, err := stepInputs(g)
@@ -320,15 +320,17 @@ func (u *updater) adam(p, grad ir.ValueID) ir.ValueID {
 	return u.finish(p, pw, step, dt)
 }
 
-// runAutodiff is the "autodiff" pass: the gradient of the loss (first output) with
+// Autodiff is the "autodiff" phase: the gradient of the loss (first output) with
 // respect to every param, returned as extra outputs after the graph's own, in param order,
-// so that --dump autodiff shows them and the runtime's check can compare them.
-func runAutodiff(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
+// so that --dump autodiff shows them and the runtime's check can compare them. lossScale
+// (Optimizer.LossScale; 0 or 1: none) multiplies the loss the backward starts from. g is
+// not modified. Autodiff then ApplyOptimizer is TrainingStep.
+func Autodiff(g *ir.Graph, lossScale float64) (*ir.Graph, error) {
 	loss, params, err := stepInputs(g)
 	if err != nil {
 		return nil, err
 	}
-	g, seed := scaleLoss(g, loss, cfg.Optimizer.LossScale)
+	g, seed := scaleLoss(g, loss, lossScale)
 	out, grads, err := Grad(g, seed, params)
 	if err != nil {
 		return nil, err
@@ -339,10 +341,10 @@ func runAutodiff(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
 	return out, nil
 }
 
-// runOptimizer is the "optimizer" pass: it takes the gradient outputs the autodiff pass
-// appended back off the outputs and appends cfg.Optimizer's update of every param.
-func runOptimizer(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
-	opt, err := cfg.Optimizer.withDefaults()
+// ApplyOptimizer is the "optimizer" phase: it takes the gradient outputs Autodiff
+// appended back off the outputs and appends opt's update of every param. g is not modified.
+func ApplyOptimizer(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
+	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -170,19 +170,15 @@ func convertAttrs(v *ir.Value, dt ir.DType) ir.Attrs {
 	return at
 }
 
-// convertFor converts forward graph g to opt's precision; g itself when it names none.
-func convertFor(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
+// ApplyPrecision is the "precision" phase: forward graph g converted to the compute dtype
+// of opt's precision (ConvertPrecision); g itself when the precision keeps the model's
+// dtypes. g is not modified.
+func ApplyPrecision(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	p, err := ParsePrecision(opt.Precision)
 	if err != nil || p.Compute == ir.Invalid {
 		return g, err
 	}
 	return ConvertPrecision(g, p.Compute)
-}
-
-// runPrecision is the "precision" pass: the forward graph in the dtype cfg.Optimizer's
-// precision computes in; the graph as it is when the precision keeps the model's dtypes.
-func runPrecision(g *ir.Graph, cfg *Config) (*ir.Graph, error) {
-	return convertFor(g, cfg.Optimizer)
 }
 
 // MasterSlot is the ir.Prov Slot of a master weight's remainder state (see updater.work).

@@ -11,6 +11,17 @@ import (
 	"github.com/autopar/autopar/program"
 )
 
+// Check runs on a plan that holds its graphs (AttachGraphs) the checks ReadPlan runs on a
+// plan.json it reads: the meaning of every field, every layout fits its value, and codegen
+// accepts the stage assignment and every strategy. The compiler's search phase is verified
+// with it.
+func (p *Plan) Check() error {
+	if err := p.checkMeaning(); err != nil {
+		return err
+	}
+	return p.checkStep()
+}
+
 // checkMeaning checks what plan.json says beyond its syntax, before the model is rebuilt:
 // a known schedule and optimizer, stages that tile the layers in order on disjoint devices
 // of the cluster, in-flight counts the schedule implies, and numbers that are finite and

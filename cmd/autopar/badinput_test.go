@@ -124,7 +124,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --schedule ''`, 1, `--schedule "": expected 1f1b or gpipe`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --remat some`, 1, `--remat "some": expected auto, none or full`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --layers -1`, 1, `--layers -1: expected 0 (automatic) or more`},
-	{`compile $M/mlp-tiny.ir --cluster cpu:2 --dump nope`, 1, `--dump "nope": no such pass`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --dump nope`, 1, `--dump "nope": no such phase`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --optimizer lamb`, 1, `unknown optimizer "lamb"`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --lr -1`, 1, `--lr -1: expected a finite learning rate`},
 

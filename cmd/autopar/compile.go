@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -24,7 +25,7 @@ type compileFlags struct {
 	optimizer, dump, remat, precision                        string
 	batch, layers, microbatchSize                            int
 	lr, lossScale                                            float64
-	timePasses                                               bool
+	timePasses, checkPhases                                  bool
 	timeLimit                                                time.Duration
 }
 
@@ -41,7 +42,12 @@ serialized form (deviceN.json).
 
 DIR belongs to autopar: it is replaced as a whole (written beside it, then renamed into
 place), so an interrupted compile leaves the old DIR and no stale files remain. DIR must be
-absent, empty, or hold only plan.json and programs/; anything else there is refused.`,
+absent, empty, or hold only plan.json and programs/; anything else there is refused.
+
+The compiler is a table of phases, run in this order (--dump PHASE prints what one
+produced and stops, --time times each, --check verifies after each):
+
+` + phaseList(),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
@@ -52,10 +58,20 @@ absent, empty, or hold only plan.json and programs/; anything else there is refu
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.StringVarP(&f.out, "output", "o", "", "write plan.json (and programs) into `DIR`")
 	fl.StringVar(&f.emit, "emit", "", "also write `programs`: one text program per device")
-	fl.StringVar(&f.dump, "dump", "", "print the graph after `PASS` ("+strings.Join(passes.Names(), ", ")+") and stop")
-	fl.BoolVar(&f.timePasses, "time", false, "print the time each pass of the pass table takes, on stderr")
+	fl.StringVar(&f.dump, "dump", "", "print what `PHASE` ("+strings.Join(autopar.PhaseNames(), ", ")+") produced and stop")
+	fl.BoolVar(&f.timePasses, "time", false, "print the time each phase of the compiler takes, on stderr")
+	fl.BoolVar(&f.checkPhases, "check", false, "run each phase's verifier after it")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
+}
+
+// phaseList lists the compiler's phases with their docs, one a line.
+func phaseList() string {
+	var b strings.Builder
+	for _, p := range autopar.Phases {
+		fmt.Fprintf(&b, "  %-10s %s\n", p.Name, p.Doc)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // addPlanFlags declares the flags compile and run share.
@@ -80,11 +96,13 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 func compileModel(ctx context.Context, stderr io.Writer, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
 	prog := startProgress(stderr, global.quiet)
 	defer prog.close()
-	return compileWith(ctx, prog, path, f)
+	return compileWith(ctx, prog, path, f, nil)
 }
 
-// compileWith is compileModel reporting to prog, which the caller closes.
-func compileWith(ctx context.Context, prog *progress, path string, f compileFlags) (*ir.Graph, *autopar.Plan, error) {
+// compileWith is compileModel reporting to prog, which the caller closes. It runs the
+// compiler's phases as cfg says (nil: up to the search, as autopar.Compile) and returns the
+// plan, nil when cfg stops before the search.
+func compileWith(ctx context.Context, prog *progress, path string, f compileFlags, cfg *autopar.PhaseConfig) (*ir.Graph, *autopar.Plan, error) {
 	c, err := parseCluster(f.cluster)
 	if err != nil {
 		return nil, nil, err
@@ -120,8 +138,14 @@ func compileWith(ctx context.Context, prog *progress, path string, f compileFlag
 	opts.Progress = prog.set
 	// Compile checks ctx in its search, but not inside every pass (autodiff of a huge model
 	// takes minutes): interruptible makes Ctrl-C stop the command at once all the same.
-	plan, err := interruptible(ctx, func() (*autopar.Plan, error) { return autopar.Compile(ctx, g, c, opts) })
-	return g, plan, err
+	if cfg == nil {
+		cfg = &autopar.PhaseConfig{UpTo: "search", Check: f.checkPhases}
+	}
+	s, err := interruptible(ctx, func() (*autopar.Compilation, error) { return autopar.Run(ctx, g, c, opts, cfg) })
+	if err != nil {
+		return g, nil, err
+	}
+	return g, s.Plan, nil
 }
 
 // microbatchesOfSize turns --microbatch-size into a micro-batch count of g's batch.
@@ -199,10 +223,9 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if f.dump != "" || f.timePasses {
-		if err := runPasses(stdout, stderr, path, f); err != nil || f.dump != "" {
-			return err
-		}
+	cfg, err := phaseConfig(stdout, stderr, f)
+	if err != nil {
+		return err
 	}
 	if err := checkEmit(f.emit, f.out); err != nil {
 		return err
@@ -214,8 +237,8 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	}
 	prog := startProgress(stderr, global.quiet)
 	defer prog.close()
-	_, plan, err := compileWith(ctx, prog, path, f)
-	if err != nil {
+	_, plan, err := compileWith(ctx, prog, path, f, cfg)
+	if err != nil || f.dump != "" {
 		return err
 	}
 	printSummary(stdout, plan)
@@ -226,31 +249,43 @@ func runCompile(ctx context.Context, stdout, stderr io.Writer, path string, f co
 	return writePlanDir(ctx, f.out, plan, f.emit == "programs")
 }
 
-// runPasses runs the pass table on the model (verifying between passes), printing the
-// graph after --dump's pass and each pass's time with --time.
-func runPasses(stdout, stderr io.Writer, path string, f compileFlags) error {
-	g, err := parseModel(path)
-	if err != nil {
-		return err
-	}
-	opts, err := compileOptions(f)
-	if err != nil {
-		return err
-	}
-	if _, ok := passes.Lookup(f.dump); f.dump != "" && !ok {
-		return fmt.Errorf("--dump %q: no such pass, expected one of %s", f.dump, strings.Join(passes.Names(), ", "))
-	}
-	cfg := &passes.Config{Optimizer: opts.Optimizer, Check: true}
+// phaseConfig is how compile runs the phase table: up to the search (autopar.Compile), or
+// every phase with --time, or up to --dump's phase, printing what it produced for every
+// micro-batch count tried (and stopping there); --check verifies after every phase.
+func phaseConfig(stdout, stderr io.Writer, f compileFlags) (*autopar.PhaseConfig, error) {
+	cfg := &autopar.PhaseConfig{UpTo: "search", Check: f.checkPhases}
 	if f.timePasses {
-		cfg.AfterPass = func(pass string, g *ir.Graph, took time.Duration) {
-			fmt.Fprintf(stderr, "pass %-10s %10v  %d values\n", pass, took.Round(time.Microsecond), len(g.Values))
+		cfg.UpTo = ""
+	}
+	if f.dump != "" {
+		if _, ok := autopar.LookupPhase(f.dump); !ok {
+			return nil, fmt.Errorf("--dump %q: no such phase, expected one of %s", f.dump, strings.Join(autopar.PhaseNames(), ", "))
 		}
+		cfg.UpTo = f.dump
 	}
-	out, err := passes.Run(g, cfg, f.dump)
-	if err != nil || f.dump == "" {
-		return err
+	var mu sync.Mutex // After runs on the goroutine interruptible starts
+	cfg.After = func(p *autopar.Phase, s *autopar.Compilation, took time.Duration) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at := "" // the phase's compilation: one micro-batch count, or the fastest plan's
+		switch p.Scope {
+		case autopar.PerMicrobatches:
+			at = fmt.Sprintf("B=%d", s.Microbatches)
+		case autopar.Chosen:
+			at = fmt.Sprintf("B=%d, the fastest plan", s.Microbatches)
+		}
+		if f.timePasses {
+			fmt.Fprintf(stderr, "phase %-10s %10v  %s\n", p.Name, took.Round(time.Microsecond), at)
+		}
+		if p.Name != f.dump {
+			return nil
+		}
+		if at != "" {
+			fmt.Fprintf(stdout, "# after %s, %s\n", p.Name, at)
+		}
+		return p.Dump(stdout, s)
 	}
-	return ir.Print(stdout, out)
+	return cfg, nil
 }
 
 // printSummary prints the plan's stages and its predicted step. The step's breakdown is

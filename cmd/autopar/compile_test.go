@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar"
 )
 
 func TestCompileWritesPlanAndPrograms(t *testing.T) {
@@ -76,10 +78,34 @@ func TestCompileDumpAndTime(t *testing.T) {
 	f := compileFlags{cluster: "cpu:2", microbatches: "1", schedule: "1f1b", optimizer: "sgd", dump: "autodiff", timePasses: true}
 	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
 	assert.Contains(t, out.String(), "grad.l0.fc.w = ")
-	assert.NotContains(t, out.String(), ".m.next", "the optimizer pass runs after autodiff")
-	assert.Contains(t, errOut.String(), "pass autodiff")
+	assert.NotContains(t, out.String(), ".m.next", "the optimizer phase runs after autodiff")
+	assert.Contains(t, errOut.String(), "phase autodiff")
+	assert.NotContains(t, errOut.String(), "phase optimizer", "--dump stops after its phase")
+	assert.NotContains(t, out.String(), "step time", "--dump prints no summary")
 	f.dump = "nope"
-	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f), "expected one of verify, precision, autodiff, optimizer")
+	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
+		"expected one of verify, rebatch, precision, autodiff, optimizer, cluster, search, lower")
+}
+
+// --time lists every phase of the table, the search and lower included, and the compile
+// goes on to its summary; --check verifies after each; --dump shows the later phases too.
+func TestCompileTimesEveryPhase(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", timePasses: true, checkPhases: true}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	for _, name := range autopar.PhaseNames() {
+		assert.Regexp(t, `(?m)^phase `+name+` +[0-9.]+[µnm]?s `, errOut.String(), name)
+	}
+	assert.Contains(t, errOut.String(), "B=2, the fastest plan")
+	assert.Contains(t, out.String(), "step time")
+
+	for dump, want := range map[string]string{"cluster": "layer 0: ", "search": "stage 0: layers 0-", "lower": "device 1\n"} {
+		out.Reset()
+		f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", dump: dump}
+		require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+		assert.Contains(t, out.String(), "# after "+dump+", B=2", dump)
+		assert.Contains(t, out.String(), want, dump)
+	}
 }
 
 func TestCompilePrecision(t *testing.T) {

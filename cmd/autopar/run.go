@@ -54,7 +54,7 @@ writes them whole to a checkpoint, which --resume continues under any plan of th
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default 0.1 for sgd, 0.01 for adam)")
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
-	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
+	fl.BoolVar(&f.check, "check", false, "verify after every compiler phase, run the serial interpreter beside it, print the differences and fail past --tolerance")
 	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted (2e-2 unless given for a step in f16/bf16)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
@@ -76,6 +76,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 	if err := o.validate(); err != nil {
 		return err
 	}
+	f.checkPhases = f.check // --check also verifies after every phase of the compiler
 	if viaMPI, err := runViaMPI(ctx, stdout, stderr, path, f); viaMPI {
 		return err
 	}
