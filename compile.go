@@ -20,6 +20,11 @@ type Options struct {
 	// Optimizer is the update of the training step; the zero value is SGD with lr 0.1 and
 	// momentum 0.9.
 	Optimizer passes.Optimizer
+	// Precision is the training step's precision (passes.ParsePrecision): "" keeps the
+	// model's dtypes; "mixed" computes in bf16 with f32 master weights and optimizer state
+	// (16 bytes per Adam param, as Megatron-LM and ZeRO hold). It sets Optimizer.Precision,
+	// which must then be "" or the same.
+	Precision string
 	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
 	// A model with an op that couples the samples of its batch (batch_norm) takes only 1.
 	Microbatches int
@@ -113,6 +118,15 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	opts = opts.withDefaults()
 	if err := checkSearch(opts.Search); err != nil {
 		return nil, nil, err
+	}
+	if opts.Precision != "" {
+		if opts.Optimizer.Precision != "" && opts.Optimizer.Precision != opts.Precision {
+			return nil, nil, fmt.Errorf("compile: precision %q and the optimizer's precision %q differ: give one", opts.Precision, opts.Optimizer.Precision)
+		}
+		opts.Optimizer.Precision = opts.Precision
+	}
+	if _, err := passes.ParsePrecision(opts.Optimizer.Precision); err != nil {
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	if err := checkRemat(opts.Remat); err != nil {
 		return nil, nil, err
