@@ -20,6 +20,11 @@ type Options struct {
 	// Optimizer is the update of the training step; the zero value is SGD with lr 0.1 and
 	// momentum 0.9.
 	Optimizer passes.Optimizer
+	// Precision is the training step's precision (passes.ParsePrecision): "" keeps the
+	// model's dtypes; "mixed" computes in bf16 with f32 master weights and optimizer state
+	// (16 bytes per Adam param, as Megatron-LM and ZeRO hold). It sets Optimizer.Precision,
+	// which must then be "" or the same.
+	Precision string
 	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
 	// A model with an op that couples the samples of its batch (batch_norm) takes only 1.
 	Microbatches int
@@ -45,6 +50,11 @@ type Options struct {
 	Remat string
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
+	// Search is how stages are priced: "fast" (the default) solves each distinct layer
+	// once per logical mesh and composes the price of a layer range from its layers'
+	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
+	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
+	Search string
 	// Progress, if set, is called as the search advances, with the micro-batch count being
 	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
 	// search" (the DP). Calls come one at a time.
@@ -106,6 +116,18 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
 	}
 	opts = opts.withDefaults()
+	if err := checkSearch(opts.Search); err != nil {
+		return nil, nil, err
+	}
+	if opts.Precision != "" {
+		if opts.Optimizer.Precision != "" && opts.Optimizer.Precision != opts.Precision {
+			return nil, nil, fmt.Errorf("compile: precision %q and the optimizer's precision %q differ: give one", opts.Precision, opts.Optimizer.Precision)
+		}
+		opts.Optimizer.Precision = opts.Precision
+	}
+	if _, err := passes.ParsePrecision(opts.Optimizer.Precision); err != nil {
+		return nil, nil, fmt.Errorf("compile: %w", err)
+	}
 	if err := checkRemat(opts.Remat); err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +152,7 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 		counts = []int{1}
 	}
-	s := &Compilation{Model: g, Cluster: c, Options: opts, Schedule: sched, Batch: batch, ctx: ctx}
+	s := &Compilation{Model: g, Cluster: c, Options: opts, Schedule: sched, Batch: batch, ctx: ctx, shared: newShared()}
 	return s, counts, nil
 }
 
@@ -163,7 +185,47 @@ func (o Options) withDefaults() Options {
 	if o.ILPTimeLimit == 0 {
 		o.ILPTimeLimit = 30 * time.Second
 	}
+	if o.Search == "" {
+		o.Search = DefaultSearch
+	}
 	return o
+}
+
+// Searches are the values Options.Search takes.
+var Searches = []string{SearchFast, SearchExhaustive}
+
+const (
+	SearchFast       = "fast"
+	SearchExhaustive = "exhaustive"
+	// DefaultSearch is the search an empty Options.Search selects.
+	DefaultSearch = SearchFast
+)
+
+func checkSearch(s string) error {
+	if s != SearchFast && s != SearchExhaustive {
+		return fmt.Errorf("compile: search %q: expected fast or exhaustive", s)
+	}
+	return nil
+}
+
+// searchStats says what a compile's search did, for tests and benchmarks.
+type searchStats struct {
+	solves     int // sharding ILPs solved, every micro-batch count together
+	largestILP int // variables of the largest
+	composed   int // layer ranges the fast search priced by composition
+	inexact    int // of them, those whose price is not proven equal to the range's ILP
+}
+
+// compileSearch is Compile, also saying what its search did.
+func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*Plan, searchStats, error) {
+	s, err := Run(ctx, g, c, opts, &PhaseConfig{UpTo: "search", Check: checkEveryPhase})
+	if err != nil {
+		return nil, searchStats{}, err
+	}
+	sh := s.shared
+	st := searchStats{solves: int(sh.solves.Load()), largestILP: int(sh.maxVars.Load()),
+		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load())}
+	return s.Plan, st, nil
 }
 
 // microbatchCounts lists the B to try: the one asked for, or every divisor of the batch up
@@ -211,7 +273,7 @@ func compileWith(s *Compilation) (*Plan, error) {
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
-	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice))
+	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), s.shared)
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	o.remat = opts.Remat
 	if p := opts.From; p != nil {
@@ -220,7 +282,9 @@ func compileWith(s *Compilation) (*Plan, error) {
 			o.pinned[[2]int{s.FirstLayer, s.LastLayer + 1}] = choice(s.Recompute, s.RecomputeLayers)
 		}
 	}
-	if cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil {
+	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
+	o.fast = free && opts.Search == SearchFast
+	if free {
 		var progress func(done, total int)
 		if opts.Progress != nil {
 			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
@@ -231,6 +295,17 @@ func compileWith(s *Compilation) (*Plan, error) {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
 	res, err := dp.Solve(ctx, lay.L, dc, o, do)
+	if o.fast && ctx.Err() == nil {
+		if err == nil {
+			res, err = exactly(ctx, lay.L, dc, o, do, res)
+		} else {
+			// No plan from the composed prices (their memory is an estimate): the reference.
+			o.fast = false
+			o.prefetch(lay.L, dc, nil)
+			res, err = dp.Solve(ctx, lay.L, dc, o, do)
+		}
+	}
+	o.countComposed()
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
 			return nil, fmt.Errorf("%w: %v", err, o.err)
@@ -239,6 +314,75 @@ func compileWith(s *Compilation) (*Plan, error) {
 	}
 	s.Search = res
 	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
+}
+
+// exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
+// far it can be from the exhaustive search's. The stages the composed prices chose are
+// solved by their own ILPs (on all cores; identical stages share one) and re-costed by the
+// DP pinned to them: the incumbent. Then, branch-and-bound style, the DP runs on optimistic
+// prices (a solved range's ILP, otherwise the sum of its layers' optima, oracle.lower): its
+// value bounds every plan from below. Until the incumbent is within refineTolerance of that
+// bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
+// replaces the incumbent when faster. At most maxRefinements rounds. If the chosen stages
+// do not fit where the composed ones did (the composition's memory is an estimate) and no
+// round finds a plan, the exhaustive search runs instead.
+func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result) (*dp.Result, error) {
+	quiet := do
+	quiet.Progress = nil
+	best, err := o.recost(ctx, layers, dc, quiet, fast)
+	for round := 0; round < maxRefinements && ctx.Err() == nil; round++ {
+		o.optimistic = true
+		opt, oerr := dp.Solve(ctx, layers, dc, o, quiet)
+		o.optimistic = false
+		if oerr != nil || best != nil && best.Time <= opt.Time*(1+refineTolerance) {
+			break
+		}
+		res, rerr := o.recost(ctx, layers, dc, quiet, opt)
+		if rerr == nil && (best == nil || res.Time < best.Time) {
+			best, err = res, nil
+		}
+	}
+	o.fast = false
+	if best != nil || ctx.Err() != nil {
+		return best, err
+	}
+	o.prefetch(layers, dc, nil)
+	return dp.Solve(ctx, layers, dc, o, do)
+}
+
+// refineTolerance is how close to the optimistic bound the fast search's plan must be
+// before exactly stops refining it.
+const refineTolerance = 0.002
+
+// maxRefinements bounds the rounds of exactly.
+const maxRefinements = 12
+
+// recost solves the stages of plan p by their range ILPs and runs the DP pinned to them.
+func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result) (*dp.Result, error) {
+	var jobs []job
+	pin := dp.Constraints{Boundaries: []int{0}}
+	for _, st := range p.Stages {
+		pin.Boundaries = append(pin.Boundaries, st.End)
+		pin.StageSubmeshes = append(pin.StageSubmeshes, st.Submesh)
+		pin.StageLogicals = append(pin.StageLogicals, st.Logical)
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			return nil, err
+		}
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ok := o.solved[key]; !ok {
+			o.solved[key] = nil
+			jobs = append(jobs, job{key: key, sg: sg})
+		}
+	}
+	o.run(jobs, nil)
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		sol := o.solve(k.start, k.end, k.sub, k.logical)
+		o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: sol.ok, exact: true}
+	}
+	do.Constraints = pin
+	return dp.Solve(ctx, layers, dc, o, do)
 }
 
 // manualConstraints turns tp/pp/dp degrees into pinned stages: PP stages of equal layer

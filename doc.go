@@ -13,6 +13,7 @@
 //
 //	verify     the forward graph's invariants (ir.Verify)                  once
 //	rebatch    the graph of one micro-batch (passes.Rebatch)               per micro-batch count
+//	precision  its forward in the compute dtype (passes.ApplyPrecision)    per count
 //	autodiff   the backward ops (passes.Autodiff)                          per count
 //	optimizer  the update of every param: the training step                per count
 //	cluster    Alpa's layer clustering (passes.ClusterLayers)              per count

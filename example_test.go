@@ -207,6 +207,7 @@ func ExampleRun() {
 	// Output:
 	// verify    B=0
 	// rebatch   B=2
+	// precision B=2
 	// autodiff  B=2
 	// optimizer B=2
 	// cluster   B=2

@@ -233,7 +233,7 @@ func (p *Plan) explainOracle(ctx context.Context) *oracle {
 		}
 	}
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
-	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory)
+	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
 	o.canonical = true
 	return o
 }

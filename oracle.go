@@ -35,9 +35,8 @@ type oracle struct {
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
 	stages map[[2]int]*stageGraph
-	solved map[solveKey]*stageSolution
 	err    error // the first error that was not a question of memory
-	solves atomic.Int64
+	*shared
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
@@ -46,6 +45,35 @@ type oracle struct {
 	remat  string
 	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
+
+	// fast prices ranges by composing their layers' solutions (compose.go).
+	fast       bool
+	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
+	infos      []*layerInfo
+	composedAt map[rangeKey]composedCost
+	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+}
+
+// shared is what the oracles of one compile (one per micro-batch count) share: solutions
+// are keyed by the structural hash of their graph, which holds its shapes, so a layer whose
+// micro-batch shape repeats across counts is solved once.
+type shared struct {
+	solved      map[solveKey]*stageSolution
+	points      map[solveKey][]layerPoint
+	leaned      map[solveKey]bool
+	reshardMemo map[reshardMemoKey]float64
+	solves      atomic.Int64
+	maxVars     atomic.Int64 // the most variables of any ILP solved
+	nComposed   atomic.Int64 // layer ranges the fast search priced by composition
+	nInexact    atomic.Int64 // of them, those not proven equal to their range's ILP
+
+	memoMu sync.Mutex
+	memos  map[meshKey]*sharding.ReshardMemo
+}
+
+func newShared() *shared {
+	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
 }
 
 type stageGraph struct {
@@ -121,9 +149,15 @@ func (s *stageSolution) chosen(i int) dp.StageCost {
 // priced exactly, so a memory error's minimum is exact up to it.
 const pruneFactor = 4
 
-func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64) *oracle {
+// leanTimeLimit bounds each ILP of a memory-lean layer solution.
+const leanTimeLimit = 3 * time.Second
+
+func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
+	if sh == nil {
+		sh = newShared()
+	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
-		stages: map[[2]int]*stageGraph{}, solved: map[solveKey]*stageSolution{},
+		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
 		remat: RematAuto, fwd: forwardValues(step)}
 }
 
@@ -131,6 +165,16 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
 	if o.mirrored(s, l) {
 		return dp.StageCost{}, false
+	}
+	if o.fast {
+		if c, ok := o.exactAt[rangeKey{start, end, s, l}]; ok {
+			return c.cost, c.ok
+		}
+		if o.optimistic {
+			return o.lower(start, end, s, l)
+		}
+		c := o.composed(start, end, s, l)
+		return c.cost, c.ok
 	}
 	sol := o.solve(start, end, s, l)
 	if i, ok := o.pinned[[2]int{start, end}]; ok && sol.ok {
@@ -165,36 +209,65 @@ func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
 }
 
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
-// logical mesh — on all cores, so that the DP, which asks one at a time, finds them solved.
-// Each solve is deterministic, so the order they run in changes nothing.
-// progress, if set, is called after each solve with the count done and the total, one call
-// at a time.
+// logical mesh; in the fast search every layer — on all cores, so that the DP, which asks
+// one at a time, finds them solved. Each solve is deterministic, so the order they run in
+// changes nothing. progress, if set, is called after each solve with the count done and
+// the total, one call at a time.
 func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total int)) {
-	type job struct {
-		key solveKey
-		sg  *stageGraph
+	o.run(o.jobs(layers, c), progress)
+	if o.fast {
+		o.applyAligned(o.run(o.alignJobs(o.meshes(c)), nil))
 	}
+}
+
+// jobs lists the solves prefetch runs, marking them in o.solved so that another oracle of
+// the same compile does not list them again.
+func (o *oracle) jobs(layers int, c dp.Cluster) []job {
 	var jobs []job
 	for k := 0; k < layers; k++ {
 		for i := k + 1; i <= layers; i++ {
+			if o.fast && i > k+1 {
+				break // the fast search solves single layers and composes the rest
+			}
 			sg, err := o.stage(k, i)
 			if err != nil {
 				continue // reported when the DP asks
 			}
-			for _, s := range dp.Submeshes(c) {
-				for _, l := range dp.LogicalShapes(s) {
-					if o.mirrored(s, l) {
-						continue
-					}
-					key := solveKey{sg.hash, s, l}
-					if _, ok := o.solved[key]; !ok {
-						o.solved[key] = nil
-						jobs = append(jobs, job{key, sg})
-					}
+			for _, mk := range o.meshes(c) {
+				key := solveKey{sg.hash, mk.sub, mk.logical}
+				if _, ok := o.solved[key]; !ok {
+					o.solved[key] = nil
+					jobs = append(jobs, job{key: key, sg: sg})
 				}
 			}
 		}
 	}
+	return jobs
+}
+
+// meshes lists the (submesh, logical mesh) pairs the DP may ask for.
+func (o *oracle) meshes(c dp.Cluster) []meshKey {
+	var out []meshKey
+	for _, s := range dp.Submeshes(c) {
+		for _, l := range dp.LogicalShapes(s) {
+			if !o.mirrored(s, l) {
+				out = append(out, meshKey{s, l})
+			}
+		}
+	}
+	return out
+}
+
+type job struct {
+	key   solveKey
+	sg    *stageGraph
+	force map[ir.ValueID]mesh.Spec // layouts pinned (compose.go's aligned solves)
+	base  solveKey                 // for an aligned solve, the layer's own key
+}
+
+// run solves jobs on all cores and returns them; their keys are in o.solved as nil
+// placeholders.
+func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	sols := make([]*stageSolution, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -203,7 +276,7 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				sols[j] = o.solveStage(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force)
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -221,10 +294,17 @@ func (o *oracle) prefetch(layers int, c dp.Cluster, progress func(done, total in
 		}
 		o.solved[jobs[j].key] = sol
 	}
+	return jobs
 }
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
 func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSolution {
+	return o.solveStageBudget(sg, s, l, o.memory, nil)
+}
+
+// solveStageBudget is solveStage under a memory budget of its own, with the values of
+// force pinned to their layouts.
+func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, memory int64, force map[ir.ValueID]mesh.Spec) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, mesh.Submesh{Hosts: s.Hosts, Devices: s.Devices}, l.DP, l.MP)
 	if err != nil {
 		return &stageSolution{err: err}
@@ -238,9 +318,18 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		l.Checkpoints = true
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: o.memory, TimeLimit: o.limit, SolveLayersOnce: true}
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
+		Reshard: o.memo(s, l), ForceSpec: force}
+	if memory != o.memory {
+		// A memory-lean point of the fast search (compose.go) is an option, not a price
+		// the plan depends on: a feasible plan at a short limit serves.
+		opts.TimeLimit = min(o.limit, leanTimeLimit)
+	}
 	o.solves.Add(1)
 	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
+	if res != nil {
+		atomicMax(&o.maxVars, int64(res.ILP.Variables))
+	}
 	var me *sharding.MemoryError
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
@@ -267,6 +356,45 @@ func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSo
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+}
+
+// countComposed adds the oracle's composed prices to the compile's counts.
+func (o *oracle) countComposed() {
+	for _, c := range o.composedAt {
+		if c.ok {
+			o.nComposed.Add(1)
+			if !c.exact {
+				o.nInexact.Add(1)
+			}
+		}
+	}
+}
+
+// memo returns the resharding prices shared by the solves on (s, l).
+func (o *oracle) memo(s dp.Submesh, l dp.Logical) *sharding.ReshardMemo {
+	o.memoMu.Lock()
+	defer o.memoMu.Unlock()
+	k := meshKey{s, l}
+	m, ok := o.memos[k]
+	if !ok {
+		m = &sharding.ReshardMemo{}
+		o.memos[k] = m
+	}
+	return m
+}
+
+type meshKey struct {
+	sub     dp.Submesh
+	logical dp.Logical
+}
+
+func atomicMax(x *atomic.Int64, v int64) {
+	for {
+		old := x.Load()
+		if v <= old || x.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 func (o *oracle) note(err error) {

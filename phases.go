@@ -31,6 +31,7 @@ type Compilation struct {
 	Microbatches int              // B; 0 in the compilation the ForwardGraph phases run on
 
 	MicroBatch *ir.Graph          // rebatch: the forward graph of one micro-batch
+	Compute    *ir.Graph          // precision: MicroBatch in the step's compute dtypes
 	Backward   *ir.Graph          // autodiff: MicroBatch with its backward ops, gradients as extra outputs
 	Step       *ir.Graph          // optimizer: the training step of one micro-batch
 	Layering   *passes.Layering   // cluster: the layer of every value of Step
@@ -39,6 +40,9 @@ type Compilation struct {
 	Programs   []*program.Program // lower: one program per device
 
 	ctx context.Context
+	// shared holds the search's solutions for every micro-batch count (the copies of the
+	// base compilation share it): a layer whose shape repeats is solved once (oracle.go).
+	shared *shared
 }
 
 // Scope says which compilations a phase runs on. Scopes never decrease along Phases.
@@ -78,8 +82,10 @@ var Phases = []Phase{
 		Run: verifyGraph(forward), Dump: dumpGraph(forward), Verify: func(*Compilation) error { return nil }},
 	{Name: "rebatch", Doc: "the forward graph of one micro-batch, for each micro-batch count B tried (this phase to search run per B)", Scope: PerMicrobatches,
 		Requires: []string{"verify"}, Run: runRebatch, Dump: dumpGraph(microBatch), Verify: verifyGraph(microBatch)},
+	{Name: "precision", Doc: "the micro-batch's forward in the --precision compute dtype (float params declared in it, inputs cast on entry)",
+		Scope: PerMicrobatches, Requires: []string{"rebatch"}, Run: runPrecision, Dump: dumpGraph(compute), Verify: verifyGraph(compute)},
 	{Name: "autodiff", Doc: "append the backward ops: grad.<param> for every param of the loss (first output)",
-		Scope: PerMicrobatches, Requires: []string{"rebatch"}, Run: runAutodiff, Dump: dumpGraph(backward), Verify: verifyGraph(backward)},
+		Scope: PerMicrobatches, Requires: []string{"precision"}, Run: runAutodiff, Dump: dumpGraph(backward), Verify: verifyGraph(backward)},
 	{Name: "optimizer", Doc: "append the optimizer update of every param and its state: the training step",
 		Scope: PerMicrobatches, Requires: []string{"autodiff"}, Run: runOptimizer, Dump: dumpGraph(step), Verify: verifyGraph(step)},
 	{Name: "cluster", Doc: "group the step's ops into layers of balanced FLOPs (Alpa's layer DP)",
@@ -282,8 +288,13 @@ func runRebatch(s *Compilation) (err error) {
 	return err
 }
 
+func runPrecision(s *Compilation) (err error) {
+	s.Compute, err = passes.ApplyPrecision(s.MicroBatch, s.Options.Optimizer)
+	return err
+}
+
 func runAutodiff(s *Compilation) (err error) {
-	s.Backward, err = passes.Autodiff(s.MicroBatch)
+	s.Backward, err = passes.Autodiff(s.Compute, s.Options.Optimizer.LossScale)
 	return err
 }
 
@@ -315,6 +326,7 @@ func runLower(s *Compilation) (err error) {
 
 func forward(s *Compilation) *ir.Graph    { return s.Model }
 func microBatch(s *Compilation) *ir.Graph { return s.MicroBatch }
+func compute(s *Compilation) *ir.Graph    { return s.Compute }
 func backward(s *Compilation) *ir.Graph   { return s.Backward }
 func step(s *Compilation) *ir.Graph       { return s.Step }
 

@@ -18,7 +18,7 @@ import (
 func TestPhasesTable(t *testing.T) {
 	assert.True(t, checkEveryPhase, "tests verify after every phase (TestMain)")
 	require.NoError(t, checkPhases(Phases))
-	assert.Equal(t, []string{"verify", "rebatch", "autodiff", "optimizer", "cluster", "search", "lower"}, PhaseNames())
+	assert.Equal(t, []string{"verify", "rebatch", "precision", "autodiff", "optimizer", "cluster", "search", "lower"}, PhaseNames())
 	p, ok := LookupPhase("optimizer")
 	require.True(t, ok)
 	assert.Equal(t, []string{"autodiff"}, p.Requires)
@@ -82,7 +82,7 @@ func TestRunRunsEveryPhase(t *testing.T) {
 	require.NoError(t, err)
 	counts, err := microbatchCounts(16, 0)
 	require.NoError(t, err)
-	assert.Len(t, ran, 1+5*len(counts)+1, "verify once, the rest once per count of %v, lower once: %v", counts, ran)
+	assert.Len(t, ran, 1+6*len(counts)+1, "verify once, the rest once per count of %v, lower once: %v", counts, ran)
 }
 
 // Each phase's dump says what it produced; the graph dumps parse back to the graph.
@@ -100,7 +100,7 @@ func TestRunUpToDumpsEachPhase(t *testing.T) {
 		require.NoError(t, err, p.Name)
 		text := out.String()
 		switch p.Name {
-		case "verify", "rebatch", "autodiff", "optimizer":
+		case "verify", "rebatch", "precision", "autodiff", "optimizer":
 			back, err := frontend.Parse("dump.ir", []byte(text))
 			require.NoError(t, err, p.Name)
 			assert.Equal(t, text, back.String(), p.Name)
@@ -123,7 +123,7 @@ func TestRunUpToDumpsEachPhase(t *testing.T) {
 	}
 	_, err := Run(context.Background(), g, c, Options{}, &PhaseConfig{UpTo: "autodif"})
 	require.Error(t, err)
-	assert.Equal(t, `unknown phase "autodif", want one of verify, rebatch, autodiff, optimizer, cluster, search, lower`, err.Error())
+	assert.Equal(t, `unknown phase "autodif", want one of verify, rebatch, precision, autodiff, optimizer, cluster, search, lower`, err.Error())
 }
 
 // A phase that leaves a broken result is caught by its verifier, by name, when Check is on.

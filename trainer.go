@@ -37,7 +37,9 @@ type TrainerOptions struct {
 	// Tolerance relative to the largest magnitude of that tensor. Over a Group the lead
 	// runs the serial step; the other processes only take part in the gathers.
 	CheckSerial bool
-	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order).
+	// Tolerance is CheckSerial's bound; 0 means 1e-4 (f32 reductions in another order), or
+	// 2e-2 for a step that computes in f16 or bf16 (a few ulps of 2⁻⁸: partial sums are
+	// rounded to the half dtype where the serial step rounds once).
 	Tolerance float64
 	// Timeout bounds each device wait (runtime.Options.Timeout); 0 means the runtime's.
 	Timeout time.Duration
@@ -91,16 +93,19 @@ func (d *Diff) add(name string, got, want *kernels.Tensor) {
 // devices, sharded as the plan says, and runs one training step per Step call with only
 // the data inputs coming from the caller.
 type Trainer struct {
-	plan   *Plan
-	full   *ir.Graph // the full-batch training step, for init, inputs and the serial check
-	sess   *runtime.Session
-	loss   string
-	inputs []*ir.Value // the data inputs, by name
-	params []string    // the params' names, sorted
-	step   int
-	opts   TrainerOptions
-	last   *runtime.Result
-	check  *SerialCheck
+	plan *Plan
+	full *ir.Graph // the full-batch training step, for init, inputs and the serial check
+	// masters maps the master-weight remainders of full to their params
+	// (passes.MasterRemainders): the serial check compares them with the params.
+	masters map[ir.ValueID]ir.ValueID
+	sess    *runtime.Session
+	loss    string
+	inputs  []*ir.Value // the data inputs, by name
+	params  []string    // the params' names, sorted
+	step    int
+	opts    TrainerOptions
+	last    *runtime.Result
+	check   *SerialCheck
 	// devices is the number of programs.
 	devices int
 	// traceNext asks the next step for a trace.
@@ -114,12 +119,12 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if plan == nil || plan.Forward() == nil {
 		return nil, fmt.Errorf("trainer: no plan: compile one or read it with ReadPlan")
 	}
-	if opts.Tolerance <= 0 {
-		opts.Tolerance = 1e-4
-	}
 	full, err := passes.TrainingStep(plan.Forward(), plan.Optimizer.Optimizer())
 	if err != nil {
 		return nil, err
+	}
+	if opts.Tolerance <= 0 {
+		opts.Tolerance = defaultTolerance(full)
 	}
 	progs := opts.Programs
 	if progs == nil {
@@ -150,7 +155,7 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{plan: plan, full: full, sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
+	t := &Trainer{plan: plan, full: full, masters: passes.MasterRemainders(full), sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
 	for i := range full.Values {
 		v := &full.Values[i]
 		switch v.Op {
@@ -298,6 +303,17 @@ func (t *Trainer) checkSerial(ctx context.Context, stores map[string]*kernels.Te
 	return nil
 }
 
+// defaultTolerance is CheckSerial's bound for step: 2e-2 when a param is f16 or bf16,
+// 1e-4 otherwise.
+func defaultTolerance(step *ir.Graph) float64 {
+	for _, p := range step.Leaves(ir.OpParam) {
+		if dt := step.Value(p).Type.DType; dt == ir.F16 || dt == ir.BF16 {
+			return 2e-2
+		}
+	}
+	return 1e-4
+}
+
 // compare checks got against want, tensor by tensor, in groups: the loss, the params, and
 // each kind of optimizer state. A tensor fails when its largest absolute difference passes
 // tol times the largest magnitude of its group: element-wise or per-tensor ratios would
@@ -313,6 +329,9 @@ func (t *Trainer) compare(got, want map[string]*kernels.Tensor, tol float64) err
 		case ir.OpParam:
 			return "params"
 		case ir.OpState:
+			if _, ok := t.masters[id]; ok {
+				return "params" // the low part of a master weight: rounding-sized, at the weight's scale
+			}
 			if v.Prov.Slot != "" {
 				return "state ." + v.Prov.Slot // every param's Adam m together, its v apart
 			}

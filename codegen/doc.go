@@ -12,7 +12,10 @@
 // and frees every buffer after its last use. A stage marked Recompute keeps only its
 // received inputs (and checkpoints between its segments) from a micro-batch's forward to
 // its backward and runs the forward ops its backward needs again in the backward, a
-// segment just before its first backward use (remat.go). Predict computes the bytes each device will
+// segment just before its first backward use (remat.go). Two ops on a split dim lower to
+// several instructions: gather on a shard of its table's rows (a masked lookup,
+// gatherShard) and batch_norm on a shard of its batch (synchronized statistics,
+// batchNormSync). Predict computes the bytes each device will
 // move and hold under the runtime's own accounting; the tests hold the runtime to it
 // exactly.
 //

@@ -66,7 +66,7 @@ func megatron(g *ir.Graph, id ir.ValueID, m *mesh.LogicalMesh) mesh.Spec {
 	v := g.Value(id)
 	s := dataParallel(mesh.Axis0)(g, id, m)
 	name := v.Name
-	for _, suffix := range []string{".m", ".v"} {
+	for _, suffix := range []string{".m", ".v", ".rem"} {
 		name = strings.TrimSuffix(name, suffix)
 	}
 	switch name {
@@ -90,12 +90,16 @@ func TestEquivMegatron(t *testing.T) {
 }
 
 // gpt is a tiny f64 GPT of the zoo.
-func gpt(t testing.TB) *ir.Graph {
-	m := zoo.NewGPT()
-	m.DType, m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = "f64", 1, 16, 2, 8, 16, 4
-	g, err := m.Build()
-	require.NoError(t, err)
-	return g
+func gpt(t testing.TB) *ir.Graph { return gptOf("f64")(t) }
+
+func gptOf(dtype string) func(t testing.TB) *ir.Graph {
+	return func(t testing.TB) *ir.Graph {
+		m := zoo.NewGPT()
+		m.DType, m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = dtype, 1, 16, 2, 8, 16, 4
+		g, err := m.Build()
+		require.NoError(t, err)
+		return g
+	}
 }
 
 func TestEquivRandomStrategies(t *testing.T) {
@@ -166,12 +170,16 @@ func moe(t testing.TB) *ir.Graph {
 	return g
 }
 
-func wresnet(t testing.TB) *ir.Graph {
-	m := zoo.NewWResNet()
-	m.DType = "f64"
-	g, err := m.Build()
-	require.NoError(t, err)
-	return g
+func wresnet(t testing.TB) *ir.Graph { return wresnetOf("f64")(t) }
+
+func wresnetOf(dtype string) func(t testing.TB) *ir.Graph {
+	return func(t testing.TB) *ir.Graph {
+		m := zoo.NewWResNet()
+		m.DType = dtype
+		g, err := m.Build()
+		require.NoError(t, err)
+		return g
+	}
 }
 
 func TestEquivMoEAndWideResNet(t *testing.T) {

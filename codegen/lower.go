@@ -333,6 +333,10 @@ func (em *stageEm) compute(v ir.ValueID, mb int) {
 		for i, a := range val.Args {
 			args[i] = em.ensure(em.keyOf(a, mb), in[i]).ids
 		}
+		if val.Op == ir.OpBatchNorm && in[0].Dims[0] != mesh.AxesNone {
+			ids = em.batchNormSync(k, local, args, in[0].Dims[0])
+			break
+		}
 		if val.Op == ir.OpGather && in[0].Dims[0] != mesh.AxesNone {
 			ids = em.gatherShard(k, local, args[0], args[1], in[0].Dims[0], localOf(em.m, g.Value(val.Args[0]).Type, in[0]).Shape[0])
 			break

@@ -144,6 +144,15 @@ func dimsNorm(channelDim func(Shape) int, fixAllButChannel bool) func([]Type, At
 	}
 }
 
+// dimsBatchNorm is batch_norm's "n c h* w*, c, c -> n c h* w*": a channel is normalized
+// over the batch and the spatial dims. The spatial dims stay whole; the batch may be split,
+// its statistics then all-reduced inside the op (OpDef.SyncStats).
+func dimsBatchNorm(args []Type, at Attrs, res Type) Dims {
+	d := dimsNorm(batchNormChannel, true)(args, at, res)
+	d.Fixed[d.Result[0]] = false
+	return d
+}
+
 func dimsTranspose(args []Type, at Attrs, _ Type) Dims {
 	var b dimsBuilder
 	in := b.labels(args[0].Shape)

@@ -60,6 +60,12 @@ type OpDef struct {
 	// followers): elementwise, reduction and row-wise ops, and the layout ops that only
 	// rename dims.
 	Follower bool
+	// SyncStats is the number of per-channel statistics (each shaped like the result's dim
+	// 1) the op takes over its batch, dim 0, of its first operand: batch_norm's mean and
+	// variance. With dim 0 split, each is summed by an all-reduce over the split's axes
+	// inside the op before it is used (synchronized batch norm): the sharding pass prices
+	// them and codegen emits them. 0: a split dim 0 needs nothing of the op.
+	SyncStats int
 }
 
 // Partial is how the results of one op on the shards of a split contracted label combine.

@@ -174,7 +174,7 @@ var opTable = [numOps]OpDef{
 	OpLogSoftmax: alongAxis("log_softmax", 5),
 	OpCumsum:     alongAxis("cumsum", 1),
 	OpLayerNorm:  {Name: "layer_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("layer_norm", layerNormChannel), Dims: dimsNorm(layerNormChannel, false), FLOPs: perResult(8), Follower: true},
-	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsNorm(batchNormChannel, true), FLOPs: perResult(8), Follower: true},
+	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsBatchNorm, FLOPs: perResult(8), Follower: true, SyncStats: 2},
 
 	OpReshape:   {Name: "reshape", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts}}, Infer: inferReshape, Dims: dimsReshape, FLOPs: noFLOPs, Follower: true},
 	OpTranspose: {Name: "transpose", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}}, Infer: inferTranspose, Dims: dimsTranspose, FLOPs: noFLOPs, Follower: true},

@@ -33,7 +33,7 @@ func (g *reshardGraph) moves(s Spec) []Step {
 	before, _ := g.bytes(s)
 	var out []Step
 	add := func(k Collective, a AxisSet, dim, toDim int, after Spec, groupBytes func(after float64) float64) {
-		if after.Validate() != nil {
+		if !after.valid() {
 			return
 		}
 		b, ok := g.bytes(after)

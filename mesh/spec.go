@@ -133,6 +133,19 @@ func (s Spec) Validate() error {
 	return nil
 }
 
+// valid is Validate() == nil without building the error: the resharding search asks it of
+// every layout it reaches.
+func (s Spec) valid() bool {
+	used := s.Partial
+	for _, a := range s.Dims {
+		if a > AxesBoth || used&a != 0 {
+			return false
+		}
+		used |= a
+	}
+	return s.Partial <= AxesBoth
+}
+
 // problem says what makes s invalid, or "" when it is valid.
 func (s Spec) problem() string {
 	used := s.Partial

@@ -1,7 +1,8 @@
 // Package passes holds autopar's graph-to-graph phases: the functions the rows rebatch
-// (Rebatch: the graph of one micro-batch), autodiff (Autodiff: reverse-mode
+// (Rebatch: the graph of one micro-batch), precision (ApplyPrecision: the forward in the
+// compute dtype of --precision), autodiff (Autodiff: reverse-mode
 // differentiation written into the same IR), optimizer (ApplyOptimizer: the parameter
-// update of SGD or Adam) and cluster (ClusterLayers: Alpa's layer clustering) of the
+// update of SGD or Adam, with f32 master weights under mixed precision) and cluster (ClusterLayers: Alpa's layer clustering) of the
 // compiler's phase table call. The table itself is autopar.Phases in the root package,
 // because its last rows (search, lower) need the oracle and codegen, which passes must not
 // import; `autopar compile --dump PHASE` prints what any row produced. TrainingStep is

@@ -22,6 +22,15 @@ type Optimizer struct {
 	// WeightDecay is decoupled (AdamW: p -= lr·wd·p) for Adam and the classic L2 term
 	// (g += wd·p, before momentum) for SGD. 0 is none.
 	WeightDecay float64
+	// Precision names the dtypes of the step (ParsePrecision): "" keeps the model's,
+	// "mixed" computes in bf16 with f32 master weights and optimizer state.
+	Precision string
+	// LossScale is a static loss scale S (Megatron-LM's --loss-scale): the backward starts
+	// from the loss times S, so that small f16 gradients do not flush to zero, and the
+	// update divides the gradients by S (in f32 for half params). The gradients the step
+	// computes are the scaled ones. 0 or 1: none. S past the gradient dtype's range
+	// (65504 for f16) overflows to inf.
+	LossScale float64
 }
 
 // withDefaults fills Adam's zero hyperparameters and checks every range.
@@ -47,6 +56,12 @@ func (o Optimizer) withDefaults() (Optimizer, error) {
 	default:
 		return o, fmt.Errorf("unknown optimizer %q, want sgd or adam", o.Kind)
 	}
+	if _, err := ParsePrecision(o.Precision); err != nil {
+		return o, err
+	}
+	if !(o.LossScale >= 0) || math.IsInf(o.LossScale, 0) {
+		return bad("the loss scale must be positive (or 0 for none)", o.LossScale)
+	}
 	if !(o.LR > 0) || math.IsInf(o.LR, 0) {
 		return bad("the learning rate must be positive", o.LR)
 	}
@@ -67,21 +82,27 @@ func orDefault(v, d float64) float64 {
 // one training step, as Alpa compiles it: forward, loss, backward (Grad with respect to
 // every param) and the update of every param, with state values for the optimizer state —
 // "<p>.m" for SGD with momentum; "<p>.m", "<p>.v" and the scalar step counter "adam.t" for
-// Adam — and an ir.Update for every param and state it adds. State is marked ir.RoleState
-// of its param (Slot "m", "v"; "t" for the counter), every update op ir.RoleUpdate of its
-// param (of none for Adam's clock). The loss stays the first
+// Adam; "<p>.rem", an f32 master weight's remainder, for a half param under mixed
+// precision — and an ir.Update for every param and state it adds. State is marked
+// ir.RoleState of its param (Slot "m", "v", "rem"; "t" for the counter), every update op
+// ir.RoleUpdate of its param (of none for Adam's clock). The loss stays the first
 // output; g is not modified. The update of an f16 or bf16 param is computed in f32 with f32
-// state, and rounded back to the param's dtype.
+// state, and rounded back to the param's dtype. opt.Precision first converts g
+// (ConvertPrecision) and, for mixed precision, keeps an f32 master of every half param.
 func TrainingStep(g *ir.Graph, opt Optimizer) (*ir.Graph, error) {
 	opt, err := opt.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if g, err = ApplyPrecision(g, opt); err != nil {
 		return nil, err
 	}
 	loss, params, err := stepInputs(g)
 	if err != nil {
 		return nil, err
 	}
-	out, grads, err := Grad(g, loss, params)
+	g, seed := scaleLoss(g, loss, opt.LossScale)
+	out, grads, err := Grad(g, seed, params)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +133,8 @@ func stepInputs(g *ir.Graph) (ir.ValueID, []ir.ValueID, error) {
 
 // applyOptimizer appends the update of every param of g given its gradient.
 func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
-	u := &updater{b: newBuilder(g), opt: opt, casts: map[[2]ir.ValueID]ir.ValueID{}}
+	prec, _ := ParsePrecision(opt.Precision) // withDefaults checked it
+	u := &updater{b: newBuilder(g), opt: opt, master: prec.Master, casts: map[[2]ir.ValueID]ir.ValueID{}}
 	u.b.shared = ir.RoleOf(ir.RoleUpdate, ir.NoValue)
 	u.b.prov = u.b.shared
 	if opt.Kind == "adam" {
@@ -134,6 +156,8 @@ func applyOptimizer(g *ir.Graph, params, grads []ir.ValueID, opt Optimizer) {
 type updater struct {
 	b   *builder
 	opt Optimizer
+	// master keeps f32 master weights of half params (Precision.Master).
+	master bool
 	// bc1, bc2 are Adam's bias corrections 1-β^t, in the clock's dtype.
 	bc1, bc2 ir.ValueID
 	// casts caches a clock scalar cast to a param dtype, keyed by (value, dtype).
@@ -163,27 +187,56 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 
 // work returns the dtype the update of p is computed in — f32 for f16 and bf16 params,
 // whose range cannot hold Adam's eps or a small squared gradient; the param's own dtype
-// otherwise — and p and its gradient in that dtype. There is no f32 master copy of a
-// half-precision param: its new value is rounded back to its dtype.
+// otherwise — and p's weight and its gradient in that dtype. Without a master the weight
+// is p cast to f32, and finish rounds the new weight back to p's dtype.
+//
+// With u.master the weight is the f32 master weight <p>.master = f32(p) + <p>.rem, the
+// state <p>.rem holding what rounding the master to p's dtype lost. Holding the master as
+// that remainder is exact (the rounding error of an f32 to f16/bf16 is an f32, so the sum
+// gives the master back bit for bit) and costs the 4 bytes of an f32 master, and
+// zero-initialized state is then the master of any param: every path that starts state at
+// zero (a fresh Trainer, the serial interpreter, a resume without state) is right as is.
 func (u *updater) work(p, grad ir.ValueID) (ir.DType, ir.ValueID, ir.ValueID) {
 	dt := u.b.g.Values[p].Type.DType
 	if dt != ir.F16 && dt != ir.BF16 {
-		return dt, p, grad
+		return dt, p, u.unscale(p, grad, dt)
 	}
 	to := ir.Attrs{}.With("to", ir.F32)
-	return ir.F32, u.b.emit(u.name(p, "f32"), ir.OpCast, to, p), u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad)
+	pw := u.b.emit(u.name(p, "f32"), ir.OpCast, to, p)
+	if u.master {
+		pw = u.op(p, "master", ir.OpAdd, pw, u.state(p, MasterSlot, ir.F32))
+	}
+	return ir.F32, pw, u.unscale(p, u.b.emit(u.name(p, "grad.f32"), ir.OpCast, to, grad), ir.F32)
 }
 
-// finish computes p - lr·step in the work dtype and rounds it to p's dtype.
+// unscale divides p's gradient, in dtype dt, by the loss scale (multiplies by 1/S).
+func (u *updater) unscale(p, grad ir.ValueID, dt ir.DType) ir.ValueID {
+	if s := u.opt.LossScale; s != 0 && s != 1 {
+		return u.op(p, "grad.unscaled", ir.OpMul, grad, u.b.scalar(dt, 1/s))
+	}
+	return grad
+}
+
+// finish computes p - lr·step in the work dtype and rounds it to p's dtype; with a
+// master it also updates the remainder: <p>.rem' = master' - f32(p').
 func (u *updater) finish(p, pw, step ir.ValueID, wt ir.DType) ir.ValueID {
 	dt := u.b.g.Values[p].Type.DType
 	suffix := "next"
 	if dt != wt {
 		suffix = "next." + wt.String()
+		if u.master {
+			suffix = "master.next"
+		}
 	}
-	next := u.op(p, suffix, ir.OpSub, pw, u.op(p, "step", ir.OpMul, step, u.b.scalar(wt, u.opt.LR)))
-	if dt != wt {
-		next = u.b.emit(u.name(p, "next"), ir.OpCast, ir.Attrs{}.With("to", dt), next)
+	full := u.op(p, suffix, ir.OpSub, pw, u.op(p, "step", ir.OpMul, step, u.b.scalar(wt, u.opt.LR)))
+	if dt == wt {
+		return full
+	}
+	next := u.b.emit(u.name(p, "next"), ir.OpCast, ir.Attrs{}.With("to", dt), full)
+	if u.master {
+		rem := u.b.g.Values[pw].Args[1]
+		back := u.b.emit(u.name(p, "next.f32"), ir.OpCast, ir.Attrs{}.With("to", wt), next)
+		u.b.g.AddUpdate(rem, u.op(p, "rem.next", ir.OpSub, full, back), u.b.pos)
 	}
 	return next
 }
@@ -269,14 +322,16 @@ func (u *updater) adam(p, grad ir.ValueID) ir.ValueID {
 
 // Autodiff is the "autodiff" phase: the gradient of the loss (first output) with
 // respect to every param, returned as extra outputs after the graph's own, in param order,
-// so that --dump autodiff shows them and the runtime's check can compare them. g is not
-// modified. Autodiff then ApplyOptimizer is TrainingStep.
-func Autodiff(g *ir.Graph) (*ir.Graph, error) {
+// so that --dump autodiff shows them and the runtime's check can compare them. lossScale
+// (Optimizer.LossScale; 0 or 1: none) multiplies the loss the backward starts from. g is
+// not modified. Autodiff then ApplyOptimizer is TrainingStep.
+func Autodiff(g *ir.Graph, lossScale float64) (*ir.Graph, error) {
 	loss, params, err := stepInputs(g)
 	if err != nil {
 		return nil, err
 	}
-	out, grads, err := Grad(g, loss, params)
+	g, seed := scaleLoss(g, loss, lossScale)
+	out, grads, err := Grad(g, seed, params)
 	if err != nil {
 		return nil, err
 	}

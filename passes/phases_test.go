@@ -29,7 +29,7 @@ func TestAutodiffThenOptimizerIsTrainingStep(t *testing.T) {
 	before := g.String()
 	opt := Optimizer{Kind: "adam", LR: 1e-3}
 
-	ad, err := Autodiff(g)
+	ad, err := Autodiff(g, 0)
 	require.NoError(t, err)
 	require.NoError(t, ir.Verify(ad))
 	require.Len(t, ad.Outputs, 3, "the loss, then grad.w1 and grad.w2")
@@ -55,13 +55,13 @@ f = cast m to=f32
 loss = reduce_sum f axes=[0]
 output loss
 `)
-	_, err := Autodiff(bad)
+	_, err := Autodiff(bad, 0)
 	require.Error(t, err)
 	assert.Equal(t, "model.ir:3:5: grad: gt is not differentiable (used at model.ir:4:5 on the path from w to loss)\n\tmodel.ir:4:5: note: f = cast uses m, of type bool[4], here", err.Error())
 	var ie *ir.Error
 	assert.True(t, errors.As(err, &ie), "the error is positioned")
 
-	ad, err := Autodiff(parse(t, mlpSrc))
+	ad, err := Autodiff(parse(t, mlpSrc), 0)
 	require.NoError(t, err)
 	_, err = ApplyOptimizer(ad, Optimizer{})
 	require.Error(t, err)

@@ -257,9 +257,11 @@ func checkRebatched(old, now *ir.Value, ba batchAt, oldB, newB int) error {
 }
 
 // BatchCoupled returns the first op of g that couples the samples of its batch: one whose
-// dims signature fixes (must not split) the dim an operand carries the batch in, as
-// batch_norm does with the statistics it takes over the batch. Splitting such a graph into
-// micro-batches changes what it computes; ok is false when no op does.
+// dims signature fixes (must not split) the dim an operand carries the batch in, or one
+// that takes statistics over the batch its first operand carries in dim 0 (the row's
+// SyncStats: batch_norm, which a data-parallel split keeps exact by all-reducing them).
+// Splitting such a graph into micro-batches changes what it computes; ok is false when no
+// op does.
 func BatchCoupled(g *ir.Graph) (id ir.ValueID, ok bool) {
 	dims := BatchDims(g)
 	for i := range g.Values {
@@ -270,7 +272,7 @@ func BatchCoupled(g *ir.Graph) (id ir.ValueID, ok bool) {
 		d := g.Dims(ir.ValueID(i))
 		for k, a := range v.Args {
 			if bd := dims[a]; bd >= 0 && bd < len(d.Operands[k]) {
-				if l := d.Operands[k][bd]; l >= 0 && d.Fixed[l] {
+				if l := d.Operands[k][bd]; l >= 0 && d.Fixed[l] || k == 0 && bd == 0 && v.Op.Def().SyncStats > 0 {
 					return ir.ValueID(i), true
 				}
 			}

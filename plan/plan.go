@@ -53,16 +53,18 @@ type OptimizerSpec struct {
 	Beta2       float64 `json:"beta2,omitempty"`
 	Eps         float64 `json:"eps,omitempty"`
 	WeightDecay float64 `json:"weight_decay,omitempty"`
+	Precision   string  `json:"precision,omitempty"` // passes.ParsePrecision's name; "" the model's dtypes
+	LossScale   float64 `json:"loss_scale,omitempty"`
 }
 
 // Optimizer is the spec as the passes take it.
 func (o OptimizerSpec) Optimizer() passes.Optimizer {
-	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+	return passes.Optimizer{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Precision: o.Precision, LossScale: o.LossScale}
 }
 
 // SpecOf is o as plan.json spells it.
 func SpecOf(o passes.Optimizer) OptimizerSpec {
-	return OptimizerSpec{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+	return OptimizerSpec{Kind: o.Kind, LR: o.LR, Momentum: o.Momentum, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Precision: o.Precision, LossScale: o.LossScale}
 }
 
 // Layer is one layer of the clustering: its work and the activation bytes it receives.

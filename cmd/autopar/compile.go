@@ -22,9 +22,10 @@ import (
 
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
-	optimizer, dump, remat                                   string
+	search                                                   string
+	optimizer, dump, remat, precision                        string
 	batch, layers, microbatchSize                            int
-	lr                                                       float64
+	lr, lossScale                                            float64
 	timePasses, checkPhases                                  bool
 	timeLimit                                                time.Duration
 }
@@ -86,6 +87,9 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+	fl.StringVar(&f.search, "search", autopar.DefaultSearch, "stage search: fast (layer solutions composed, chosen stages solved exactly) or exhaustive (one ILP per layer range and mesh)")
+	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16 or bf16 (every float of the model in it), mixed (bf16 with f32 master weights and optimizer state) or mixed-f16 (default: the model's dtypes)")
+	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
 	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve time limit per sharding ILP (0: the default)")
 }
 
@@ -163,7 +167,7 @@ func microbatchesOfSize(g *ir.Graph, f compileFlags) (int, error) {
 
 func compileOptions(f compileFlags) (autopar.Options, error) {
 	var o autopar.Options
-	opt, err := optimizerFrom(trainFlags{optimizer: f.optimizer, lr: f.lr, momentum: 0.9})
+	opt, err := optimizerFrom(trainFlags{optimizer: f.optimizer, lr: f.lr, momentum: 0.9, precision: f.precision, lossScale: f.lossScale})
 	if err != nil {
 		return o, err
 	}
@@ -179,6 +183,10 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--time-limit %v: expected a positive duration, e.g. 30s", f.timeLimit)
 	}
 	o.ILPTimeLimit = f.timeLimit
+	if f.search != "" && f.search != autopar.SearchFast && f.search != autopar.SearchExhaustive {
+		return o, fmt.Errorf("--search %q: expected fast or exhaustive", f.search)
+	}
+	o.Search = f.search
 	if f.schedule != "1f1b" && f.schedule != "gpipe" {
 		return o, fmt.Errorf("--schedule %q: expected 1f1b or gpipe", f.schedule)
 	}
@@ -293,8 +301,12 @@ func phaseConfig(stdout, stderr io.Writer, f compileFlags) (*autopar.PhaseConfig
 // once-per-step part, so no stage's communication is hidden behind the slowest's.
 func printSummary(w io.Writer, p *autopar.Plan) {
 	pr := p.Predicted
-	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s), cluster %s\n\n",
-		p.Model, p.Batch, p.Microbatches, p.Schedule, p.Cluster.String())
+	precision := ""
+	if p.Optimizer.Precision != "" {
+		precision = ", precision " + p.Optimizer.Precision
+	}
+	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s)%s, cluster %s\n\n",
+		p.Model, p.Batch, p.Microbatches, p.Schedule, precision, p.Cluster.String())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tonce/step\tgrad sync\tmemory/device\tcapacity")
 	slow := 0

@@ -85,7 +85,7 @@ func TestCompileDumpAndTime(t *testing.T) {
 	assert.NotContains(t, out.String(), "step time", "--dump prints no summary")
 	f.dump = "nope"
 	require.ErrorContains(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
-		"expected one of verify, rebatch, autodiff, optimizer, cluster, search, lower")
+		"expected one of verify, rebatch, precision, autodiff, optimizer, cluster, search, lower")
 }
 
 // --time lists every phase of the table, the search and lower included, and the compile
@@ -126,4 +126,16 @@ func TestCalibrateWritesACluster(t *testing.T) {
 	require.NoError(t, runRun(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
 	assert.Regexp(t, `step time: predicted [0-9.]+ .s, measured [0-9.]+ .s \(measured/predicted [0-9.]+; median of 1 steps`, out.String())
 	assert.Contains(t, out.String(), "stage  predicted compute  predicted communication  measured compute")
+}
+
+func TestCompilePrecision(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "1", schedule: "1f1b", optimizer: "adam", dump: "optimizer", precision: "mixed"}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
+	assert.Contains(t, out.String(), "param l0.fc.w: bf16[16,32]")
+	assert.Contains(t, out.String(), "state l0.fc.w.rem: f32[16,32]", "the f32 master weight's remainder")
+	assert.Contains(t, out.String(), "x.bf16 = cast x to=bf16", "the input is cast on entry")
+	f.precision = "fp8"
+	require.EqualError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
+		`--precision: unknown precision "fp8", want one of [f32 f16 bf16 mixed mixed-f16]`)
 }

@@ -29,6 +29,7 @@ type stepFlags struct {
 	seed      int64
 	check     bool
 	tol       float64
+	tolAuto   bool // --tolerance not given: the step's precision picks it
 	trace     string
 	timeout   time.Duration
 	transport string
@@ -39,7 +40,7 @@ type stepFlags struct {
 
 // loop is the training loop's part of the flags.
 func (f *stepFlags) loop() loopOpts {
-	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, trace: f.trace, timeout: f.timeout,
+	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, tolAuto: f.tolAuto, trace: f.trace, timeout: f.timeout,
 		save: f.save, saveEvery: f.saveEvery, resume: f.resume, lead: true, counters: true}
 }
 
@@ -48,7 +49,7 @@ func addStepFlags(cmd *cobra.Command, f *stepFlags) {
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.check, "check", false, "run the serial interpreter beside it, print the differences and fail past --tolerance")
-	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
+	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted (2e-2 unless given for a step in f16/bf16)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
 	fl.StringVar(&f.transport, "transport", "auto", "inproc (goroutines), mpi (one process per device, under mpirun), or auto: mpi when started by mpirun")
@@ -69,6 +70,7 @@ then each device's counters beside the plan's prediction. Under mpirun
 run as goroutines. --check compares every step with the serial interpreter, as run does.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.tolAuto = !cmd.Flags().Changed("tolerance")
 			return runExec(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
 		},
 	}

@@ -19,10 +19,12 @@ import (
 // loopOpts is what the one training loop of the CLI (run and exec, in process or one MPI
 // rank per device) takes.
 type loopOpts struct {
-	steps      int
-	seed       int64
-	check      bool
-	tol        float64
+	steps int
+	seed  int64
+	check bool
+	tol   float64
+	// tolAuto: --tolerance was not given; the Trainer picks it from the step's precision.
+	tolAuto    bool
 	trace      string
 	traceFrees bool
 	timeout    time.Duration
@@ -44,6 +46,14 @@ type loopOpts struct {
 	counters bool
 }
 
+// tolerance is the Trainer's: 0 (its default for the step's precision) unless given.
+func (o *loopOpts) tolerance() float64 {
+	if o.tolAuto {
+		return 0
+	}
+	return o.tol
+}
+
 // validate refuses bad counts and bounds before anything is compiled or started.
 func (o *loopOpts) validate() error {
 	if o.steps < 1 {
@@ -52,7 +62,7 @@ func (o *loopOpts) validate() error {
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %v: expected a positive duration, e.g. 30s", o.timeout)
 	}
-	if !(o.tol > 0) || math.IsInf(o.tol, 0) {
+	if !o.tolAuto && (!(o.tol > 0) || math.IsInf(o.tol, 0)) {
 		return fmt.Errorf("--tolerance %v: expected a finite relative difference > 0, e.g. 1e-4", o.tol)
 	}
 	if o.saveEvery < 0 || (o.saveEvery > 0 && o.save == "") {
@@ -72,7 +82,7 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 	if err := o.validate(); err != nil {
 		return err
 	}
-	opts := autopar.TrainerOptions{Seed: o.seed, CheckSerial: o.check, Tolerance: o.tol, Timeout: o.timeout, Programs: o.programs, Group: o.group}
+	opts := autopar.TrainerOptions{Seed: o.seed, CheckSerial: o.check, Tolerance: o.tolerance(), Timeout: o.timeout, Programs: o.programs, Group: o.group}
 	opts.Checkpoint = o.checkpoint
 	if o.resume != "" && o.checkpoint == nil {
 		ck, err := autopar.LoadCheckpoint(o.resume)

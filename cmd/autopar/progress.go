@@ -91,7 +91,11 @@ func (p *progress) set(microbatches int, phase string, done, total int) {
 	p.mu.Unlock()
 	if p.bar != nil && total > 0 {
 		p.bar.ChangeMax(total)
-		p.bar.Describe(fmt.Sprintf("%s, %d micro-batches", phase, microbatches))
+		desc := phase // the sharding ILPs of every micro-batch count run together (count 0)
+		if microbatches > 0 {
+			desc = fmt.Sprintf("%s, %d micro-batches", phase, microbatches)
+		}
+		p.bar.Describe(desc)
 		_ = p.bar.Set(done)
 	}
 }

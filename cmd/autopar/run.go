@@ -22,6 +22,7 @@ type runFlags struct {
 	traceFrees bool
 	timeout    time.Duration
 	tol        float64
+	tolAuto    bool // --tolerance not given: the step's precision picks it
 	// transport is inproc, mpi or auto (run_mpi.go).
 	transport string
 	// save, saveEvery, resume: the checkpoint written, how often, and the one resumed.
@@ -44,6 +45,7 @@ The params and optimizer state stay on the devices between steps (autopar.Traine
 writes them whole to a checkpoint, which --resume continues under any plan of the model.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.tolAuto = !cmd.Flags().Changed("tolerance")
 			return runRun(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
 		},
 	}
@@ -53,7 +55,7 @@ writes them whole to a checkpoint, which --resume continues under any plan of th
 	fl.IntVar(&f.steps, "steps", 3, "training steps to run")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.check, "check", false, "verify after every compiler phase, run the serial interpreter beside it, print the differences and fail past --tolerance")
-	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted")
+	fl.Float64Var(&f.tol, "tolerance", 1e-4, "with --check, the largest relative difference accepted (2e-2 unless given for a step in f16/bf16)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace (Perfetto) of the last step to `FILE`")
 	fl.StringVar(&f.weights, "weights", "", "start from the params in `FILE` (safetensors, as autopar import writes)")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long a device may wait for a peer")
@@ -96,7 +98,7 @@ func runRun(ctx context.Context, stdout, stderr io.Writer, path string, f runFla
 
 // loop is the training loop's part of the flags.
 func (f *runFlags) loop() loopOpts {
-	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, trace: f.trace, traceFrees: f.traceFrees,
+	return loopOpts{steps: f.steps, seed: f.seed, check: f.check, tol: f.tol, tolAuto: f.tolAuto, trace: f.trace, traceFrees: f.traceFrees,
 		timeout: f.timeout, weights: f.weights, save: f.save, saveEvery: f.saveEvery, resume: f.resume, lead: true}
 }
 

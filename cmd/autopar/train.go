@@ -23,6 +23,8 @@ type trainFlags struct {
 	momentum  float64
 	seed      int64
 	freshData bool
+	precision string
+	lossScale float64
 }
 
 func newTrainCmd() *cobra.Command {
@@ -47,6 +49,8 @@ A graph that already holds its updates (a training step) runs as it is.`,
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "sgd momentum (0 for plain sgd)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the parameter init and the data")
 	fl.BoolVar(&f.freshData, "fresh-data", false, "draw a new random batch every step")
+	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
+	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16, bf16, mixed (bf16 with f32 master weights and state) or mixed-f16 (default: the model's dtypes)")
 	return cmd
 }
 
@@ -58,19 +62,25 @@ func optimizerFrom(f trainFlags) (passes.Optimizer, error) {
 	if math.IsNaN(f.momentum) || f.momentum < 0 || f.momentum >= 1 {
 		return passes.Optimizer{}, fmt.Errorf("--momentum %v: expected a momentum in [0, 1)", f.momentum)
 	}
+	if _, err := passes.ParsePrecision(f.precision); err != nil {
+		return passes.Optimizer{}, fmt.Errorf("--precision: %w", err)
+	}
+	if !(f.lossScale >= 0) || math.IsInf(f.lossScale, 0) {
+		return passes.Optimizer{}, fmt.Errorf("--loss-scale %v: expected a finite scale > 0 (or 0 for none)", f.lossScale)
+	}
 	switch f.optimizer {
 	case "sgd":
 		lr := f.lr
 		if lr == 0 {
 			lr = 0.1
 		}
-		return passes.Optimizer{Kind: "sgd", LR: lr, Momentum: f.momentum}, nil
+		return passes.Optimizer{Kind: "sgd", LR: lr, Momentum: f.momentum, Precision: f.precision, LossScale: f.lossScale}, nil
 	case "adam":
 		lr := f.lr
 		if lr == 0 {
 			lr = 0.01
 		}
-		return passes.Optimizer{Kind: "adam", LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
+		return passes.Optimizer{Kind: "adam", LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Precision: f.precision, LossScale: f.lossScale}, nil
 	}
 	return passes.Optimizer{}, fmt.Errorf("unknown optimizer %q, expected sgd or adam", f.optimizer)
 }

@@ -37,13 +37,15 @@ func TestTrainGPTTinyLossFalls(t *testing.T) {
 }
 
 func TestTrainMLPTinyLossFalls(t *testing.T) {
-	var out bytes.Buffer
-	err := runTrain(context.Background(), &out, "../../testdata/models/mlp-tiny.ir",
-		trainFlags{steps: 10, optimizer: "sgd", momentum: 0.9, seed: 3})
-	require.NoError(t, err)
-	ls := losses(t, out.String())
-	require.Len(t, ls, 10)
-	assert.Less(t, ls[9], ls[0])
+	for _, precision := range []string{"", "mixed"} {
+		var out bytes.Buffer
+		err := runTrain(context.Background(), &out, "../../testdata/models/mlp-tiny.ir",
+			trainFlags{steps: 10, optimizer: "sgd", momentum: 0.9, seed: 3, precision: precision})
+		require.NoError(t, err)
+		ls := losses(t, out.String())
+		require.Len(t, ls, 10)
+		assert.Less(t, ls[9], ls[0], "precision %q", precision)
+	}
 }
 
 func TestTrainErrors(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
@@ -92,12 +93,46 @@ func (p *planner) reshard(v ir.ValueID, from, to mesh.Spec) mesh.Reshard {
 	if r, ok := p.memo[k]; ok {
 		return r
 	}
+	if r, ok := p.opts.Reshard.get(k); ok {
+		p.memo[k] = r
+		return r
+	}
 	r, err := mesh.ReshardCost(p.lm, t.Shape, t.DType.Size(), from, to)
 	if err != nil {
 		panic(fmt.Sprintf("sharding: resharding %s from %s to %s: %v", p.g.Value(v).Name, from, to, err))
 	}
 	p.memo[k] = r
+	p.opts.Reshard.put(k, r)
 	return r
+}
+
+// ReshardMemo holds resharding prices on one logical mesh shape, shared by the solves on
+// it (see Options.Reshard). The zero value is ready; a nil *ReshardMemo holds nothing.
+type ReshardMemo struct {
+	mu sync.Mutex
+	m  map[reshardKey]mesh.Reshard
+}
+
+func (r *ReshardMemo) get(k reshardKey) (mesh.Reshard, bool) {
+	if r == nil {
+		return mesh.Reshard{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x, ok := r.m[k]
+	return x, ok
+}
+
+func (r *ReshardMemo) put(k reshardKey, x mesh.Reshard) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[reshardKey]mesh.Reshard{}
+	}
+	r.m[k] = x
 }
 
 // outSpec is value v's layout under strategy k of its group.

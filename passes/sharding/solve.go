@@ -35,6 +35,9 @@ type Options struct {
 	ForceSpec map[ir.ValueID]mesh.Spec
 	// NoMerge keeps every op its own ILP node (followers are merged by default).
 	NoMerge bool
+	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
+	// the caller gives each (submesh, logical mesh) its own. Safe for concurrent solves.
+	Reshard *ReshardMemo
 	// SolveLayersOnce makes identical layers share one set of node variables (layers.go).
 	SolveLayersOnce bool
 	// Layer assigns values to layers for SolveLayersOnce: Layer[v] is v's layer, -1 for

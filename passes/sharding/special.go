@@ -20,6 +20,8 @@ import "github.com/autopar/autopar/ir"
 //   - Conv: its signature already splits batch and output channels and contracts input
 //     channels; spatial dims stay fixed (halos are not modelled). Softmax, layer-norm and
 //     cross-entropy rows are fixed by their signatures; reshape maps dim groups there too.
+//   - batch_norm's batch may be split: its row's SyncStats adds the all-reduces of its
+//     per-channel mean and variance over the batch's axes (syncStats); codegen lowers them.
 func ruleOf(g *ir.Graph, id ir.ValueID) rule {
 	v := g.Value(id)
 	def := v.Op.Def()

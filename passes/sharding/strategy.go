@@ -27,14 +27,16 @@ type Strategy struct {
 	// Memory is the bytes one device holds of the result under Out.
 	Memory int64 `json:"memory"`
 	// Collectives are the op-internal collectives: the all-reduce or reduce-scatter of a
-	// split contracted dim.
+	// split contracted dim, and the all-reduces of the batch statistics of an op whose
+	// batch is split (ir.OpDef.SyncStats).
 	Collectives []OpCollective `json:"collectives,omitempty"`
 }
 
 // Cost is the strategy's own time, Compute + Comm.
 func (s *Strategy) Cost() float64 { return s.Compute + s.Comm }
 
-// OpCollective is a collective an op performs on its own result.
+// OpCollective is a collective an op performs on its own result, or on the statistics it
+// takes over a split batch (ir.OpDef.SyncStats).
 type OpCollective struct {
 	Kind mesh.Collective `json:"kind"`
 	Axes mesh.AxisSet    `json:"axes"`
@@ -235,11 +237,33 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	base.Memory = e.bytes(out)
 	base.Compute = e.cm.compute(e.v.Op, e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
 		float64(base.Memory+e.operandBytes(in)), e.lm.HostDevices())
+	suffix := e.syncStats(&base)
 	if partial == 0 {
-		base.Name = e.name(base, "")
+		base.Name = e.name(base, suffix)
 		return []Strategy{base}
 	}
 	return e.finishPartial(base, partial)
+}
+
+// syncStats adds the all-reduces of an op that takes statistics over its batch (its row's
+// SyncStats: batch_norm's mean and variance, one per channel each) when its batch, dim 0
+// of operand 0, is split: each statistic is summed over the split's axes. It returns the
+// strategy name's note of them, "" when there are none.
+func (e *enumerator) syncStats(s *Strategy) string {
+	k := e.v.Op.Def().SyncStats
+	if k == 0 || len(s.In) == 0 || len(s.In[0].Dims) == 0 || s.In[0].Dims[0] == mesh.AxesNone {
+		return ""
+	}
+	axes := s.In[0].Dims[0]
+	local, err := e.lm.LocalShape(e.v.Type.Shape, s.Out)
+	if err != nil {
+		panic("sharding: local shape of a checked spec: " + err.Error())
+	}
+	b := float64(int64(local[1]) * int64(e.v.Type.DType.Size()))
+	for range k {
+		s.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: axes, Dim: -1, Reduce: "sum", Bytes: b})
+	}
+	return fmt.Sprintf(" (sync all_reduce %s ×%d)", axes.Digits(), k)
 }
 
 // finishPartial offers the all-reduce and every valid reduce-scatter of a partial result.

@@ -98,3 +98,38 @@ func TestStrategyCosts(t *testing.T) {
 	}
 	assert.Equal(t, 4, seen, "every hand-checked strategy is a candidate")
 }
+
+// batch_norm may split its batch (synchronized batch norm): the strategy carries the two
+// all-reduces of its per-channel mean and variance over the batch's axes, priced as they
+// run; the spatial dims stay whole.
+func TestSyncBatchNormStrategies(t *testing.T) {
+	b := newGB(t, "bn")
+	x := b.input("x", 8, 6, 4, 4)
+	gamma, beta := b.param("gamma", 6), b.param("beta", 6)
+	b.op(ir.OpBatchNorm, "bn", ir.Attrs{}.With("eps", 1e-5), x, gamma, beta)
+	lm := uniform(t, 2, 2)
+	cands := candidatesOf(t, b.g, lm, "bn")
+	var synced int
+	for _, s := range cands {
+		assert.Equal(t, mesh.AxesNone, s.Out.Dims[2], "%s: the spatial dims stay whole", s.Name)
+		assert.Equal(t, mesh.AxesNone, s.Out.Dims[3], s.Name)
+		axes := s.In[0].Dims[0]
+		if axes == mesh.AxesNone {
+			assert.Empty(t, s.Collectives, s.Name)
+			continue
+		}
+		synced++
+		local, err := lm.LocalShape(ir.Shape{8, 6, 4, 4}, s.Out)
+		require.NoError(t, err)
+		require.Len(t, s.Collectives, 2, s.Name)
+		for _, c := range s.Collectives {
+			assert.Equal(t, mesh.AllReduce, c.Kind)
+			assert.Equal(t, axes, c.Axes)
+			assert.Equal(t, float64(local[1]*4), c.Bytes, "%s: one f32 per local channel", s.Name)
+		}
+		assert.InDelta(t, 2*lm.Cost(mesh.AllReduce, axes, float64(local[1]*4)), s.Comm, 1e-15, s.Name)
+	}
+	assert.Contains(t, names(cands), "S0RRR = S0RRR x R x R (sync all_reduce 0 ×2)")
+	assert.Contains(t, names(cands), "S0S1RR = S0S1RR x S1 x S1 (sync all_reduce 0 ×2)", "batch and channels split together")
+	assert.Positive(t, synced)
+}

@@ -1,0 +1,592 @@
+package autopar
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/passes/sharding"
+)
+
+// The fast search prices a layer range without solving it. Each layer is solved alone,
+// once per distinct structure (the oracle's structural hash) and logical mesh: its
+// sharding ILP treats a value arriving from another layer as an input leaf whose layout
+// the ILP picks freely, and pays the resharding from that layout to each consumer's need.
+// A range [a, b) is then priced as the sum of its layers' solutions, corrected on every
+// edge that crosses between two layers of the range: the consumer's layer paid
+// reshard(leaf layout → need), the range pays reshard(producer's layout → need).
+//
+// Exactness. The range ILP's objective is a sum over its layers of each layer's own node
+// and edge costs, edges charged to the consumer's layer. Restricting any range plan to
+// layer k, with each incoming leaf laid out as its producer lays it out, is a plan of
+// layer k's ILP of the same cost — provided both ILPs group the layer's ops alike, which
+// fails where a follower op (ir.OpDef.Follower) reads a value across the boundary: the
+// range merges it into its producer's node, the layer cannot. Without such edges,
+// Σ_k OPT(layer k) ≤ OPT(range); and when the layers' optimal solutions agree on every
+// crossing edge (every correction is zero) and no param, state, input or constant is read
+// by two layers of the range (each layer would pick its own layout of it, and pay its own
+// copy of a constant), the composed plan is a plan of the range of cost Σ_k OPT(layer k):
+// the price is exact. composedCost.exact says so; TestComposeExact checks it against the
+// range ILP. Otherwise the price is that of a plan of the range (up to those merges), an
+// estimate; the search only trusts it to choose, and exactly (compile.go) re-prices what it
+// chose with range ILPs and bounds the gap. TestFastSearchMatchesExhaustive measures it on
+// whole compiles.
+//
+// Memory. A range holds the sum of its layers' weights (exact: every param belongs to the
+// layers that read it) and, as activations, the sum of each layer's own peak above its
+// weights: an upper bound, since each layer's peak also counts its transients and the
+// boundary tensors it holds as graph outputs. When the fastest composition does not fit
+// the device memory, memory-lean solutions of its layers (the layer's ILP under smaller
+// budgets, a Pareto set of (time, memory)) are solved on demand and the composition is
+// chosen by a Lagrangian chain DP: minimise time + λ·memory, λ raised until the range fits.
+//
+// The DP then picks stages from these prices, and the chosen stages are solved exactly
+// (one range ILP each, shared by identical stages) and re-costed: the plan's prices are
+// always the range ILP's.
+
+// layerInfo is what composition needs of one layer of the step, whatever the mesh.
+type layerInfo struct {
+	sg    *stageGraph
+	cross []crossEdge // edges into this layer from another layer's op
+	// leaves are the values the layer's graph holds but another layer (or none) computes —
+	// params, states, inputs, constants — by step ValueID: two layers of a range that share
+	// one make the composition inexact.
+	leaves []ir.ValueID
+}
+
+// crossEdge is one use, in the consumer layer, of a value produced by an op of another
+// layer.
+type crossEdge struct {
+	from      int        // producer's layer
+	prod      ir.ValueID // the producer in the producer layer's graph
+	leaf      ir.ValueID // the input leaf standing for it in this layer's graph
+	use       ir.ValueID // the consumer in this layer's graph
+	slot      int
+	shape     []int
+	elemBytes int
+	// follower: the consumer may be merged into its operand's node, so the range's ILP
+	// and this layer's group it differently (ir.OpDef.Follower)
+	follower bool
+}
+
+// layerPoint is one solution of one layer on one logical mesh.
+type layerPoint struct {
+	res     *sharding.Result // nil: pruned (see pruneFactor); then time is a lower bound
+	time    float64          // per micro-batch (dp.StageCost.Time)
+	step    float64          // once per step: gradient sync and update (dp.StageCost.Step)
+	weights float64
+	act     float64
+	remats  []dp.StageCost // the layer recomputing: whole, layer by layer (remat.go)
+}
+
+func (p layerPoint) memory() float64 { return p.weights + p.act }
+
+// total is the point's time per micro-batch and per step together, what the chain DP
+// minimises: a range's gradient sync and update are its layers' own, added up.
+func (p layerPoint) total() float64 { return p.time + p.step }
+
+// composedCost is the price of a range from its layers' points.
+type composedCost struct {
+	cost  dp.StageCost
+	ok    bool
+	exact bool
+}
+
+type rangeKey struct {
+	start, end int
+	sub        dp.Submesh
+	logical    dp.Logical
+}
+
+// layerInfos builds the per-layer boundary information once.
+func (o *oracle) layerInfos() []*layerInfo {
+	if o.infos != nil {
+		return o.infos
+	}
+	o.infos = make([]*layerInfo, o.lay.L)
+	local := make([]map[ir.ValueID]ir.ValueID, o.lay.L) // step value → its position in layer k's graph
+	for k := range o.lay.L {
+		sg, err := o.stage(k, k+1)
+		if err != nil {
+			o.note(err)
+			return nil
+		}
+		o.infos[k] = &layerInfo{sg: sg}
+		local[k] = map[ir.ValueID]ir.ValueID{}
+		for i := range sg.g.Values {
+			v := &sg.g.Values[i]
+			id, ok := o.step.Lookup(v.Name)
+			if !ok || o.step.Value(id).Op != v.Op {
+				continue
+			}
+			local[k][id] = ir.ValueID(i)
+			if o.lay.Of[id] != k {
+				o.infos[k].leaves = append(o.infos[k].leaves, id) // brought in: a leaf, a constant
+			}
+		}
+	}
+	for k, li := range o.infos {
+		g := li.sg.g
+		for i := range g.Values {
+			for slot, a := range g.Values[i].Args {
+				av := g.Value(a)
+				id, ok := o.step.Lookup(av.Name)
+				if av.Op != ir.OpInput || !ok || o.step.Value(id).Op == ir.OpInput {
+					continue // made in this layer, or a leaf of the step
+				}
+				from := o.lay.Of[id]
+				prod, ok := local[from][id]
+				if from < 0 || from == k || !ok {
+					continue
+				}
+				li.cross = append(li.cross, crossEdge{from: from, prod: prod, leaf: a, use: ir.ValueID(i), slot: slot,
+					shape: av.Type.Shape, elemBytes: av.Type.DType.Size(), follower: g.Values[i].Op.Def().Follower})
+			}
+		}
+	}
+	return o.infos
+}
+
+// layerPoints returns the solutions of layer k on (s, l): the fastest under the device
+// memory first, then, when lean is set, the memory-lean ones (solved on first request).
+func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []layerPoint {
+	sg := o.infos[k].sg
+	key := solveKey{sg.hash, s, l}
+	pts, ok := o.points[key]
+	if !ok {
+		sol := o.solve(k, k+1, s, l)
+		if !sol.ok {
+			o.points[key] = nil
+			return nil
+		}
+		pts = []layerPoint{pointOf(sg, sol)}
+		o.points[key] = pts
+	}
+	if !lean || len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
+		return pts
+	}
+	o.leaned[key] = true
+	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
+	// footprint gets that footprint's plan.
+	peak := pts[0].res.PeakMemory
+	for _, f := range []float64{0.6, 0.3} {
+		sol := o.solveStageBudget(sg, s, l, int64(f*float64(peak)), nil)
+		if !sol.ok || sol.res == nil {
+			continue
+		}
+		pts = paretoAdd(pts, pointOf(sg, sol))
+	}
+	o.points[key] = pts
+	return pts
+}
+
+func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
+	return layerPoint{res: sol.res, time: sol.cost.Time, step: sol.cost.Step, weights: sol.cost.WeightBytes, act: sol.cost.ActBytes,
+		remats: sol.remats}
+}
+
+// paretoAdd adds p to a layer's points unless one of them is no slower and no larger.
+// The fastest point stays first.
+func paretoAdd(pts []layerPoint, p layerPoint) []layerPoint {
+	for _, q := range pts {
+		if q.total() <= p.total() && q.memory() <= p.memory() {
+			return pts
+		}
+	}
+	return append(pts, p)
+}
+
+// alignJobs lists, as solves to run, a second solution of each layer whose fastest solution disagrees with a
+// neighbour's on the layout of a tensor crossing between them: the layer re-solved with
+// each value it sends to another layer pinned to the layout the receiving layer's fastest
+// solution chose for it (the layout the receiver would like to be handed). The boundary
+// becomes part of the answer; the chain DP then picks, per range, the points that agree.
+// On a latency-bound model this is what keeps a range's composition near its ILP: a
+// layer's output, which nothing in the layer reads, is otherwise left in whatever layout is
+// cheapest to produce, and its consumer pays a collective to undo it. The solves run on
+// all cores.
+func (o *oracle) alignJobs(meshes []meshKey) []job {
+	if o.layerInfos() == nil {
+		return nil
+	}
+	var jobs []job
+	for _, mk := range meshes {
+		for k := range o.lay.L {
+			pk := o.layerPoints(k, mk.sub, mk.logical, false)
+			if len(pk) == 0 || pk[0].res == nil {
+				continue
+			}
+			for _, side := range []int{+1, -1, 0} {
+				if j := o.servedJob(k, mk, pk[0], side); j != nil {
+					jobs = append(jobs, *j)
+				}
+			}
+		}
+	}
+	return jobs
+}
+
+// servedJob is the solve of layer k (whose fastest point is pk) with the values it sends
+// to the layers on one side pinned to the layouts those layers' fastest points chose for
+// them: side +1 the later layers (activations), −1 the earlier ones (gradients), 0 both.
+// A range's first layer sends its gradients out of the range, where their layout is free,
+// and its last layer its activations: each takes the one-sided variant. It returns nil
+// when the variant would change nothing or is already listed.
+func (o *oracle) servedJob(k int, mk meshKey, pk layerPoint, side int) *job {
+	force := map[ir.ValueID]mesh.Spec{}
+	var b strings.Builder
+	differ := false
+	for _, j := range nearest(k, o.lay.L) {
+		if side > 0 && j < k || side < 0 && j > k {
+			continue
+		}
+		pj := o.layerPoints(j, mk.sub, mk.logical, false)
+		if len(pj) == 0 || pj[0].res == nil {
+			continue
+		}
+		for _, e := range o.infos[j].cross {
+			if e.from != k {
+				continue
+			}
+			if _, ok := force[e.prod]; ok {
+				continue
+			}
+			want := pj[0].res.Specs[e.leaf]
+			force[e.prod] = want
+			fmt.Fprintf(&b, "|%d=%s", e.prod, want)
+			differ = differ || !pk.res.Specs[e.prod].Equal(want)
+		}
+	}
+	sg := o.infos[k].sg
+	key := solveKey{sg.hash + b.String(), mk.sub, mk.logical}
+	if _, ok := o.solved[key]; ok || !differ {
+		return nil
+	}
+	o.solved[key] = nil
+	return &job{key: key, sg: sg, force: force, base: solveKey{sg.hash, mk.sub, mk.logical}}
+}
+
+// applyAligned adds the aligned solutions alignJobs asked for to their layers' points.
+func (o *oracle) applyAligned(jobs []job) {
+	for _, j := range jobs {
+		sol := o.solved[j.key]
+		if sol == nil || !sol.ok || sol.res == nil {
+			continue
+		}
+		o.points[j.base] = append(o.points[j.base], pointOf(j.sg, sol))
+	}
+}
+
+// nearest lists the layers other than k, nearest first (k+1 before k−1).
+func nearest(k, layers int) []int {
+	var out []int
+	for d := 1; d < layers; d++ {
+		if k+d < layers {
+			out = append(out, k+d)
+		}
+		if k-d >= 0 {
+			out = append(out, k-d)
+		}
+	}
+	return out
+}
+
+// composed prices layers [start, end) on (s, l) from its layers' points.
+func (o *oracle) composed(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+	key := rangeKey{start, end, s, l}
+	if c, ok := o.composedAt[key]; ok {
+		return c
+	}
+	c := o.compose(start, end, s, l)
+	o.composedAt[key] = c
+	return c
+}
+
+func (o *oracle) compose(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+	if o.layerInfos() == nil {
+		return composedCost{}
+	}
+	pts := make([][]layerPoint, end-start)
+	for k := start; k < end; k++ {
+		if pts[k-start] = o.layerPoints(k, s, l, false); len(pts[k-start]) == 0 {
+			return composedCost{}
+		}
+	}
+	path, c := o.chain(start, pts, 0)
+	if o.memory > 0 && c.cost.Memory(1) > float64(o.memory) {
+		for k := start; k < end; k++ {
+			pts[k-start] = o.layerPoints(k, s, l, true)
+		}
+		path, c = o.leanest(start, pts)
+	}
+	c.exact = c.exact && o.disjointLeaves(start, end) && allFastest(path)
+	return c
+}
+
+// leanest raises λ in time + λ·memory until the composition fits the device memory, then
+// bisects for the least λ that fits; without a fit it returns the least memory found.
+func (o *oracle) leanest(start int, pts [][]layerPoint) ([]int, composedCost) {
+	budget := float64(o.memory)
+	path, c := o.chain(start, pts, 0)
+	if c.cost.Memory(1) <= budget {
+		return path, c
+	}
+	lo, hi := 0.0, 0.0
+	bestPath, best := path, c
+	for lam := 1e-15; lam < 1e3; lam *= 4 {
+		p, x := o.chain(start, pts, lam)
+		if x.cost.Memory(1) < best.cost.Memory(1) {
+			bestPath, best = p, x
+		}
+		if x.cost.Memory(1) <= budget {
+			hi = lam
+			break
+		}
+		lo = lam
+	}
+	if hi == 0 {
+		return bestPath, best
+	}
+	bestPath, best = o.chain(start, pts, hi)
+	for range 20 {
+		mid := math.Sqrt(max(lo, 1e-18) * hi)
+		p, x := o.chain(start, pts, mid)
+		if x.cost.Memory(1) <= budget {
+			hi, bestPath, best = mid, p, x
+		} else {
+			lo = mid
+		}
+	}
+	return bestPath, best
+}
+
+// chain picks one point per layer minimising time + lam·memory plus the corrections on
+// the edges between adjacent layers, by a DP over the chain; edges between layers further
+// apart are priced on the chosen path. It returns the path (point index per layer) and its
+// true cost.
+func (o *oracle) chain(start int, pts [][]layerPoint, lam float64) ([]int, composedCost) {
+	n := len(pts)
+	best := make([][]float64, n)
+	from := make([][]int, n)
+	for i := range n {
+		best[i] = make([]float64, len(pts[i]))
+		from[i] = make([]int, len(pts[i]))
+		for q, pq := range pts[i] {
+			own := pq.total() + lam*pq.memory()
+			if i == 0 {
+				best[i][q] = own
+				continue
+			}
+			best[i][q] = math.Inf(1)
+			for p := range pts[i-1] {
+				x := best[i-1][p] + own + o.adjacent(start+i-1, pts[i-1][p], start+i, pq)
+				if x < best[i][q] {
+					best[i][q], from[i][q] = x, p
+				}
+			}
+		}
+	}
+	path := make([]int, n)
+	for q := range best[n-1] {
+		if best[n-1][q] < best[n-1][path[n-1]] {
+			path[n-1] = q
+		}
+	}
+	for i := n - 1; i > 0; i-- {
+		path[i-1] = from[i][path[i]]
+	}
+	return path, o.price(start, pts, path)
+}
+
+// adjacent is the correction between layer a at point pa and layer b = a+1 at point pb:
+// the edges from a into b and from b into a.
+func (o *oracle) adjacent(a int, pa layerPoint, b int, pb layerPoint) float64 {
+	return o.correction(b, pb, a, pa) + o.correction(a, pa, b, pb)
+}
+
+// correction sums, over the edges into layer k (at point pk) from layer j (at point pj),
+// what the range pays more than layer k's own solution paid: resharding from the
+// producer's layout instead of from the leaf's.
+func (o *oracle) correction(k int, pk layerPoint, j int, pj layerPoint) float64 {
+	if pk.res == nil || pj.res == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, e := range o.infos[k].cross {
+		if e.from != j {
+			continue
+		}
+		want := pk.res.Strategies[e.use].In[e.slot]
+		sum += o.reshardTime(pk.res.Mesh, e, pj.res.Specs[e.prod], want) - o.reshardTime(pk.res.Mesh, e, pk.res.Specs[e.leaf], want)
+	}
+	return sum
+}
+
+type reshardMemoKey struct {
+	shape2   [2]int
+	alpha    [2]float64
+	beta     [2]float64
+	shape    string // the tensor's
+	bytes    int
+	from, to string
+}
+
+func (o *oracle) reshardTime(lm *mesh.LogicalMesh, e crossEdge, from, to mesh.Spec) float64 {
+	if from.Equal(to) {
+		return 0
+	}
+	k := reshardMemoKey{lm.Shape, lm.Alpha, lm.Beta, shapeKey(e.shape), e.elemBytes, from.String(), to.String()}
+	if t, ok := o.reshardMemo[k]; ok {
+		return t
+	}
+	r, err := mesh.ReshardCost(lm, e.shape, e.elemBytes, from, to)
+	t := r.Time
+	if err != nil {
+		t = math.Inf(1) // a layout the producer's mesh cannot hold: never chosen by the ILP
+	}
+	o.reshardMemo[k] = t
+	return t
+}
+
+func shapeKey(s []int) string {
+	b := make([]byte, 0, 8*len(s))
+	for _, d := range s {
+		for x := uint64(d); ; x >>= 7 {
+			if x < 0x80 {
+				b = append(b, byte(x))
+				break
+			}
+			b = append(b, byte(x)|0x80)
+		}
+	}
+	return string(b)
+}
+
+// price is the cost of the composition path picks: every layer's point and every
+// crossing edge inside the range corrected.
+func (o *oracle) price(start int, pts [][]layerPoint, path []int) composedCost {
+	c := composedCost{ok: true, exact: true}
+	end := start + len(pts)
+	for i, q := range path {
+		p := pts[i][q]
+		c.cost.Time += p.time
+		c.cost.Step += p.step
+		c.cost.WeightBytes += p.weights
+		c.cost.ActBytes += p.act
+		if p.res == nil {
+			c.exact = false
+		}
+		k := start + i
+		for _, e := range o.infos[k].cross {
+			if e.from < start || e.from >= end {
+				continue
+			}
+			pj := pts[e.from-start][path[e.from-start]]
+			if p.res == nil || pj.res == nil {
+				continue
+			}
+			want := p.res.Strategies[e.use].In[e.slot]
+			d := o.reshardTime(p.res.Mesh, e, pj.res.Specs[e.prod], want) - o.reshardTime(p.res.Mesh, e, p.res.Specs[e.leaf], want)
+			c.cost.Time += d
+			if d != 0 || e.follower {
+				c.exact = false
+			}
+		}
+	}
+	c.cost.Time = max(c.cost.Time, 0)
+	chosen := make([]layerPoint, len(path))
+	for i, q := range path {
+		chosen[i] = pts[i][q]
+	}
+	c.cost = o.withRemat(c.cost, chosen)
+	return c
+}
+
+// withRemat gives a composed plain cost the ways to run the range recomputing, estimated
+// from its layers' own (remat.go prices them per stage graph, which a composition does not
+// have): the recomputed time adds up; recomputing the whole range keeps its first layer's
+// inputs in flight and holds, once, the plain activations of one micro-batch; layer by
+// layer keeps every layer's input and holds once the largest layer's recomputed values.
+// The search only chooses by these: the chosen stages are re-priced by remat.go (exactly).
+// Arranged as stageSolution.costFor arranges a solved stage's.
+func (o *oracle) withRemat(plain dp.StageCost, layers []layerPoint) dp.StageCost {
+	if o.remat == RematNone || len(layers) == 0 {
+		return plain
+	}
+	whole, layered := plain, plain
+	whole.Recompute, layered.Recompute, layered.Checkpoints = true, true, true
+	whole.ActBytes, whole.OnceBytes, layered.ActBytes, layered.OnceBytes = 0, 0, 0, 0
+	for i, p := range layers {
+		if len(p.remats) < 2 {
+			return plain
+		}
+		whole.Time += p.remats[0].Time - p.time
+		layered.Time += p.remats[1].Time - p.time
+		whole.OnceBytes += p.act
+		layered.ActBytes += p.remats[0].ActBytes
+		layered.OnceBytes = max(layered.OnceBytes, p.remats[0].OnceBytes)
+		if i == 0 {
+			whole.ActBytes = p.remats[0].ActBytes
+		}
+	}
+	if o.remat == RematFull {
+		whole.Remat = []dp.StageCost{layered}
+		return whole
+	}
+	plain.Remat = []dp.StageCost{whole, layered}
+	return plain
+}
+
+func allFastest(path []int) bool {
+	for _, q := range path {
+		if q != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// disjointLeaves reports whether no leaf or constant is read by two layers of [start, end).
+func (o *oracle) disjointLeaves(start, end int) bool {
+	seen := map[ir.ValueID]bool{}
+	for k := start; k < end; k++ {
+		for _, id := range o.infos[k].leaves {
+			if seen[id] {
+				return false
+			}
+			seen[id] = true
+		}
+	}
+	return true
+}
+
+// lower is the optimistic price of layers [start, end) on (s, l): the sum of its layers'
+// fastest times, a lower bound on the range's ILP (a range plan cut to one layer is a plan
+// of that layer, up to the followers merged across a layer boundary), with its weights and
+// the largest of its layers' activations.
+func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+	if o.layerInfos() == nil {
+		return dp.StageCost{}, false
+	}
+	var c dp.StageCost
+	var fastest []layerPoint
+	for k := start; k < end; k++ {
+		pts := o.layerPoints(k, s, l, false)
+		if len(pts) == 0 {
+			return dp.StageCost{}, false
+		}
+		t, step, act := pts[0].time, pts[0].step, pts[0].act
+		for _, p := range pts[1:] {
+			t, step, act = min(t, p.time), min(step, p.step), min(act, p.act)
+		}
+		c.Time += t
+		c.Step += step
+		c.WeightBytes += pts[0].weights
+		c.ActBytes = max(c.ActBytes, act)
+		fastest = append(fastest, pts[0])
+	}
+	return o.withRemat(c, fastest), true
+}

@@ -1,0 +1,56 @@
+package autopar
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/mesh"
+)
+
+// TestComposeExact checks the composition (compose.go) against the range's own ILP on every
+// layer range and mesh of small models, memory not binding: a composed price marked exact
+// equals the ILP's. It logs how far the others are.
+func TestComposeExact(t *testing.T) {
+	for _, tc := range []struct {
+		model, cluster     string
+		devices, layers, b int
+	}{
+		{"mlp-tiny", "cpu", 4, 3, 2},
+		{"gpt-tiny", "dgx-a100", 2, 3, 1},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+			require.NoError(t, err)
+			c, err := mesh.ParseCluster(tc.cluster)
+			require.NoError(t, err)
+			c.DevicesPerHost = tc.devices
+			o, dc := testOracle(t, g, c, tc.b, tc.layers)
+			o.fast = true
+			o.prefetch(o.lay.L, dc, nil)
+			exact, worst := 0, 0.0
+			for _, mk := range o.meshes(dc) {
+				for a := 0; a < o.lay.L; a++ {
+					for b := a + 1; b <= o.lay.L; b++ {
+						cc := o.composed(a, b, mk.sub, mk.logical)
+						sol := o.solve(a, b, mk.sub, mk.logical)
+						require.True(t, cc.ok && sol.ok, "layers %d-%d on %v %v", a, b-1, mk.sub, mk.logical)
+						ilp, got := sol.cost.Time+sol.cost.Step, cc.cost.Time+cc.cost.Step
+						if cc.exact {
+							exact++
+							assert.InEpsilon(t, ilp, got, 1e-9, "exact composition, layers %d-%d on %v", a, b-1, mk)
+						} else {
+							worst = max(worst, abs(got/ilp-1))
+						}
+					}
+				}
+			}
+			t.Logf("%d compositions exact; the worst inexact one %.2f%% off its ILP", exact, 100*worst)
+			assert.Positive(t, exact, "some compositions are exact")
+		})
+	}
+}
+
+func abs(x float64) float64 { return max(x, -x) }

@@ -1,0 +1,134 @@
+package autopar
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/mesh"
+)
+
+// fastCases are the configurations the fast search is held to the exhaustive one on: tiny
+// zoo models on 1 to 8 devices in 1 or 2 hosts, at the device memory and at budgets that
+// bind. Layers and micro-batches are fixed so that the exhaustive search takes a second.
+var fastCases = []struct {
+	model   string
+	cluster string
+	hosts   int // the cluster's host count replaced
+	devices int // devices per host, replaced
+	layers  int
+	b       int
+	memory  int64 // bytes; 0: the cluster's
+}{
+	{"mlp-tiny", "cpu", 1, 1, 2, 2, 0},
+	{"mlp-tiny", "cpu", 1, 2, 3, 2, 0},
+	{"mlp-tiny", "cpu", 1, 4, 3, 2, 0},
+	{"mlp-tiny", "cpu", 2, 2, 3, 2, 0},
+	{"mlp-tiny", "cpu", 1, 4, 3, 2, 24 << 10},
+	{"mlp-tiny", "cpu", 2, 2, 3, 4, 20 << 10},
+	{"gpt-tiny", "dgx-a100", 1, 2, 3, 2, 0},
+	{"mlp-tiny", "p3.16xlarge", 1, 8, 8, 4, 0},
+}
+
+// fastCasesMore are slower (ten seconds each on 2 busy cores; the two with a binding budget
+// minutes, as the exhaustive search's range ILPs run to their time limit — there the fast
+// plan was twice as fast as the exhaustive one's, from layer ILPs that finish): go test -run
+// TestFastSearchMatchesExhaustive -fastsearch.all -timeout 20m runs them too.
+var fastCasesMore = []struct {
+	model   string
+	cluster string
+	hosts   int
+	devices int
+	layers  int
+	b       int
+	memory  int64
+}{
+	{"gpt-tiny", "dgx-a100", 1, 4, 3, 1, 0},
+	{"gpt-tiny", "dgx-a100", 2, 2, 3, 2, 0},
+	{"gpt-tiny", "dgx-a100", 1, 8, 2, 1, 0},
+	{"gpt-tiny", "dgx-a100", 2, 4, 2, 2, 0},
+	{"gpt-tiny", "dgx-a100", 1, 4, 3, 2, 300 << 10},
+	{"gpt-tiny", "dgx-a100", 1, 2, 3, 1, 600 << 10},
+}
+
+var fastSearchAll = flag.Bool("fastsearch.all", false, "TestFastSearchMatchesExhaustive: also the slower configurations")
+
+// TestFastSearchMatchesExhaustive compiles each configuration with both searches: the fast
+// plan's predicted step time is within 1% of the exhaustive one's, and equal when every
+// composed price was exact.
+func TestFastSearchMatchesExhaustive(t *testing.T) {
+	cases := fastCases
+	if *fastSearchAll {
+		cases = append(cases, fastCasesMore...)
+	}
+	for _, tc := range cases {
+		name := fmt.Sprintf("%s/%s/%dx%d/L%d/B%d/mem%d", tc.model, tc.cluster, tc.hosts, tc.devices, tc.layers, tc.b, tc.memory)
+		t.Run(name, func(t *testing.T) {
+			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+			require.NoError(t, err)
+			c, err := mesh.ParseCluster(tc.cluster)
+			require.NoError(t, err)
+			c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+			opts := Options{Layers: tc.layers, Microbatches: tc.b, MemoryPerDevice: tc.memory}
+			var plans [2]*Plan
+			var stats [2]searchStats
+			for i, s := range []string{SearchExhaustive, SearchFast} {
+				opts.Search = s
+				start := time.Now()
+				plans[i], stats[i], err = compileSearch(context.Background(), g, c, opts)
+				require.NoError(t, err, s)
+				t.Logf("%s: %v, %d ILPs, step %g, %d of %d compositions inexact", s, time.Since(start), stats[i].solves,
+					plans[i].Predicted.StepTime, stats[i].inexact, stats[i].composed)
+			}
+			ex, fast := plans[0].Predicted.StepTime, plans[1].Predicted.StepTime
+			assert.LessOrEqual(t, fast, ex*1.01, "fast plan's step time within 1%% of the exhaustive one's")
+			if stats[1].inexact == 0 {
+				assert.InEpsilon(t, ex, fast, 1e-9, "every composed price was exact")
+			}
+		})
+	}
+}
+
+// TestProgressFastSearch: the fast search reports its sharding ILPs (layer solves, then
+// served variants) and the stage search of every micro-batch count, counts that never
+// exceed their totals, and solves no more than it reports plus the exact ones.
+func TestProgressFastSearch(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu:2")
+	require.NoError(t, err)
+	ilps := map[int]bool{}
+	counts := map[int]bool{}
+	opts := Options{Layers: 2, Progress: func(b int, phase string, done, total int) {
+		assert.LessOrEqual(t, done, total)
+		switch phase {
+		case "sharding ILPs":
+			ilps[b] = true
+		case "stage search":
+			counts[b] = true
+		}
+	}}
+	p, st, err := compileSearch(context.Background(), g, c, opts)
+	require.NoError(t, err)
+	assert.True(t, counts[p.Microbatches], "the winning count was searched")
+	assert.NotEmpty(t, ilps)
+	assert.Positive(t, st.solves)
+}
+
+// TestSearchOption: fast is the default, so every compiled plan the equality tests and
+// FuzzPlansLower's seeds run comes from it; an unknown search is refused by name.
+func TestSearchOption(t *testing.T) {
+	assert.Equal(t, SearchFast, Options{}.withDefaults().Search)
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu:2")
+	require.NoError(t, err)
+	_, err = Compile(context.Background(), g, c, Options{Search: "quick"})
+	assert.ErrorContains(t, err, `search "quick": expected fast or exhaustive`)
+}
