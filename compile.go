@@ -1,9 +1,11 @@
 package autopar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/autopar/autopar/dp"
@@ -214,6 +216,7 @@ type searchStats struct {
 	largestILP int // variables of the largest
 	composed   int // layer ranges the fast search priced by composition
 	inexact    int // of them, those whose price is not proven equal to the range's ILP
+	skipped    int // micro-batch counts the bound skipped (boundOrder)
 }
 
 // compileSearch is Compile, also saying what its search did.
@@ -224,7 +227,7 @@ func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Optio
 	}
 	sh := s.shared
 	st := searchStats{solves: int(sh.solves.Load()), largestILP: int(sh.maxVars.Load()),
-		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load())}
+		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load()), skipped: int(sh.skipped.Load())}
 	return s.Plan, st, nil
 }
 
@@ -249,12 +252,70 @@ func microbatchCounts(batch, asked int) ([]int, error) {
 	return out, nil
 }
 
-// compileWith is the search phase: it plans s's training step of b micro-batches, clustered
-// into layers, with the DP over stages and submeshes priced by the sharding ILPs, sets
-// s.Search to the DP's result and returns the plan.
-func compileWith(s *Compilation) (*Plan, error) {
-	ctx, g, step, lay, c, opts, sched := s.ctx, s.Model, s.Step, s.Layering, s.Cluster, s.Options, s.Schedule
-	batch, b := s.Batch, s.Microbatches
+// attempt is one micro-batch count's search, between setUp and finish.
+type attempt struct {
+	s    *Compilation
+	dc   dp.Cluster
+	do   dp.Options
+	o    *oracle
+	free bool // nothing is pinned: every stage is searched (and prefetched)
+	// bound is the fast search's optimistic step time (0: none).
+	bound float64
+}
+
+// errSkipped is a micro-batch count the search did not finish: its optimistic bound
+// loses to a plan already found by more than boundMargin (boundOrder).
+var errSkipped = errors.New("compile: skipped, its optimistic bound loses to another micro-batch count's plan")
+
+// searchAll is the search phase: it plans the training step of every compilation (one per
+// micro-batch count), clustered into layers, with the DP over stages and submeshes priced
+// by the sharding ILPs, and sets each one's Search (the DP's result) and Plan. The sharding
+// ILPs of every count run together, on all cores, under one progress count (micro-batch
+// count 0), a solve two counts share running once; then, in the fast search, the counts
+// are searched in the order of their optimistic bound and those whose bound loses to the
+// best plan found by over boundMargin are skipped (errSkipped). It returns one error per
+// compilation, nil where it has a plan.
+func searchAll(ss []*Compilation) []error {
+	errs := make([]error, len(ss))
+	var atts []*attempt
+	for i, s := range ss {
+		a, err := setUp(s)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		atts = append(atts, a)
+	}
+	if len(atts) == 0 {
+		return errs
+	}
+	ctx, opts := atts[0].s.ctx, atts[0].s.Options
+	progress := solveAll(atts, opts.Progress)
+	var best *Compilation
+	for _, a := range boundOrder(ctx, atts) {
+		i := slices.Index(ss, a.s)
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
+			errs[i] = errSkipped
+			a.s.shared.skipped.Add(1)
+			continue
+		}
+		if a.o.fast {
+			a.o.applyAligned(a.o.run(a.o.alignJobs(a.o.meshes(a.dc)), progress.more()))
+		}
+		if errs[i] = a.finish(); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
+			best = a.s
+		}
+	}
+	return errs
+}
+
+// setUp checks s's search options and builds its oracle.
+func setUp(s *Compilation) (*attempt, error) {
+	ctx, step, lay, c, opts := s.ctx, s.Step, s.Layering, s.Cluster, s.Options
 	var err error
 	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
 	if opts.MemoryPerDevice > 0 {
@@ -269,7 +330,7 @@ func compileWith(s *Compilation) (*Plan, error) {
 			return nil, err
 		}
 	}
-	do := dp.Options{Microbatches: b, Schedule: sched, Constraints: cons}
+	do := dp.Options{Microbatches: s.Microbatches, Schedule: s.Schedule, Constraints: cons}
 	if err := dp.Check(lay.L, dc, do); err != nil {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
@@ -284,13 +345,14 @@ func compileWith(s *Compilation) (*Plan, error) {
 	}
 	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
 	o.fast = free && opts.Search == SearchFast
-	if free {
-		var progress func(done, total int)
-		if opts.Progress != nil {
-			progress = func(done, total int) { opts.Progress(b, "sharding ILPs", done, total) }
-		}
-		o.prefetch(lay.L, dc, progress)
-	}
+	return &attempt{s: s, dc: dc, do: do, o: o, free: free}, nil
+}
+
+// finish runs the stage DP on the prefetched prices and sets the compilation's Search and
+// Plan.
+func (a *attempt) finish() error {
+	s, do, o, dc := a.s, a.do, a.o, a.dc
+	ctx, lay, opts, b := s.ctx, s.Layering, s.Options, s.Microbatches
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
@@ -308,12 +370,79 @@ func compileWith(s *Compilation) (*Plan, error) {
 	o.countComposed()
 	if err != nil {
 		if errors.Is(err, dp.ErrNoPlan) && o.err != nil {
-			return nil, fmt.Errorf("%w: %v", err, o.err)
+			return fmt.Errorf("%w: %v", err, o.err)
 		}
-		return nil, err
+		return err
 	}
-	s.Search = res
-	return assemble(g, step, lay, c, opts, sched, batch, b, res, o)
+	p, err := assemble(s.Model, s.Step, lay, s.Cluster, opts, s.Schedule, s.Batch, b, res, o)
+	if err != nil {
+		return err
+	}
+	s.Search, s.Plan = res, p
+	return nil
+}
+
+// solveAll runs the sharding ILPs of every micro-batch count's search at once, on all
+// cores, so that progress covers the whole compile (its micro-batch count is 0) and a
+// solve shared by two counts runs once. The fast search's aligned solves (compose.go)
+// follow, count by count, through the progress it returns; the total grows by their
+// number as each count's are known.
+func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) *ilpProgress {
+	var jobs []job
+	for _, a := range atts {
+		if a.free {
+			jobs = append(jobs, a.o.jobs(a.s.Layering.L, a.dc)...)
+		}
+	}
+	pr := &ilpProgress{report: report}
+	atts[0].o.run(jobs, pr.more()) // the oracles share their solutions: any one runs them
+	return pr
+}
+
+// ilpProgress reports the sharding ILPs of a whole compile as one count.
+type ilpProgress struct {
+	report      func(microbatches int, phase string, done, total int)
+	done, total int
+}
+
+// more returns the progress callback of the next batch of solves.
+func (p *ilpProgress) more() func(done, total int) {
+	if p.report == nil {
+		return nil
+	}
+	base := p.done
+	return func(done, total int) {
+		p.done, p.total = base+done, base+total
+		p.report(0, "sharding ILPs", p.done, p.total)
+	}
+}
+
+// boundMargin: a micro-batch count whose optimistic bound is within this fraction of the
+// best plan found is searched all the same, since the bound is not a proof (oracle.lower).
+const boundMargin = 0.02
+
+// boundOrder prices, in the fast search, each micro-batch count's plan optimistically (the
+// DP on oracle.lower, from the layer solves already run) and orders the counts by it, so
+// that the best plan is found first and the counts whose bound already loses to it by more
+// than boundMargin are skipped (Alpa's bound on t_max, applied to micro-batch counts). The
+// exhaustive search keeps the counts in order and skips none.
+func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
+	order := slices.Clone(atts)
+	for _, a := range order {
+		a.bound = 0
+		if !a.o.fast {
+			continue
+		}
+		a.o.optimistic = true
+		quiet := a.do
+		quiet.Progress = nil
+		if res, err := dp.Solve(ctx, a.s.Layering.L, a.dc, a.o, quiet); err == nil {
+			a.bound = res.Time
+		}
+		a.o.optimistic = false
+	}
+	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
+	return order
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how

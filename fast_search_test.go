@@ -117,7 +117,9 @@ func TestProgressFastSearch(t *testing.T) {
 	p, st, err := compileSearch(context.Background(), g, c, opts)
 	require.NoError(t, err)
 	assert.True(t, counts[p.Microbatches], "the winning count was searched")
-	assert.NotEmpty(t, ilps)
+	assert.Equal(t, map[int]bool{0: true}, ilps, "one progress over every micro-batch count's ILPs")
+	assert.Len(t, counts, 5-st.skipped, "every count of 1, 2, 4, 8, 16 searched but those the bound skipped")
+	t.Logf("%d of 5 micro-batch counts skipped", st.skipped)
 	assert.Positive(t, st.solves)
 }
 

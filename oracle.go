@@ -66,6 +66,7 @@ type shared struct {
 	maxVars     atomic.Int64 // the most variables of any ILP solved
 	nComposed   atomic.Int64 // layer ranges the fast search priced by composition
 	nInexact    atomic.Int64 // of them, those not proven equal to their range's ILP
+	skipped     atomic.Int64 // micro-batch counts the bound skipped (boundOrder)
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo

@@ -19,8 +19,8 @@ import (
 // Compilation is the state the phases of Phases act on. Compile fills the inputs, then
 // each phase reads what the phases before it set and sets its own field; a field is nil
 // until its phase has run. There is one Compilation per micro-batch count tried: the
-// phases of scope PerMicrobatches run on each, and those of scope Chosen on the one whose
-// plan is fastest.
+// phases of scope PerMicrobatches run on each, those of scope AllMicrobatches on all of
+// them at once, and those of scope Chosen on the one whose plan is fastest.
 type Compilation struct {
 	// The inputs, set before the first phase.
 	Model        *ir.Graph        // the forward graph, whole batch; never modified
@@ -53,6 +53,10 @@ const (
 	ForwardGraph Scope = iota
 	// PerMicrobatches phases run once per micro-batch count tried.
 	PerMicrobatches
+	// AllMicrobatches phases run once, on the compilations of every micro-batch count
+	// whose PerMicrobatches phases succeeded (Phase.RunAll): the search, which pools the
+	// counts' sharding ILPs and skips the counts that cannot win.
+	AllMicrobatches
 	// Chosen phases run on the compilation whose plan has the shortest step time.
 	Chosen
 )
@@ -65,8 +69,13 @@ type Phase struct {
 	Scope Scope
 	// Requires names phases that must come earlier in Phases; checked when the package loads.
 	Requires []string
-	// Run does the phase's work on s, setting the field it owns.
+	// Run does the phase's work on s, setting the field it owns; nil in an AllMicrobatches
+	// phase.
 	Run func(s *Compilation) error
+	// RunAll is an AllMicrobatches phase's work, on every count's compilation at once. It
+	// returns one error per compilation: nil where the phase succeeded, errSkipped where
+	// it dropped the count as unable to win; the later phases see only the others.
+	RunAll func(ss []*Compilation) []error
 	// Dump writes what the phase produced as text (`autopar compile --dump NAME`): a graph
 	// in .ir syntax, the layering, the stage table or the programs.
 	Dump func(w io.Writer, s *Compilation) error
@@ -90,8 +99,8 @@ var Phases = []Phase{
 		Scope: PerMicrobatches, Requires: []string{"autodiff"}, Run: runOptimizer, Dump: dumpGraph(step), Verify: verifyGraph(step)},
 	{Name: "cluster", Doc: "group the step's ops into layers of balanced FLOPs (Alpa's layer DP)",
 		Scope: PerMicrobatches, Requires: []string{"optimizer"}, Run: runCluster, Dump: dumpLayering, Verify: verifyLayering},
-	{Name: "search", Doc: "stages, submeshes and logical meshes (DP) priced by the sharding ILPs: the plan",
-		Scope: PerMicrobatches, Requires: []string{"cluster"}, Run: runSearch, Dump: dumpStages, Verify: verifyPlan},
+	{Name: "search", Doc: "stages, submeshes and logical meshes (DP) priced by the sharding ILPs: the plan (every B's ILPs solved together; a B whose bound loses is skipped)",
+		Scope: AllMicrobatches, Requires: []string{"cluster"}, RunAll: searchAll, Dump: dumpStages, Verify: verifyPlan},
 	{Name: "lower", Doc: "one program per device for the fastest plan (codegen)", Scope: Chosen,
 		Requires: []string{"search"}, Run: runLower, Dump: dumpPrograms, Verify: verifyPrograms},
 }
@@ -107,8 +116,9 @@ func init() {
 func checkPhases(t []Phase) error {
 	seen := map[string]bool{}
 	for i, p := range t {
-		if p.Name == "" || p.Run == nil || p.Dump == nil || p.Verify == nil {
-			return fmt.Errorf("phase %q lacks a name, a function, a dump or a verifier", p.Name)
+		if p.Name == "" || (p.Run == nil) == (p.Scope != AllMicrobatches) || (p.RunAll == nil) == (p.Scope == AllMicrobatches) ||
+			p.Dump == nil || p.Verify == nil {
+			return fmt.Errorf("phase %q lacks a name, a function (Run, or RunAll in scope AllMicrobatches), a dump or a verifier", p.Name)
 		}
 		if seen[p.Name] {
 			return fmt.Errorf("phase %s is listed twice", p.Name)
@@ -152,7 +162,9 @@ type PhaseConfig struct {
 	// Check runs every phase's verifier after it (tests and `--check`).
 	Check bool
 	// After, when set, is called after each phase with the compilation it acted on and the
-	// time it took: what `--dump` and `--time` hang on. It must not modify s.
+	// time it took: what `--dump` and `--time` hang on. It must not modify s. An
+	// AllMicrobatches phase calls it for each compilation it did not drop, the whole
+	// phase's time with the first and 0 with the others.
 	After func(p *Phase, s *Compilation, took time.Duration) error
 }
 
@@ -172,7 +184,8 @@ var checkEveryPhase = false
 
 // Run runs Phases on forward graph g for cluster c, as Compile does, up to and including
 // cfg.UpTo. The ForwardGraph phases run once; the PerMicrobatches phases once per
-// micro-batch count tried (a count whose phases fail is skipped, as in Compile); the Chosen
+// micro-batch count tried (a count whose phases fail is skipped, as in Compile); the
+// AllMicrobatches phases once on all of those counts (which may drop some); the Chosen
 // phases on the compilation whose plan has the shortest step time. Run returns that
 // compilation, or, when UpTo stops before any plan exists, the first count's. Its errors
 // are Compile's.
@@ -197,7 +210,7 @@ func Run(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, cfg *P
 	if r.done {
 		return base, nil
 	}
-	var best, first *Compilation
+	var ok []*Compilation
 	var why error // when no count gives a plan: the memory error that needs least, or the first
 	for _, b := range counts {
 		if err := ctx.Err(); err != nil {
@@ -212,11 +225,19 @@ func Run(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options, cfg *P
 			why = worse(why, err)
 			continue
 		}
+		ok = append(ok, &s)
+	}
+	ok, why, err = r.runAll(ctx, ok, why)
+	if err != nil {
+		return nil, err
+	}
+	var best, first *Compilation
+	for _, s := range ok {
 		if first == nil {
-			first = &s
+			first = s
 		}
 		if s.Plan != nil && (best == nil || s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
-			best = &s
+			best = s
 		}
 	}
 	switch {
@@ -250,6 +271,53 @@ type runner struct {
 	cfg   *PhaseConfig
 	last  int
 	done  bool // row last has run
+}
+
+// runAll runs the AllMicrobatches rows on the compilations ss, stopping after row last, and
+// returns those no row dropped, with why worsened by the errors of the counts that failed.
+// Its error is the context's or a verifier's.
+func (r *runner) runAll(ctx context.Context, ss []*Compilation, why error) ([]*Compilation, error, error) {
+	for i := range r.table {
+		p := &r.table[i]
+		if p.Scope != AllMicrobatches || i > r.last || r.done || len(ss) == 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, why, err
+		}
+		start := time.Now()
+		errs := p.RunAll(ss)
+		took := time.Since(start)
+		if err := ctx.Err(); err != nil {
+			return nil, why, err
+		}
+		var kept []*Compilation
+		for j, s := range ss {
+			if errs[j] != nil {
+				if !errors.Is(errs[j], errSkipped) {
+					why = worse(why, errs[j])
+				}
+				continue
+			}
+			if r.cfg.Check {
+				if err := p.Verify(s); err != nil {
+					return nil, why, &PhaseError{Phase: p.Name, Err: err}
+				}
+			}
+			if r.cfg.After != nil {
+				if err := r.cfg.After(p, s, took); err != nil {
+					return nil, why, err
+				}
+			}
+			took = 0
+			kept = append(kept, s)
+		}
+		ss = kept
+		if i == r.last {
+			r.done = true
+		}
+	}
+	return ss, why, nil
 }
 
 func (r *runner) run(s *Compilation, scope Scope) error {
@@ -311,11 +379,6 @@ func runCluster(s *Compilation) (err error) {
 		layers = min(8, s.Cluster.Devices())
 	}
 	s.Layering, err = passes.ClusterLayers(s.Step, passes.ClusterOptions{Layers: layers})
-	return err
-}
-
-func runSearch(s *Compilation) (err error) {
-	s.Plan, err = compileWith(s)
 	return err
 }
 

@@ -277,10 +277,16 @@ func phaseConfig(stdout, stderr io.Writer, f compileFlags) (*autopar.PhaseConfig
 		switch p.Scope {
 		case autopar.PerMicrobatches:
 			at = fmt.Sprintf("B=%d", s.Microbatches)
+		case autopar.AllMicrobatches:
+			at = fmt.Sprintf("B=%d", s.Microbatches)
 		case autopar.Chosen:
 			at = fmt.Sprintf("B=%d, the fastest plan", s.Microbatches)
 		}
-		if f.timePasses {
+		if f.timePasses && (p.Scope != autopar.AllMicrobatches || took > 0) {
+			// An AllMicrobatches phase runs once for every count: its time comes with the first.
+			if p.Scope == autopar.AllMicrobatches {
+				at = "every micro-batch count together"
+			}
 			fmt.Fprintf(stderr, "phase %-10s %10v  %s\n", p.Name, took.Round(time.Microsecond), at)
 		}
 		if p.Name != f.dump {
