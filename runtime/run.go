@@ -258,6 +258,11 @@ type storeRec struct {
 	block  *kernels.Tensor
 }
 
+// export is the store as a result carries it.
+func (s storeRec) export() StoreBlock {
+	return StoreBlock{Device: s.device, Pos: s.pos, Name: s.name, Full: s.full, Offsets: s.off, Block: s.block}
+}
+
 // assembler puts results together from blocks, checking that devices which write the same
 // element (replicas) wrote bit-identical values and that every element is written.
 type assembler struct {

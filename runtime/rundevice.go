@@ -69,7 +69,7 @@ func RunDevice(ctx context.Context, programs []*program.Program, self DeviceID, 
 	}
 	res := &DeviceResult{Stats: d.stats, Trace: d.trace}
 	for _, s := range d.stores {
-		res.Stores = append(res.Stores, StoreBlock{Device: s.device, Pos: s.pos, Name: s.name, Full: s.full, Offsets: s.off, Block: s.block})
+		res.Stores = append(res.Stores, s.export())
 	}
 	return res, nil
 }

@@ -246,18 +246,11 @@ func (s *Session) Step(ctx context.Context, data Data, outputs ...string) (*Resu
 				continue
 			}
 			r.Stats.StoreBytes += tensorBytes(st.block)
-			r.Stores = append(r.Stores, StoreBlock{Device: st.device, Pos: st.pos, Name: st.name, Full: st.full, Offsets: st.off, Block: st.block})
+			r.Stores = append(r.Stores, st.export())
 		}
 		mine[j] = r
 	}
-	parts := mine
-	if s.group != nil {
-		var err error
-		if parts, err = s.group.Exchange(ctx, mine); err != nil {
-			return nil, err
-		}
-	}
-	res, err := Assemble(parts)
+	res, err := s.assemble(ctx, mine)
 	if err != nil {
 		return nil, err
 	}
@@ -289,19 +282,12 @@ func (s *Session) Gather(ctx context.Context) (Data, error) {
 		r := &DeviceResult{Stats: DeviceStats{Device: s.progs[i].Device}}
 		for _, name := range slices.Sorted(maps.Keys(s.blocks[i])) {
 			for _, b := range s.blocks[i][name] {
-				r.Stores = append(r.Stores, StoreBlock{Device: b.device, Pos: b.pos, Name: b.name, Full: b.full, Offsets: b.off, Block: b.block})
+				r.Stores = append(r.Stores, b.export())
 			}
 		}
 		mine[j] = r
 	}
-	parts := mine
-	if s.group != nil {
-		var err error
-		if parts, err = s.group.Exchange(ctx, mine); err != nil {
-			return nil, err
-		}
-	}
-	res, err := Assemble(parts)
+	res, err := s.assemble(ctx, mine)
 	if err != nil {
 		return nil, err
 	}
@@ -329,4 +315,17 @@ func (s *Session) ResidentBytes() []int64 {
 		}
 	}
 	return out
+}
+
+// assemble puts together this process's device results and, in a group, every other
+// process's: every process must call it at the same point.
+func (s *Session) assemble(ctx context.Context, mine []*DeviceResult) (*Result, error) {
+	parts := mine
+	if s.group != nil {
+		var err error
+		if parts, err = s.group.Exchange(ctx, mine); err != nil {
+			return nil, err
+		}
+	}
+	return Assemble(parts)
 }
