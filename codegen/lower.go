@@ -516,17 +516,7 @@ func (em *stageEm) gatherShard(k key, local ir.Type, table, idx []program.Buffer
 		em.each(func(d int) program.Instr { return program.Instr{Kind: program.Constant, Out: c[d], Value: val(d)} })
 		return c
 	}
-	compute := func(name string, t ir.Type, op ir.Op, at ir.Attrs, args ...[]program.BufferID) []program.BufferID {
-		out := em.newBuf(name, t)
-		em.each(func(d int) program.Instr {
-			ins := program.Instr{Kind: program.Compute, Out: out[d], Op: op, Attrs: at}
-			for _, a := range args {
-				ins.Args = append(ins.Args, a[d])
-			}
-			return ins
-		})
-		return out
-	}
+	compute := em.computeEach
 	ids := ir.Type{DType: idT, Shape: idShape}
 	mask := ir.Type{DType: ir.Bool, Shape: idShape}
 	off := scalar("offset", idT, func(d int) float64 {
@@ -556,6 +546,20 @@ func (em *stageEm) gatherShard(k key, local ir.Type, table, idx []program.Buffer
 }
 
 // newBuf declares one buffer of type t on every device of the stage.
+// computeEach emits op on every device of the stage into a new buffer named name of type t
+// (each device's block), its operands each device's own block of args.
+func (em *stageEm) computeEach(name string, t ir.Type, op ir.Op, at ir.Attrs, args ...[]program.BufferID) []program.BufferID {
+	out := em.newBuf(name, t)
+	em.each(func(d int) program.Instr {
+		ins := program.Instr{Kind: program.Compute, Out: out[d], Op: op, Attrs: at}
+		for _, a := range args {
+			ins.Args = append(ins.Args, a[d])
+		}
+		return ins
+	})
+	return out
+}
+
 func (em *stageEm) newBuf(name string, t ir.Type) []program.BufferID {
 	ids := make([]program.BufferID, len(em.progs))
 	for d := range em.progs {

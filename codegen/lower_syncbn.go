@@ -29,17 +29,7 @@ func (em *stageEm) batchNormSync(k key, local ir.Type, args [][]program.BufferID
 		}
 	}
 	ch := ir.Type{DType: local.DType, Shape: ir.Shape{local.Shape[1]}}
-	compute := func(name string, t ir.Type, op ir.Op, at ir.Attrs, in ...[]program.BufferID) []program.BufferID {
-		out := em.newBuf(name, t)
-		em.each(func(d int) program.Instr {
-			ins := program.Instr{Kind: program.Compute, Out: out[d], Op: op, Attrs: at}
-			for _, a := range in {
-				ins.Args = append(ins.Args, a[d])
-			}
-			return ins
-		})
-		return out
-	}
+	compute := em.computeEach
 	n := float64(em.m.AxisSize(axes))
 	// stat is the batch's mean over s of t, of the local shards of x.
 	statOf := func(name string, t []program.BufferID) []program.BufferID {
