@@ -29,6 +29,11 @@ const publishedFile = "testdata/published/runs.json"
 // all).
 var publishedAllFlag = flag.Bool("published-all", false, "TestPublishedFits80GB: check every SC'21 row of "+publishedFile+", not only the fast ones")
 
+// publishedClusterFlag prices BenchmarkPublished's rows on a cluster JSON instead of each
+// row's preset (its host count is set to the row's): a what-if, e.g.
+// testdata/published/dgx-a100-fused-proxy.json.
+var publishedClusterFlag = flag.String("published-cluster", "", "BenchmarkPublished: price every row on this cluster JSON (hosts set per row) instead of its preset")
+
 // publishedRun is one row of runs.json. Fields the benchmark does not read are kept as
 // text so that a misspelt field is an error (DisallowUnknownFields), not a silent zero.
 type publishedRun struct {
@@ -136,8 +141,20 @@ func (r *publishedRun) graph() (*ir.Graph, error) {
 	return g.Build()
 }
 
+// cluster is the row's preset with its host count, or -published-cluster's file with it.
 func (r *publishedRun) cluster() (*mesh.Cluster, error) {
-	return mesh.ParseCluster(fmt.Sprintf("%s:%d", r.Cluster.Preset, r.Cluster.Hosts))
+	if *publishedClusterFlag == "" {
+		return mesh.ParseCluster(fmt.Sprintf("%s:%d", r.Cluster.Preset, r.Cluster.Hosts))
+	}
+	c, err := mesh.LoadCluster(*publishedClusterFlag)
+	if err != nil {
+		return nil, err
+	}
+	if c.DevicesPerHost != r.Cluster.GPUsPerHost {
+		return nil, fmt.Errorf("%s has %d devices per host, row %s %d", *publishedClusterFlag, c.DevicesPerHost, r.ID, r.Cluster.GPUsPerHost)
+	}
+	c.Hosts = r.Cluster.Hosts
+	return c, c.Validate()
 }
 
 // options is `autopar compile --plan tp=..,pp=..,dp=.. --remat full --precision mixed
