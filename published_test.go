@@ -213,9 +213,23 @@ func pricePublished(tb testing.TB, r publishedRun) publishedResult {
 	return res
 }
 
+// gatheredParamBytes bounds, from above, the bytes of one stage's params gathered whole in
+// the 2-byte compute dtype: the most transformer blocks a stage holds (12h² + 13h params
+// each) plus both embeddings and the final layer norm. The plans autopar finds inside
+// --plan's meshes keep params sharded over every device of the stage and gather them for
+// the step (docs/DECISIONS.md, "Published runs"); the stage's MemoryBytes counts only the
+// shards, so TestPublishedFits80GB adds this whole copy on top.
+func (r *publishedRun) gatheredParamBytes() int64 {
+	m := r.Model
+	h := int64(m.Hidden)
+	blocks := int64((m.Layers + r.Parallel.PP - 1) / r.Parallel.PP)
+	return 2 * (blocks*(12*h*h+13*h) + int64(m.Vocab+m.Seq)*h + 2*h)
+}
+
 // TestPublishedFits80GB: the published Megatron-LM configurations of the SC'21 weak-scaling
 // table, compiled with their degrees (--plan), full recomputation and mixed precision on
-// dgx-a100, fit the A100's 80 GB, as they did when they ran (issue 11). By default only
+// dgx-a100, fit the A100's 80 GB, as they did when they ran (issue 11), even counting a
+// whole gathered copy of a stage's params on top of the plan's memory. By default only
 // the rows that compile in seconds here; -published-all checks every row
 // (BenchmarkPublished compiles them all too).
 func TestPublishedFits80GB(t *testing.T) {
@@ -229,7 +243,9 @@ func TestPublishedFits80GB(t *testing.T) {
 		t.Run(r.ID, func(t *testing.T) {
 			res := pricePublished(t, r)
 			require.Equal(t, 80<<30, int(res.budget), "the A100 80 GB preset")
-			require.LessOrEqual(t, res.maxMemory, int64(res.budget), "%s needs %.1f GiB on its fullest GPU", r.ID, float64(res.maxMemory)/(1<<30))
+			need := res.maxMemory + r.gatheredParamBytes()
+			require.LessOrEqual(t, need, int64(res.budget), "%s needs %.1f GiB on its fullest GPU (%.1f GiB planned + its stage's params gathered whole)",
+				r.ID, float64(need)/(1<<30), float64(res.maxMemory)/(1<<30))
 			for i, s := range res.plan.Stages {
 				require.True(t, s.Recompute, "%s: stage %d does not recompute under --remat full", r.ID, i)
 			}
@@ -258,8 +274,8 @@ func BenchmarkPublished(b *testing.B) {
 			b.Logf("%s: step %.3g s predicted (compute %.3g + communication %.3g + bubble %.3g + sync %.3g + update %.3g), %.3g s published; %.1f GiB on the fullest GPU of %d stages; compiled in %v",
 				r.ID, p.StepTime, p.Compute, p.Communication, p.Bubble, p.Sync, p.Update, res.publishedStep,
 				float64(res.maxMemory)/(1<<30), len(res.plan.Stages), res.compile.Round(time.Millisecond))
-			if res.maxMemory > int64(res.budget) {
-				b.Errorf("%s does not fit: %.1f GiB per GPU", r.ID, float64(res.maxMemory)/(1<<30))
+			if need := res.maxMemory + r.gatheredParamBytes(); need > int64(res.budget) {
+				b.Errorf("%s does not fit: %.1f GiB per GPU with its stage's params gathered", r.ID, float64(need)/(1<<30))
 			}
 		})
 	}
