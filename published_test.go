@@ -169,7 +169,7 @@ func (r *publishedRun) options() Options {
 		Layers:       r.Model.Layers,
 		Manual:       &Manual{TP: p.TP, PP: p.PP, DP: p.DP},
 		Remat:        RematFull,
-		ILPTimeLimit: 5 * time.Minute,
+		ILPTimeLimit: 20 * time.Minute, // wall clock: the shared 2-core machine runs it at a fraction of a core
 	}
 }
 
