@@ -112,7 +112,7 @@ func TestProgramsEqualPlans(t *testing.T) {
 	// other way round. Until the step accounting covers those layouts, the cpu:4 cases are
 	// priced as before the roofline (testdata/clusters/cpu4-flat.json: FLOP-only, flat
 	// collectives), where plan and programs agree. Set cpu4 to "cpu:4" to reproduce.
-	const cpu4 = flatCPU4
+	const cpu4 = "cpu:4"
 	model := func(t *testing.T, name string) *ir.Graph {
 		if name == "mlp-dp" { // not a zoo preset: `autopar model mlp --batch 64 --hidden 256 --in 256`
 			g, err := frontend.ParseFile("testdata/step/mlp-dp.ir")
