@@ -16,6 +16,7 @@ import (
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
@@ -104,8 +105,9 @@ func programTally(prog *program.Program, transfers bool) commTally {
 // TestProgramsEqualPlans: every collective a compiled plan prices appears in its programs
 // with the same kind and bytes, as often as priced (per micro-batch or once per step), and
 // nothing else does; the runtime's counters count the same instructions. Send and receive
-// are not priced by the stage search (it prices stages, not the edges between them); they
-// are counted to match between codegen and the runtime only.
+// are not priced by the stage search (it prices stages, not the edges between them);
+// plan.json reports them per stage (codegen.Transfers), and they must match the programs'
+// send and receive instructions, piece for piece and byte for byte.
 func TestProgramsEqualPlans(t *testing.T) {
 	// On the cpu preset's roofline prices. Under them three mismatches showed that the
 	// cpu4-flat.json cluster (FLOPs only, flat collectives) had hidden: codegen resolved a
@@ -174,6 +176,35 @@ func TestProgramsEqualPlans(t *testing.T) {
 						assert.Equal(t, want[si].String(), g.String(), "stage %d, device %d: plan (want) vs programs", si, progs[d].Device)
 						d++
 					}
+				}
+				// Sends and receives: plan.json's per-stage counts against the programs'.
+				d = 0
+				for si, s := range p.Stages {
+					got := commTally{}
+					for range s.Devices {
+						for k, e := range programTally(progs[d], false) {
+							if k == program.Send || k == program.Recv {
+								x := got[k]
+								x.N, x.Bytes = x.N+e.N, x.Bytes+e.Bytes
+								got[k] = x
+							}
+						}
+						d++
+					}
+					want := commTally{}
+					for k, x := range map[program.Kind]*plan.Transfers{program.Send: s.Sent, program.Recv: s.Received} {
+						if x == nil {
+							require.Len(t, p.Stages, 1, "stage %d: a pipeline stage reports its transfers", si)
+							continue
+						}
+						if n := p.Microbatches*x.Pieces + x.StepPieces; n > 0 {
+							want[k] = struct {
+								N     int
+								Bytes float64
+							}{n, float64(int64(p.Microbatches)*x.Bytes + x.StepBytes)}
+						}
+					}
+					assert.Equal(t, want.String(), got.String(), "stage %d: plan's transfers (want) vs programs", si)
 				}
 				runCounts(t, p, progs)
 			})
