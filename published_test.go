@@ -277,8 +277,11 @@ func gatheredBytes(step *ir.Graph, p *Plan) ([]int64, error) {
 func TestPublishedFits80GB(t *testing.T) {
 	fast := []string{"megatron-sc21-t1-1.7b", "megatron-sc21-t1-18b"}
 	runs := loadPublished(t)
-	checked := 0
+	found := 0 // of the fast rows: each must be in the file
 	for _, r := range runs {
+		if slices.Contains(fast, r.ID) {
+			found++
+		}
 		if !r.sc21() || !*publishedAllFlag && !slices.Contains(fast, r.ID) {
 			continue
 		}
@@ -291,9 +294,8 @@ func TestPublishedFits80GB(t *testing.T) {
 				require.True(t, s.Recompute, "%s: stage %d does not recompute under --remat full", r.ID, i)
 			}
 		})
-		checked++
 	}
-	require.Equal(t, len(fast), checked, "rows %v are in %s", fast, publishedFile)
+	require.Equal(t, len(fast), found, "rows %v are in %s", fast, publishedFile)
 }
 
 // BenchmarkPublished prices every published run with its own degrees, micro-batch and
