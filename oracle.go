@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -49,6 +50,10 @@ type oracle struct {
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
 	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
+	// lazy: layers are solved only when an optimistic plan runs them (bound.go, settle);
+	// until then they have no points and lower prices them by their bounds.
+	lazy       bool
+	allMeshes  []meshKey // the meshes the DP asks for (set by settle)
 	infos      []*layerInfo
 	composedAt map[rangeKey]composedCost
 	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
@@ -67,6 +72,8 @@ type shared struct {
 	nComposed   atomic.Int64 // layer ranges the fast search priced by composition
 	nInexact    atomic.Int64 // of them, those not proven equal to their range's ILP
 	skipped     atomic.Int64 // micro-batch counts the bound skipped (boundOrder)
+	// bounds are the layers' optimistic prices without an ILP (bound.go, layerBound)
+	bounds map[solveKey]boundCost
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -74,7 +81,7 @@ type shared struct {
 
 func newShared() *shared {
 	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
-		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{}}
 }
 
 type stageGraph struct {
@@ -277,7 +284,15 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
+				t0 := time.Now()
 				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force)
+				if debugSolves {
+					v := 0
+					if sols[j].res != nil {
+						v = sols[j].res.ILP.Variables
+					}
+					fmt.Fprintf(os.Stderr, "SOLVE %s %v %v forced=%d vars=%d %v t=%.2fµs\n", jobs[j].sg.g.Name, jobs[j].key.sub, jobs[j].key.logical, len(jobs[j].force), v, time.Since(t0).Round(time.Millisecond), (sols[j].cost.Time+sols[j].cost.Step)*1e6)
+				}
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -542,3 +557,5 @@ func structureHash(g *ir.Graph) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+var debugSolves = os.Getenv("AUTOPAR_DEBUG_SOLVES") != ""
