@@ -3,8 +3,6 @@ package autopar
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"os"
 	goruntime "runtime"
 	"slices"
 
@@ -15,17 +13,19 @@ import (
 
 // The fast search's layer solves are lazy (issue 13, "skip what cannot win"). Before any
 // ILP runs, every layer on every logical mesh has a price that costs no ILP: Alpa's
-// perfect-scaling bound (layerBound), a true lower bound on the layer's ILP and on every
-// range ILP's share of it. The DP on optimistic prices (a range solved exactly at its ILP,
-// otherwise the sum over its layers of the layer's ILP optimum where solved and its bound
-// where not; oracle.lower) bounds every plan from below; the layers its plan runs that
-// are not solved yet are solved, and the DP runs again, until its plan runs only solved
-// layers (settle). A (layer, logical mesh) whose bound loses every plan it could be part
-// of to the plan found is never solved, and a micro-batch count whose optimistic plan
-// loses is never started (searchAll). The composed DP and exactly then work on the solved
-// layers as before: exactly's rounds solve the layers of any later optimistic plan too,
-// so its stop rule (the plan within refineTolerance of the optimistic DP's value) keeps its
-// meaning.
+// perfect-scaling bound (layerBound), a true lower bound on the layer's ILP and on its
+// share of every range ILP. The DP on optimistic prices (a range solved exactly at its
+// ILP, otherwise the sum over its layers of the layer's ILP optimum where solved and its
+// bound where not; oracle.lower) bounds every plan from below. settle first solves every
+// layer on one device (tiny ILPs whose bound is already their price), then, round by
+// round, the cheaper half of the unsolved layers the optimistic plan runs, until the plan
+// the composed prices pick is within refineTolerance of the optimistic one. A (layer,
+// logical mesh) no optimistic plan runs before then is never solved, and a micro-batch
+// count whose optimistic plan loses to the plan found is never started (searchAll). The
+// composed DP and exactly then work on the solved layers as before; exactly's rounds
+// solve the layers of any later optimistic plan too, so its stop rule (the plan within
+// refineTolerance of the optimistic DP's value) keeps its meaning: the skips are bounds,
+// not guesses.
 
 // layerBound is the optimistic price of layer k on (s, l) without an ILP: per micro-batch
 // and once per step, the sum over the layer's ops of sharding.KernelBounds (the step part
@@ -83,12 +83,12 @@ func (o *oracle) isSolved(k int, s dp.Submesh, l dp.Logical) bool {
 }
 
 // unsolved lists, as solves to run, the layers of plan p's stages whose ILP on their
-// stage's mesh has not run, marking them in o.solved; also the meshes they are on. Not
+// stage's mesh has not run, marking them in o.solved. Not
 // all of them: the cheaper half by solveEstimate (at least one per core), since the cheap
 // solves may already show that the plan loses and spare the dear ones — an ILP on a
 // two-dimensional mesh has several times the variables of a one-dimensional one and takes
 // about ten times as long.
-func (o *oracle) unsolved(p *dp.Result) ([]job, []meshKey) {
+func (o *oracle) unsolved(p *dp.Result) []job {
 	var jobs []job
 	for _, st := range p.Stages {
 		for k := st.Start; k < st.End; k++ {
@@ -112,27 +112,21 @@ func (o *oracle) unsolved(p *dp.Result) ([]job, []meshKey) {
 		n++
 	}
 	jobs = jobs[:n]
-	var meshes []meshKey
 	for _, j := range jobs {
 		o.solved[j.key] = nil
-		if mk := (meshKey{j.key.sub, j.key.logical}); !slices.Contains(meshes, mk) {
-			meshes = append(meshes, mk)
-		}
 	}
-	return jobs, meshes
+	return jobs
 }
 
 // oneDevice lists, as solves to run, every layer on a one-device mesh not solved yet: their
 // ILPs are the smallest (one strategy an op), their bounds are their prices already, and
 // they give the composed prices a first plan to hold against the optimistic one early.
-func (o *oracle) oneDevice() ([]job, []meshKey) {
+func (o *oracle) oneDevice() []job {
 	var jobs []job
-	var meshes []meshKey
 	for _, mk := range o.allMeshes {
 		if mk.sub.Size() != 1 {
 			continue
 		}
-		meshes = append(meshes, mk)
 		for k := range o.lay.L {
 			if !o.isSolved(k, mk.sub, mk.logical) {
 				sg := o.infos[k].sg
@@ -142,7 +136,7 @@ func (o *oracle) oneDevice() ([]job, []meshKey) {
 			}
 		}
 	}
-	return jobs, meshes
+	return jobs
 }
 
 // solveEstimate is a rough relative price of solving j: the strategies an op has on its
@@ -170,17 +164,12 @@ func meshFactor(l dp.Logical) float64 {
 	return 1
 }
 
-// solveLayers runs the layer solves jobs (on all cores, counted by progress), then the
-// served variants (compose.go) they make possible on meshes, and forgets the composed
-// prices, which may now have more points to choose from.
-func (o *oracle) solveLayers(jobs []job, meshes []meshKey, progress *ilpProgress) {
+// solveLayers runs the layer solves jobs (on all cores, counted by progress) and forgets
+// the composed prices, which may now cover more ranges. The lazy search does not run the
+// served variants (compose.go, alignJobs): they doubled its ILPs, and their 2-D solves
+// were the dearest of all (docs/DECISIONS.md).
+func (o *oracle) solveLayers(jobs []job, progress *ilpProgress) {
 	o.run(jobs, progress.more())
-	if o.ctx.Err() != nil {
-		return
-	}
-	if os.Getenv("AUTOPAR_NOALIGN") == "" {
-		o.applyAligned(o.run(o.alignJobs(meshes), progress.more()))
-	}
 	clear(o.composedAt)
 }
 
@@ -201,8 +190,8 @@ func (o *oracle) optimisticPlan(ctx context.Context, layers int, dc dp.Cluster, 
 func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, progress *ilpProgress) {
 	do.Progress = nil
 	o.allMeshes = o.meshes(dc)
-	if jobs, meshes := o.oneDevice(); len(jobs) > 0 {
-		o.solveLayers(jobs, meshes, progress)
+	if jobs := o.oneDevice(); len(jobs) > 0 {
+		o.solveLayers(jobs, progress)
 	}
 	for ctx.Err() == nil {
 		opt, err := o.optimisticPlan(ctx, layers, dc, do)
@@ -210,23 +199,13 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			return // no plan even optimistically: the composed DP says why
 		}
 		res, err := dp.Solve(ctx, layers, dc, o, do)
-		if debugSolves {
-			x := 0.0
-			if err == nil {
-				x = res.Time
-			}
-			fmt.Fprintf(os.Stderr, "ROUND opt %.3fµs composed %.3fµs\n", opt.Time*1e6, x*1e6)
-			for _, st := range opt.Stages {
-				fmt.Fprintf(os.Stderr, "   opt stage %d-%d %v %v t=%.3f s=%.3f\n", st.Start, st.End-1, st.Submesh, st.Logical, st.Cost.Time*1e6, st.Cost.Step*1e6)
-			}
-		}
 		if err == nil && res.Time <= opt.Time*(1+refineTolerance) {
 			return
 		}
-		jobs, meshes := o.unsolved(opt)
+		jobs := o.unsolved(opt)
 		if len(jobs) == 0 {
 			return
 		}
-		o.solveLayers(jobs, meshes, progress)
+		o.solveLayers(jobs, progress)
 	}
 }

@@ -474,8 +474,8 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		if oerr != nil || best != nil && best.Time <= opt.Time*(1+refineTolerance) {
 			break
 		}
-		if jobs, meshes := o.unsolved(opt); len(jobs) > 0 {
-			o.solveLayers(jobs, meshes, progress)
+		if jobs := o.unsolved(opt); len(jobs) > 0 {
+			o.solveLayers(jobs, progress)
 			continue
 		}
 		round++

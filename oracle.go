@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -284,15 +283,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				t0 := time.Now()
 				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force)
-				if debugSolves {
-					v := 0
-					if sols[j].res != nil {
-						v = sols[j].res.ILP.Variables
-					}
-					fmt.Fprintf(os.Stderr, "SOLVE %s %v %v forced=%d vars=%d %v t=%.2fµs\n", jobs[j].sg.g.Name, jobs[j].key.sub, jobs[j].key.logical, len(jobs[j].force), v, time.Since(t0).Round(time.Millisecond), (sols[j].cost.Time+sols[j].cost.Step)*1e6)
-				}
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -557,5 +548,3 @@ func structureHash(g *ir.Graph) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-var debugSolves = os.Getenv("AUTOPAR_DEBUG_SOLVES") != ""
