@@ -217,6 +217,9 @@ type searchStats struct {
 	composed   int // layer ranges the fast search priced by composition
 	inexact    int // of them, those whose price is not proven equal to the range's ILP
 	skipped    int // micro-batch counts the bound skipped (boundOrder)
+	// bounded counts the (layer, logical mesh) pairs the fast search priced by their bound
+	// alone and never solved (bound.go)
+	bounded int
 }
 
 // compileSearch is Compile, also saying what its search did.
@@ -228,6 +231,11 @@ func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Optio
 	sh := s.shared
 	st := searchStats{solves: int(sh.solves.Load()), largestILP: int(sh.maxVars.Load()),
 		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load()), skipped: int(sh.skipped.Load())}
+	for k := range sh.bounds {
+		if _, ok := sh.solved[k]; !ok {
+			st.bounded++
+		}
+	}
 	return s.Plan, st, nil
 }
 
