@@ -34,7 +34,7 @@ import (
 // perfectly over the mesh, no activations. Each part is at most the solved layer's
 // (stageSolution.cost), so the DP's objective and its memory check on these prices are
 // bounds. ok is false when the mesh cannot be built (then no ILP can be solved on it).
-func (o *oracle) layerBound(k int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+func (o *oracle) layerBound(k int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	sg := o.infos[k].sg
 	key := solveKey{sg.hash, s, l}
 	if b, ok := o.bounds[key]; ok {
@@ -50,8 +50,8 @@ type boundCost struct {
 	ok   bool
 }
 
-func (o *oracle) boundOf(sg *stageGraph, s dp.Submesh, l dp.Logical) boundCost {
-	lm, err := mesh.NewLogicalMesh(o.c, mesh.Submesh{Hosts: s.Hosts, Devices: s.Devices}, l.DP, l.MP)
+func (o *oracle) boundOf(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) boundCost {
+	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return boundCost{}
 	}
@@ -73,7 +73,7 @@ func (o *oracle) boundOf(sg *stageGraph, s dp.Submesh, l dp.Logical) boundCost {
 
 // isSolved reports whether layer k's own ILP on (s, l) has run (or is running), and so
 // whether layerPoints would answer from it rather than solve it.
-func (o *oracle) isSolved(k int, s dp.Submesh, l dp.Logical) bool {
+func (o *oracle) isSolved(k int, s mesh.Submesh, l mesh.LogicalShape) bool {
 	key := solveKey{o.infos[k].sg.hash, s, l}
 	if _, ok := o.points[key]; ok {
 		return true
@@ -124,7 +124,7 @@ func (o *oracle) unsolved(p *dp.Result) []job {
 func (o *oracle) oneDevice() []job {
 	var jobs []job
 	for _, mk := range o.allMeshes {
-		if mk.sub.Size() != 1 {
+		if mk.sub.NumDevices() != 1 {
 			continue
 		}
 		for k := range o.lay.L {
@@ -154,11 +154,11 @@ func (o *oracle) solveEstimate(j job) float64 {
 	return meshFactor(j.key.logical) * size
 }
 
-func meshFactor(l dp.Logical) float64 {
+func meshFactor(l mesh.LogicalShape) float64 {
 	switch {
-	case l.DP > 1 && l.MP > 1:
+	case l[0] > 1 && l[1] > 1:
 		return 40
-	case l.DP > 1 || l.MP > 1:
+	case l[0] > 1 || l[1] > 1:
 		return 4
 	}
 	return 1

@@ -50,7 +50,7 @@ func TestLayerBoundIsLower(t *testing.T) {
 					for _, r := range sol.remats {
 						assert.LessOrEqual(t, b.Time, r.Time*(1+1e-9), at)
 					}
-					if mk.sub.Size() == 1 {
+					if mk.sub.NumDevices() == 1 {
 						assert.InEpsilon(t, sol.cost.Time+sol.cost.Step, b.Time+b.Step, 1e-9, "%s: one device", at)
 					}
 					checked++

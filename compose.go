@@ -97,8 +97,8 @@ type composedCost struct {
 
 type rangeKey struct {
 	start, end int
-	sub        dp.Submesh
-	logical    dp.Logical
+	sub        mesh.Submesh
+	logical    mesh.LogicalShape
 }
 
 // layerInfos builds the per-layer boundary information once.
@@ -152,7 +152,7 @@ func (o *oracle) layerInfos() []*layerInfo {
 
 // layerPoints returns the solutions of layer k on (s, l): the fastest under the device
 // memory first, then, when lean is set, the memory-lean ones (solved on first request).
-func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []layerPoint {
+func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bool) []layerPoint {
 	sg := o.infos[k].sg
 	key := solveKey{sg.hash, s, l}
 	pts, ok := o.points[key]
@@ -298,7 +298,7 @@ func nearest(k, layers int) []int {
 }
 
 // composed prices layers [start, end) on (s, l) from its layers' points.
-func (o *oracle) composed(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+func (o *oracle) composed(start, end int, s mesh.Submesh, l mesh.LogicalShape) composedCost {
 	key := rangeKey{start, end, s, l}
 	if c, ok := o.composedAt[key]; ok {
 		return c
@@ -308,7 +308,7 @@ func (o *oracle) composed(start, end int, s dp.Submesh, l dp.Logical) composedCo
 	return c
 }
 
-func (o *oracle) compose(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) composedCost {
 	if o.layerInfos() == nil {
 		return composedCost{}
 	}
@@ -573,7 +573,7 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // solved yet counts its bound (layerBound), with no activations; a range with such a
 // layer then counts no activations at all unless recomputation is off (recomputing, its
 // solved layers' activations need not be held).
-func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
 	}
