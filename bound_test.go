@@ -99,3 +99,25 @@ func TestLazySearchSkips(t *testing.T) {
 		})
 	}
 }
+
+// TestLazySearchCancels: cancelled while its first layers are solved, the lazy search stops
+// with the context's error and no plan.
+func TestLazySearchCancels(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/gpt-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("dgx-a100:1")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	opts := Options{Progress: func(_ int, phase string, done, total int) {
+		if phase == "sharding ILPs" {
+			calls++
+			cancel()
+		}
+	}}
+	p, err := Compile(ctx, g, c, opts)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, p)
+	assert.Positive(t, calls)
+}
