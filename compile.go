@@ -469,7 +469,8 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 // value bounds every plan from below. Until the incumbent is within refineTolerance of that
 // bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
 // replaces the incumbent when faster. When the optimistic plan runs a layer not solved yet
-// (bound.go), that round solves its layers instead, and the DP plans again. At most
+// (bound.go), that round solves its layers instead (within the tolerance, those on cheap
+// meshes only; see settle), and the DP plans again. At most
 // maxRefinements rounds of range solves. If the chosen stages do not fit where the
 // composed ones did (the composition's memory is an estimate) and no round finds a plan,
 // the exhaustive search runs instead.
@@ -479,12 +480,16 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 	best, err := o.recost(ctx, layers, dc, quiet, fast, progress)
 	for round := 0; round < maxRefinements && ctx.Err() == nil; {
 		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
-		if oerr != nil || best != nil && best.Time <= opt.Time*(1+refineTolerance) {
+		if oerr != nil {
 			break
 		}
-		if jobs := o.unsolved(opt); len(jobs) > 0 {
+		within := best != nil && best.Time <= opt.Time*(1+refineTolerance)
+		if jobs := o.unsolved(opt, within); len(jobs) > 0 {
 			o.solveLayers(jobs, progress)
 			continue
+		}
+		if within {
+			break
 		}
 		round++
 		res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
