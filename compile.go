@@ -53,8 +53,9 @@ type Options struct {
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
 	// Search is how stages are priced: "fast" (the default) solves each distinct layer
-	// once per logical mesh and composes the price of a layer range from its layers'
-	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
+	// at most once per logical mesh, only where a plan priced by lower bounds needs it
+	// (bound.go), composes the price of a layer range from its layers' solutions
+	// (compose.go), then solves the chosen stages exactly; "exhaustive" solves
 	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
 	Search string
 	// Progress, if set, is called as the search advances, with the micro-batch count being
