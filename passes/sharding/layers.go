@@ -12,7 +12,7 @@ import (
 // Identical layers share their node variables. A layer is a model block: the values the
 // graph's builder marked with one ir.Block (a transformer layer, an MoE layer), with
 // everything autodiff, the optimizer and the other passes derived from them. Two values of
-// different blocks correspond when their keys (blockKeys) and signatures are equal: the
+// different blocks correspond when their keys (BlockKeys) and signatures are equal: the
 // same ops with the same types and attributes, each operand either a value of the block (by
 // key) or a value outside it (by type and op). A group whose leader has a counterpart in
 // an earlier block is tied to that counterpart's group, provided both groups hold the same
