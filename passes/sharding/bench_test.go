@@ -20,7 +20,7 @@ import (
 //
 //	go test ./passes/sharding -run '^$' -bench . -benchtime 1x
 
-func benchMesh(b *testing.B, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.LogicalMesh) {
+func benchMesh(b testing.TB, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.LogicalMesh) {
 	c, err := mesh.ParseCluster(cluster)
 	require.NoError(b, err)
 	sub := mesh.Submesh{Hosts: 1, Devices: n0 * n1}
@@ -104,4 +104,50 @@ func BenchmarkGPT39B(b *testing.B) {
 		c, lm := benchMesh(b, "dgx-a100:8", 8, 8)
 		runSolve(b, g, c, lm, true)
 	})
+}
+
+// BenchmarkILPSize reports the size of the sharding ILP (variables, edge variables, rows,
+// nodes) and lp_solve's time for the zoo's tiny models (their whole SGD step, batch 8) and
+// one GPT-1.3B layer (a micro-batch of 16) on the logical meshes of Alpa's p3.16xlarge
+// host (8 V100s as 2×4, 4×2 and 1×8; 4 of them as 2×2):
+//
+//	go test ./passes/sharding -run '^$' -bench ILPSize -benchtime 1x
+func BenchmarkILPSize(b *testing.B) {
+	type model struct {
+		name string
+		g    func(b *testing.B) *ir.Graph
+	}
+	tiny := func(name string) func(b *testing.B) *ir.Graph {
+		return func(b *testing.B) *ir.Graph {
+			g, err := frontend.ParseFile("../../testdata/models/" + name + ".ir")
+			require.NoError(b, err)
+			g, err = passes.TrainingStep(g, passes.Optimizer{Kind: "sgd", LR: 0.01})
+			require.NoError(b, err)
+			return g
+		}
+	}
+	models := []model{
+		{"gpt-tiny", tiny("gpt-tiny")},
+		{"moe-tiny", tiny("moe-tiny")},
+		{"wresnet-tiny", tiny("wresnet-tiny")},
+		{"gpt-1.3b-layer", func(b *testing.B) *ir.Graph {
+			m, err := zoo.NewPreset("gpt-1.3b")
+			require.NoError(b, err)
+			m.(*zoo.GPT).Layers = 1
+			g, err := m.Build()
+			require.NoError(b, err)
+			return benchStep(b, g)
+		}},
+	}
+	for _, m := range models {
+		b.Run(m.name, func(b *testing.B) {
+			g := m.g(b)
+			for _, shape := range [][2]int{{2, 4}, {4, 2}, {1, 8}, {2, 2}} {
+				b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
+					c, lm := benchMesh(b, "p3.16xlarge", shape[0], shape[1])
+					runSolve(b, g, c, lm, false)
+				})
+			}
+		})
+	}
 }
