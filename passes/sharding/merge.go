@@ -61,7 +61,7 @@ func (p *planner) buildGroups(merge bool) {
 	p.groupOf = make([]int, n)
 	p.memberIdx = make([]int, n)
 	var fills map[ir.ValueID][]ir.ValueID
-	if merge {
+	if merge && !p.opts.noFill {
 		fills = p.fills()
 	}
 	filled := map[ir.ValueID]bool{}

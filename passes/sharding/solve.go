@@ -38,6 +38,9 @@ type Options struct {
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
 	// which cannot change the optimum; the tests compare against it.
 	NoPrune bool
+	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
+	// the tests compare against it.
+	noFill bool
 	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
 	// the caller gives each (submesh, logical mesh) its own. Safe for concurrent solves.
 	Reshard *ReshardMemo
