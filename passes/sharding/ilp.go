@@ -49,6 +49,8 @@ type planner struct {
 	shared, perEdge int
 	// pruned counts the strategies pruneDominated dropped.
 	pruned int
+	// cut counts the strategies cutEinsums dropped.
+	cut int
 }
 
 // sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,

@@ -38,6 +38,9 @@ type Options struct {
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
 	// which cannot change the optimum; the tests compare against it.
 	NoPrune bool
+	// FullEinsums keeps every strategy of the 4-D einsums (attention's): no cut
+	// (einsumcut.go), which may change the optimum.
+	FullEinsums bool
 	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
 	// the tests compare against it.
 	noFill bool
@@ -152,7 +155,9 @@ type ILPStats struct {
 	SharedValues  int `json:"shared_values"`
 	PerEdgeValues int `json:"per_edge_values"`
 	// Pruned counts the node strategies dominance pruning dropped (dominance.go).
-	Pruned    int           `json:"pruned_strategies"`
+	Pruned int `json:"pruned_strategies"`
+	// Cut counts the node strategies the 4-D einsum cut dropped (einsumcut.go).
+	Cut       int           `json:"cut_strategies"`
 	Status    string        `json:"status"`
 	Objective float64       `json:"objective"`
 	SolveTime time.Duration `json:"solve_time_ns"`
@@ -215,6 +220,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	}
 	p.buildGroups(!opts.NoMerge)
 	p.applyForce()
+	p.cutEinsums()
 	p.tie()
 	p.pruneDominated()
 	p.buildILP()
