@@ -99,7 +99,7 @@ func (p *Plan) checkDevices() error {
 		}
 		n := sub.Hosts * sub.Devices
 		if l[0] < 1 || l[1] < 1 || l[0] > n || l[1] > n || l[0]*l[1] != n {
-			return fmt.Errorf("plan: stage %d: logical mesh (%d, %d) does not cover submesh %s of %d devices", si, l[0], l[1], sub, n)
+			return fmt.Errorf("plan: stage %d: logical mesh %s does not cover submesh %s of %d devices", si, l, sub, n)
 		}
 		for _, d := range s.Devices {
 			if d < 0 || d >= c.Devices() {
@@ -132,6 +132,11 @@ func (p *Plan) checkStageNumbers(si int) error {
 	if s.WeightBytes < 0 || s.ActBytes < 0 || s.MemoryBytes < 0 || s.RecomputeBytes < 0 {
 		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, recompute_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
 			si, s.WeightBytes, s.ActBytes, s.RecomputeBytes, s.MemoryBytes)
+	}
+	for name, t := range map[string]*Transfers{"sent": s.Sent, "received": s.Received} {
+		if t != nil && (t.Pieces < 0 || t.Bytes < 0 || t.StepPieces < 0 || t.StepBytes < 0) {
+			return fmt.Errorf("plan: stage %d: %s %+v, expected counts ≥ 0", si, name, *t)
+		}
 	}
 	if s.RecomputeLayers && !s.Recompute {
 		return fmt.Errorf("plan: stage %d: recompute_layers of a stage that does not recompute", si)

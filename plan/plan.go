@@ -75,12 +75,12 @@ type Layer struct {
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
-	FirstLayer int          `json:"first_layer"`
-	LastLayer  int          `json:"last_layer"`
-	Submesh    mesh.Submesh `json:"submesh"`
-	Logical    [2]int       `json:"logical_mesh"` // (dp, mp)
-	Devices    []int        `json:"devices"`
-	Time       float64      `json:"time"` // seconds per micro-batch, forward + backward
+	FirstLayer int               `json:"first_layer"`
+	LastLayer  int               `json:"last_layer"`
+	Submesh    mesh.Submesh      `json:"submesh"`
+	Logical    mesh.LogicalShape `json:"logical_mesh"` // (dp, mp)
+	Devices    []int             `json:"devices"`
+	Time       float64           `json:"time"` // seconds per micro-batch, forward + backward
 	// StepTime is seconds once per step, after the stage's last backward: the gradient sync
 	// (StepComm of it: the collectives that resolve the accumulated gradients and reshard
 	// them for the update) and the optimizer update. Cost.Total = Time + StepTime, less
@@ -96,12 +96,28 @@ type Stage struct {
 	// RecomputeLayers, each layer's input too, and it recomputes one layer at a time),
 	// and RecomputeBytes the activations of the micro-batch whose backward runs.
 	// MemoryBytes = WeightBytes + InFlight·ActBytes + RecomputeBytes.
-	Recompute       bool        `json:"recompute,omitempty"`
-	RecomputeLayers bool        `json:"recompute_layers,omitempty"`
-	RecomputeBytes  int64       `json:"recompute_bytes,omitempty"`
-	MemoryBytes     int64       `json:"memory_bytes"` // per device at the peak
-	ILP             ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values          []ValuePlan `json:"values"`
+	Recompute       bool  `json:"recompute,omitempty"`
+	RecomputeLayers bool  `json:"recompute_layers,omitempty"`
+	RecomputeBytes  int64 `json:"recompute_bytes,omitempty"`
+	MemoryBytes     int64 `json:"memory_bytes"` // per device at the peak
+	// Sent and Received are the stage's cross-stage transfers (codegen.Transfers), absent
+	// in a one-stage plan. The search does not price them (see Transfers).
+	Sent     *Transfers  `json:"sent,omitempty"`
+	Received *Transfers  `json:"received,omitempty"`
+	ILP      ILPStats    `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
+	Values   []ValuePlan `json:"values"`
+}
+
+// Transfers counts the point-to-point pieces a stage sends or receives between pipeline
+// stages, over all its devices: per micro-batch, and once per step (the new values of
+// params another stage loads, what the update sends). The stage search prices stages,
+// not the edges between them, so these are not in Time or StepTime: they are reported
+// so that a plan can be checked against its programs and a pipeline's traffic read.
+type Transfers struct {
+	Pieces     int   `json:"pieces"`
+	Bytes      int64 `json:"bytes"`
+	StepPieces int   `json:"step_pieces,omitempty"`
+	StepBytes  int64 `json:"step_bytes,omitempty"`
 }
 
 // Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
