@@ -25,28 +25,28 @@ STAGES = [
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
     'wte': (0, P(None, None)),  # f32[64,32] RR
-    'wpe': (0, P(None, 'x')),  # f32[16,32] RS0
+    'wpe': (0, P(None, 'y')),  # f32[16,32] RS1
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l0.attn.qkv.w': (0, P(None, 'y')),  # f32[32,96] RS1
+    'l0.attn.qkv.w': (0, P('x', 'y')),  # f32[32,96] S0S1
     'l0.attn.qkv.b': (0, P('y')),  # f32[96] S1
     'l0.attn.o.w': (0, P('y', 'x')),  # f32[32,32] S1S0
     'l0.attn.o.b': (0, P('x')),  # f32[32] S0
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
     'l0.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l0.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
     'l0.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
     'l1.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l1.attn.qkv.w': (0, P(None, 'y')),  # f32[32,96] RS1
+    'l1.attn.qkv.w': (0, P('x', 'y')),  # f32[32,96] S0S1
     'l1.attn.qkv.b': (0, P('y')),  # f32[96] S1
     'l1.attn.o.w': (0, P('y', 'x')),  # f32[32,32] S1S0
     'l1.attn.o.b': (0, P('x')),  # f32[32] S0
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
     'l1.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l1.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
     'l1.mlp.w2.b': (0, P('x')),  # f32[32] S0
@@ -63,7 +63,7 @@ INPUTS = {
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
     'wte.m': (0, P(None, ('x', 'y'))),  # f32[64,32] RS01
-    'wpe.m': (0, P(None, 'x')),  # f32[16,32] RS0
+    'wpe.m': (0, P(None, 'y')),  # f32[16,32] RS1
     'l0.ln1.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.attn.qkv.w.m': (0, P('x', 'y')),  # f32[32,96] S0S1
@@ -95,7 +95,7 @@ OPTIMIZER_STATE = {
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
     'tok_emb': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
-    'pos_emb': (0, P(None, 'x')),  # f32[16,32] RS0
+    'pos_emb': (0, P(None, 'y')),  # f32[16,32] RS1
     'embed': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'mask': (0, P(None, None)),  # bool[16,16] RR
     'l0.ln1.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR

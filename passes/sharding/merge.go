@@ -73,7 +73,7 @@ func (p *planner) buildGroups(merge bool) {
 	for id := range n {
 		v := ir.ValueID(id)
 		if filled[v] {
-			continue // grouped with its consumer below
+			continue // grouped with its reader below
 		}
 		u := ir.NoValue
 		if merge && !p.forced(v) {
@@ -84,8 +84,12 @@ func (p *planner) buildGroups(merge bool) {
 		} else {
 			p.follow(p.groupOf[u], u, v)
 		}
-		for _, c := range fills[v] {
-			if !p.fill(p.groupOf[v], v, c) {
+	}
+	// Constants join their readers' groups once followers are merged, so that merging
+	// sees the groups it saw without them (its maxGroupStrategies cut is not exact).
+	for id := range n {
+		for _, c := range fills[ir.ValueID(id)] {
+			if !p.fill(p.groupOf[id], ir.ValueID(id), c) {
 				p.newGroup(c)
 			}
 		}
