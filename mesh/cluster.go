@@ -52,6 +52,14 @@ type Cluster struct {
 	// KernelOverhead is the seconds every kernel costs beyond its roofline time (a
 	// GPU's launch, the runtime's dispatch of one instruction). Default 0.
 	KernelOverhead float64 `json:"kernel_overhead,omitempty"`
+	// FuseElementwise prices chains of elementwise ops as one fused kernel, as XLA and
+	// Megatron-LM's fused kernels (bias+gelu, scale+mask+softmax, bias+dropout+add) run
+	// them: an intermediate one elementwise op produces and one elementwise op alone reads
+	// is neither written nor read from memory, and only the chain's last op pays
+	// KernelOverhead (FusedOpTime; the rule in passes/sharding's fusion.go). Default
+	// false: the built-in runtime runs each op as its own instruction, so the cpu preset
+	// and calibrated files leave it off.
+	FuseElementwise bool `json:"fuse_elementwise,omitempty"`
 	// Collectives are measured prices of collectives inside one host (autopar
 	// calibrate), replacing the ring formulas for the kinds and sizes listed.
 	// Default none.

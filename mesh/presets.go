@@ -15,7 +15,10 @@ import (
 // direction. Efficiency is the fraction of peak large matmuls reach in
 // practice (MLPerf-style measurements), not a promise; it scales every rate.
 // KernelOverhead is a few µs of launch and synchronization per kernel, the
-// usual CUDA figure: an assumption, not fitted to any run.
+// usual CUDA figure: an assumption, not fitted to any run. FuseElementwise is
+// on for the GPUs: XLA fuses elementwise chains, and Megatron-LM runs fused
+// bias+gelu, scale+mask+softmax and bias+dropout+add kernels (Narayanan et
+// al., SC'21, §4.2); off for cpu, whose runtime runs one instruction per op.
 var presets = map[string]func() Cluster{
 	// AWS p3.16xlarge, Alpa's testbed: 8× V100-SXM2 16 GB, 125 TFLOP/s fp16
 	// tensor cores, 900 GB/s HBM2. NVLink 2 in a hybrid cube mesh gives each
@@ -37,7 +40,8 @@ var presets = map[string]func() Cluster{
 				Matmul: &Rates{F32: 15.7e12, F16: 125e12},
 				Vector: &Rates{F32: 15.7e12, F16: 31.4e12},
 			},
-			KernelOverhead: 5e-6,
+			KernelOverhead:  5e-6,
+			FuseElementwise: true,
 		}
 	},
 	// NVIDIA DGX A100 (80 GB): 312 TFLOP/s bf16 dense, 2.04 TB/s HBM2e,
@@ -57,7 +61,8 @@ var presets = map[string]func() Cluster{
 				Matmul: &Rates{F32: 19.5e12, TF32: 156e12, F16: 312e12},
 				Vector: &Rates{F32: 19.5e12, F16: 78e12},
 			},
-			KernelOverhead: 4e-6,
+			KernelOverhead:  4e-6,
+			FuseElementwise: true,
 		}
 	},
 	// NVIDIA DGX H100: 989 TFLOP/s bf16 dense, 3.35 TB/s HBM3, NVSwitch
@@ -77,7 +82,8 @@ var presets = map[string]func() Cluster{
 				Matmul: &Rates{F32: 67e12, TF32: 494.7e12, F16: 989e12},
 				Vector: &Rates{F32: 67e12, F16: 133.8e12},
 			},
-			KernelOverhead: 4e-6,
+			KernelOverhead:  4e-6,
+			FuseElementwise: true,
 		}
 	},
 	// The built-in runtime: one host whose "devices" are goroutines sharing

@@ -10,9 +10,10 @@ import (
 //	max(FLOPs / Rate(class, precision), bytes read and written / DeviceMemoryBandwidth) + KernelOverhead
 //
 // where the rate depends on what the op computes (a contraction, a convolution, or
-// elementwise/vector work) and the precision it computes in. No fusion is assumed: every
+// elementwise/vector work) and the precision it computes in. Without FuseElementwise every
 // op is its own kernel, as on the built-in runtime, which runs one kernel per compute
-// instruction (docs/DECISIONS.md, "Roofline").
+// instruction (docs/DECISIONS.md, "Roofline"); with it, an elementwise op fused into its
+// reader's kernel is priced by FusedOpTime.
 
 // OpClass says which FLOP rate of a device an op runs at.
 type OpClass uint8
@@ -129,6 +130,13 @@ func (c *Cluster) Rate(class OpClass, p Precision) float64 {
 // DeviceMemoryBandwidth), plus the per-kernel overhead. A kernel with neither flops nor
 // bytes still pays the overhead.
 func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float64 {
+	return c.FusedOpTime(class, p, flops, bytes) + c.KernelOverhead
+}
+
+// FusedOpTime is OpTime without the kernel overhead: the time of an op that runs inside
+// the kernel of the op reading its result (Cluster.FuseElementwise), bytes being only
+// what it reads and writes outside that kernel.
+func (c *Cluster) FusedOpTime(class OpClass, p Precision, flops, bytes float64) float64 {
 	t := 0.0
 	if flops > 0 {
 		t = flops / c.Rate(class, p)
@@ -136,7 +144,7 @@ func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float
 	if bytes > 0 {
 		t = math.Max(t, bytes/c.DeviceMemoryBandwidth)
 	}
-	return t + c.KernelOverhead
+	return t
 }
 
 // validateRoofline checks the optional roofline fields: rates finite and not negative

@@ -103,12 +103,13 @@ func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 	if err != nil {
 		return nil, err
 	}
+	fu := fusionOf(g, opts, cm)
 	out := make([][]Strategy, len(g.Values))
 	for id := range g.Values {
 		if id%16 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		out[id] = strategiesOf(g, lm, cm, ir.ValueID(id))
+		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id))
 	}
 	return out, nil
 }

@@ -63,8 +63,9 @@ type costModel struct {
 
 // compute prices one op's kernel on one device: flops of the whole op split over shards
 // devices, bytes its local operands and result hold, while hostDevices devices of its host
-// compute at once (mesh.Cluster.Sharing).
-func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int) float64 {
+// compute at once (mesh.Cluster.Sharing). fused: the op runs inside its reader's kernel
+// (fusion.go) and pays no kernel overhead.
+func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int, fused bool) float64 {
 	if c.alpa || op.Def().Category == ir.CatLeaf {
 		return 0
 	}
@@ -72,6 +73,9 @@ func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, byt
 		return flops / float64(shards) / c.flops
 	}
 	class := opClass(op)
+	if fused {
+		return c.cluster.FusedOpTime(class, precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(class, hostDevices)
+	}
 	return c.cluster.OpTime(class, precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(class, hostDevices)
 }
 
@@ -117,6 +121,7 @@ type enumerator struct {
 	g    *ir.Graph
 	lm   *mesh.LogicalMesh
 	cm   costModel
+	fu   *fusion // nil: no fusion
 	id   ir.ValueID
 	v    *ir.Value
 	args []ir.Type
@@ -125,9 +130,9 @@ type enumerator struct {
 
 // strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
 // assignment is always valid, so a dim no axis divides falls back to replicated.
-func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, id ir.ValueID) []Strategy {
+func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID) []Strategy {
 	v := g.Value(id)
-	e := &enumerator{g: g, lm: lm, cm: cm, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
 	var out []Strategy
 	for _, a := range e.assignments() {
 		out = append(out, e.expand(a)...)
@@ -235,8 +240,13 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	}
 	base := Strategy{In: in, Out: out}
 	base.Memory = e.bytes(out)
+	traffic := e.operandBytes(in)
+	fused := e.fu.fusedWrite(e.id)
+	if !fused {
+		traffic += base.Memory
+	}
 	base.Compute = e.cm.compute(e.v.Op, e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
-		float64(base.Memory+e.operandBytes(in)), e.lm.HostDevices())
+		float64(traffic), e.lm.HostDevices(), fused)
 	suffix := e.syncStats(&base)
 	if partial == 0 {
 		base.Name = e.name(base, suffix)
@@ -340,10 +350,14 @@ func (e *enumerator) bytes(s mesh.Spec) int64 {
 	return b
 }
 
-// operandBytes is what one device reads of the op's operands laid out as in.
+// operandBytes is what one device reads of the op's operands laid out as in, less the
+// operands fused into its kernel (fusion.go), which it never reads from memory.
 func (e *enumerator) operandBytes(in []mesh.Spec) int64 {
 	var sum int64
 	for i, t := range e.args {
+		if e.fu.fusedWrite(e.v.Args[i]) {
+			continue
+		}
 		b, err := e.lm.LocalBytes(t.Shape, t.DType.Size(), in[i])
 		if err != nil {
 			panic("sharding: local bytes of a checked spec: " + err.Error())
