@@ -12,6 +12,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/kernels"
 )
@@ -34,37 +35,55 @@ type CalibrateOptions struct {
 //     flops.conv): the slope of a least-squares line through their times at several sizes;
 //   - the FLOP rate of vector work (flops.vector: exp, tanh, gelu, mul, softmax) on tensors
 //     that stay in cache, and the memory bandwidth on adds of tensors that do not;
-//   - the overhead of one instruction: a kernel on one element;
+//   - the overhead of one instruction: a kernel on one element, and the runtime's reading
+//     of its thread's CPU clock after every instruction;
 //   - α and β of each collective for each group size the cluster's meshes use (powers of
 //     two up to the device count, and the count itself), on the in-process transport.
 //
-// Kernels run on one goroutine, so a rate is what a device sees computing alone; the
-// cluster's host_cores says how many cores the devices share, and the sharding prices
-// scale a mesh's kernels by how many of its devices compute at once (mesh.Cluster.Sharing).
-// Collectives run on all their group's goroutines at once, as they do in the runtime.
-// Times are medians of repeated rounds, so a busy machine skews them less.
+// Everything is measured in the CPU time of the measuring threads (runtime.ThreadCPU), as
+// the runtime measures its devices under runtime.Options.CPUTime, and every contraction
+// runs on one core (kernels.OneCore): the cluster it returns prices a device as one core
+// of this machine with nothing else running, which is what holds still on a shared,
+// loaded machine. So host_cores is left 0 (devices do not share cores): a prediction on
+// this cluster is the step with a core per device, and is compared with the runtime's
+// CPU-time step (runtime.CPUStep), not with the wall clock of a machine with fewer cores
+// than devices (docs/DECISIONS.md, "CPU time"). Kernels run on one goroutine; collectives
+// on all their group's goroutines at once, as in the runtime. Times are medians of
+// repeated rounds.
 func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error) {
 	if opts.Devices < 1 {
 		return nil, fmt.Errorf("calibrate: devices must be at least 1, got %d", opts.Devices)
+	}
+	if !runtime.CPUTimeSupported {
+		return nil, fmt.Errorf("calibrate: measures per-thread CPU time, which this runtime reads on Linux only")
 	}
 	c, err := mesh.ParseCluster(fmt.Sprintf("cpu:%d", opts.Devices))
 	if err != nil {
 		return nil, err
 	}
+	defer kernels.OneCore()()
 	cal := &calibrator{ctx: ctx, n: opts.Devices, quick: opts.Quick, report: opts.Report}
 	c.Name = "cpu-calibrated"
 	c.Efficiency = 1
-	c.HostCores = goruntime.GOMAXPROCS(0)
-	c.KernelOverhead = cal.overhead()
+	c.HostCores = 0
+	cal.overhead()
+	clock := cal.clockRead()
+	c.KernelOverhead = cal.instruction()
+	var mm, conv mesh.Rates
+	var mmOver, convOver float64
+	mm.F32, mmOver = cal.matmulRate(ir.F32)
+	mm.F16, _ = cal.matmulRate(ir.F16)
+	conv.F32, convOver = cal.convRate(ir.F32)
+	conv.F16, _ = cal.convRate(ir.F16)
 	c.FLOPs = &mesh.FLOPTable{
-		Matmul: &mesh.Rates{F32: cal.matmulRate(ir.F32), F16: cal.matmulRate(ir.F16)},
-		Conv:   &mesh.Rates{F32: cal.convRate(ir.F32), F16: cal.convRate(ir.F16)},
+		Matmul: &mm,
+		Conv:   &conv,
 		Vector: &mesh.Rates{F32: cal.vectorRate(ir.F32), F16: cal.vectorRate(ir.F16)},
 	}
-	c.ContractionSpeedup = cal.speedup(c.HostCores)
+	c.ClassOverhead = &mesh.ClassOverheads{Matmul: mmOver, Conv: convOver}
 	c.DeviceMemoryBandwidth = cal.bandwidth()
 	c.DeviceFLOPS = c.FLOPs.Matmul.F32
-	c.Collectives = cal.collectives()
+	c.Collectives = cal.collectives(2 * clock)
 	if f := fitOf(c.Collectives, mesh.AllGather, 2); f != nil && f.Beta > 0 {
 		c.IntraHostLatency, c.IntraHostBandwidth = f.Alpha, 1/f.Beta
 		c.InterHostLatency, c.InterHostBandwidth = f.Alpha, 1/f.Beta
@@ -110,18 +129,20 @@ func (c *calibrator) round() time.Duration {
 	if c.quick {
 		return 2 * time.Millisecond
 	}
-	return 25 * time.Millisecond
+	return 12 * time.Millisecond
 }
 
 func (c *calibrator) rounds() int {
 	if c.quick {
 		return 3
 	}
-	return 7
+	return 5
 }
 
-// timeConcurrent runs f on workers goroutines at once, each calling it in a loop, and
-// returns the median over rounds of the seconds one call takes while all run.
+// timeConcurrent runs f on workers goroutines at once, each locked to its OS thread and
+// calling it in a loop, and returns the median over rounds of the CPU seconds one call
+// takes on its thread (the mean over the workers) while all run: the work done, whatever
+// else the machine runs, as the runtime measures its devices (runtime.Options.CPUTime).
 func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
 	if c.err != nil || c.ctx.Err() != nil {
 		return math.NaN()
@@ -147,14 +168,20 @@ func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
 	return ts[len(ts)/2]
 }
 
-// once times iters calls of f on each of workers goroutines started together.
+// once times iters calls of f on each of workers goroutines started together, and returns
+// the mean over the workers of their threads' CPU seconds.
 func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	start := make(chan struct{})
+	cpu := make([]time.Duration, workers)
 	for w := range workers {
 		wg.Go(func() {
+			goruntime.LockOSThread()
+			defer goruntime.UnlockOSThread()
 			<-start
+			c0 := runtime.ThreadCPU()
+			defer func() { cpu[w] = runtime.ThreadCPU() - c0 }()
 			for range iters {
 				if err := f(w); err != nil {
 					mu.Lock()
@@ -167,10 +194,13 @@ func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
 			}
 		})
 	}
-	t0 := time.Now()
 	close(start)
 	wg.Wait()
-	return time.Since(t0).Seconds()
+	var sum time.Duration
+	for _, t := range cpu {
+		sum += t
+	}
+	return sum.Seconds() / float64(workers)
 }
 
 // kernelCase is one kernel call to time: op, attributes and operands.
@@ -198,9 +228,7 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 		flops: op.Def().FLOPs(args, at, out), bytes: bytes + float64(out.Bytes())}
 }
 
-// timeCase is the median seconds of one call of k on a device computing alone (gonum's
-// Gemm may then use every core). Devices computing together share the cores, which the
-// cluster's HostCores prices (mesh.Cluster.Sharing).
+// timeCase is the median CPU seconds of one call of k on one thread.
 func (c *calibrator) timeCase(k kernelCase) float64 { return c.timeCaseOn(1, k) }
 
 // timeCaseOn is the median seconds of one call of k on each of workers devices at once.
@@ -221,6 +249,65 @@ func (c *calibrator) timeCaseOn(workers int, k kernelCase) float64 {
 	})
 }
 
+// clockRead is the CPU time of one reading of the thread's CPU clock, which the runtime
+// takes before and after every communication instruction when it measures CPU time.
+func (c *calibrator) clockRead() float64 {
+	t := c.timeConcurrent(1, func(int) error {
+		runtime.ThreadCPU()
+		return nil
+	})
+	c.logf("cpu clock read            %8.2f µs", t*1e6)
+	return t
+}
+
+// instruction is the CPU time the runtime spends on one compute instruction whose kernel
+// does next to nothing, freeing its result included (every result is freed): the slope,
+// over two program lengths, of a one-device program of one-element adds, each followed by
+// the free of its result, run under runtime.Options.CPUTime. Beyond the kernel, this is
+// the runtime's dispatch and bookkeeping of the instruction and of its free.
+func (c *calibrator) instruction() float64 {
+	one := ir.Type{DType: ir.F32, Shape: ir.Shape{1, 1}}
+	build := func(n int) *program.Program {
+		p := &program.Program{Device: 0}
+		x := p.AddBuffer("x", one)
+		p.Instrs = append(p.Instrs, program.Instr{Kind: program.Load, Name: "x", Offsets: []int{0, 0}, Out: x})
+		for i := range n {
+			y := p.AddBuffer(fmt.Sprintf("y%d", i), one)
+			p.Instrs = append(p.Instrs,
+				program.Instr{Kind: program.Compute, Op: ir.OpAdd, Args: []program.BufferID{x, x}, Out: y},
+				program.Instr{Kind: program.Free, Args: []program.BufferID{y}, Out: program.NoBuffer})
+		}
+		p.Instrs = append(p.Instrs, program.Instr{Kind: program.Free, Args: []program.BufferID{x}, Out: program.NoBuffer})
+		return p
+	}
+	short, long := 100, 400
+	ps, pl := build(short), build(long)
+	data := runtime.Data{"x": kernels.New(one)}
+	run := func(p *program.Program) float64 {
+		if c.err != nil || c.ctx.Err() != nil {
+			return math.NaN()
+		}
+		r, err := runtime.Run(c.ctx, []*program.Program{p}, data, runtime.Options{CPUTime: true})
+		if err != nil {
+			c.err = fmt.Errorf("calibrate: the instruction overhead's program: %w", err)
+			return math.NaN()
+		}
+		var sum time.Duration
+		for _, s := range r.Devices[0].CPUSpans {
+			sum += s
+		}
+		return sum.Seconds()
+	}
+	var ts []float64
+	for range 3 * c.rounds() {
+		ts = append(ts, (run(pl)-run(ps))/float64(long-short))
+	}
+	sort.Float64s(ts)
+	t := math.Max(ts[len(ts)/2], c.over)
+	c.logf("runtime instruction       %8.2f µs  (compute and free of its result)", t*1e6)
+	return t
+}
+
 // overhead is the time of one instruction that does next to nothing: the median of a
 // one-element add, relu and matmul.
 func (c *calibrator) overhead() float64 {
@@ -232,61 +319,43 @@ func (c *calibrator) overhead() float64 {
 	}
 	sort.Float64s(ts)
 	c.over = ts[1]
-	c.logf("instruction overhead      %8.2f µs", c.over*1e6)
+	c.logf("kernel on one element     %8.2f µs", c.over*1e6)
 	return c.over
 }
 
-// rateFit times the cases and returns the FLOP rate of the least-squares line through
-// (FLOPs, time): its inverse slope. A slope that is not positive (noise on a busy machine)
-// falls back to the FLOPs of all cases over their time less the overhead.
-func (c *calibrator) rateFit(what string, cases []kernelCase) float64 {
+// rateFit times the cases and returns the FLOP rate of the line through (FLOPs, time)
+// fitted to relative error (least squares on time/t_i, so small kernels count as much as
+// large ones: a plan's error is relative): its inverse slope, and its intercept beyond a
+// one-element kernel's time, the fixed cost of the class (not negative). A slope that is
+// not positive (noise) falls back to the FLOPs of all cases over their time less the
+// overhead, and no fixed cost.
+func (c *calibrator) rateFit(what string, cases []kernelCase) (float64, float64) {
 	var xs, ys []float64
 	for _, k := range cases {
 		t := c.timeCase(k)
 		xs, ys = append(xs, k.flops), append(ys, t)
 		c.logf("%-25s %8.2f µs  %7.3f GFLOP/s  (%s)", what, t*1e6, k.flops/t/1e9, k.out)
 	}
-	_, slope := lineFit(xs, ys)
+	a, slope := relativeLineFit(xs, ys)
 	if !(slope > 0) {
 		var f, t float64
 		for i := range xs {
 			f, t = f+xs[i], t+math.Max(ys[i]-c.over, ys[i]/2)
 		}
-		return f / t
+		return f / t, 0
 	}
-	return 1 / slope
-}
-
-// speedup is how much faster a device alone runs f32 matmuls than each of cores devices
-// computing at once (one core each): their time together over their time alone, over
-// model-sized matmuls, clamped to [1, cores].
-func (c *calibrator) speedup(cores int) float64 {
-	if cores <= 1 {
-		return 1
-	}
-	var alone, shared float64
-	for _, s := range c.sizes() {
-		a := ir.Type{DType: ir.F32, Shape: ir.Shape{s, s}}
-		k := newCase(ir.OpMatMul, nil, a, a)
-		alone += c.timeCase(k)
-		shared += c.timeCaseOn(cores, k)
-	}
-	sp := math.Min(float64(cores), math.Max(1, shared/alone))
-	if math.IsNaN(sp) {
-		sp = 1
-	}
-	c.logf("contraction speedup alone %8.2f× (%d cores)", sp, cores)
-	return sp
+	return 1 / slope, math.Max(0, a-c.over)
 }
 
 func (c *calibrator) sizes() []int {
 	if c.quick {
 		return []int{16, 32}
 	}
-	return []int{32, 64, 128, 192}
+	return []int{16, 32, 64, 128, 192}
 }
 
-func (c *calibrator) matmulRate(dt ir.DType) float64 {
+// matmulRate is the rate of contractions in dt and their fixed cost (rateFit).
+func (c *calibrator) matmulRate(dt ir.DType) (float64, float64) {
 	var cases []kernelCase
 	for _, s := range c.sizes() {
 		a := ir.Type{DType: dt, Shape: ir.Shape{s, s}}
@@ -304,12 +373,13 @@ func (c *calibrator) matmulRate(dt ir.DType) float64 {
 			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bqnd,bknd->bnqk"), heads, heads),
 			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bknd->bqnd"), probs, heads))
 	}
-	r := c.rateFit("matmul/einsum "+dt.String(), cases)
-	c.logf("matmul rate %-4s          %8.3f GFLOP/s", dt, r/1e9)
-	return r
+	r, o := c.rateFit("matmul/einsum "+dt.String(), cases)
+	c.logf("matmul rate %-4s          %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
+	return r, o
 }
 
-func (c *calibrator) convRate(dt ir.DType) float64 {
+// convRate is the rate of convolutions in dt and their fixed cost (rateFit).
+func (c *calibrator) convRate(dt ir.DType) (float64, float64) {
 	at := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{1, 1})
 	var cases []kernelCase
 	for _, s := range c.sizes() {
@@ -318,9 +388,9 @@ func (c *calibrator) convRate(dt ir.DType) float64 {
 		w := ir.Type{DType: dt, Shape: ir.Shape{ch, ch, 3, 3}}
 		cases = append(cases, newCase(ir.OpConv2D, at, x, w))
 	}
-	r := c.rateFit("conv2d "+dt.String(), cases)
-	c.logf("conv rate %-4s            %8.3f GFLOP/s", dt, r/1e9)
-	return r
+	r, o := c.rateFit("conv2d "+dt.String(), cases)
+	c.logf("conv rate %-4s            %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
+	return r, o
 }
 
 // vectorRate is the mean rate of the vector ops the models use most, by their op-table
@@ -378,8 +448,9 @@ func (c *calibrator) groupSizes() []int {
 }
 
 // collectives fits α and β of each collective on each group size: the least-squares line
-// through (bytes each device sends, seconds) over a few tensor sizes.
-func (c *calibrator) collectives() []mesh.CollectiveFit {
+// through (bytes each device sends, seconds) over a few tensor sizes; α includes clock,
+// the runtime's reading of its CPU clock around each communication.
+func (c *calibrator) collectives(clock float64) []mesh.CollectiveFit {
 	elems := []int{256, 4096, 65536}
 	if c.quick {
 		elems = []int{64, 1024}
@@ -393,7 +464,7 @@ func (c *calibrator) collectives() []mesh.CollectiveFit {
 				xs, ys = append(xs, mesh.BytesSent(k, g, B)), append(ys, sec)
 			}
 			alpha, beta := lineFit(xs, ys)
-			alpha, beta = math.Max(alpha, 0), math.Max(beta, 0)
+			alpha, beta = math.Max(alpha, 0)+clock, math.Max(beta, 0)
 			c.logf("%-14s %d devices   α %8.2f µs  β %8.3f ns/B", k, g, alpha*1e6, beta*1e9)
 			out = append(out, mesh.CollectiveFit{Kind: k, Devices: g, Alpha: alpha, Beta: beta})
 		}
@@ -444,6 +515,22 @@ func (c *calibrator) timeCollective(k mesh.Collective, g, e int) (float64, float
 		return err
 	})
 	return B, sec
+}
+
+// relativeLineFit is the line y = a + b·x of least squares relative to each y: the
+// least-squares line through the points weighted by 1/y².
+func relativeLineFit(xs, ys []float64) (a, b float64) {
+	var sw, sx, sy, sxx, sxy float64
+	for i := range xs {
+		w := 1 / (ys[i] * ys[i])
+		sw, sx, sy, sxx, sxy = sw+w, sx+w*xs[i], sy+w*ys[i], sxx+w*xs[i]*xs[i], sxy+w*xs[i]*ys[i]
+	}
+	d := sw*sxx - sx*sx
+	if d == 0 || math.IsNaN(d) {
+		return lineFit(xs, ys)
+	}
+	b = (sw*sxy - sx*sy) / d
+	return (sy - b*sx) / sw, b
 }
 
 // lineFit is the least-squares line y = a + b·x.
