@@ -14,23 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/runtime"
 )
 
 // calibratedFlag names cluster JSONs BenchmarkPredictedVsMeasured uses instead of
 // calibrating itself: a comma-separated list of files, one per device count
 // (autopar calibrate --cluster cpu:N -o cpuN.json).
 var calibratedFlag = flag.String("calibrated", "", "cluster JSONs written by autopar calibrate, comma-separated, one per device count, for BenchmarkPredictedVsMeasured")
-
-// measureSteps runs steps training steps of p on the runtime after one warm-up step and
-// returns the runtime's wall time of each (Measure: the busiest device's instructions).
-func measureSteps(tb testing.TB, p *Plan, steps int) []float64 {
-	tb.Helper()
-	var out []float64
-	for _, m := range runSteps(tb, p, steps, false) {
-		out = append(out, m.Step)
-	}
-	return out
-}
 
 // runSteps runs steps training steps of p on the runtime after one warm-up step and
 // returns what the runtime measured of each, in CPU time too when cpu is set.
@@ -172,8 +162,9 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 // faster runs faster. The plans are mlp-tiny's searched plans on two cpu devices (the cpu
 // preset's prices) with 1, 4 and 16 micro-batches: each micro-batch repeats every kernel's
 // overhead, which the roofline prices. To hold on a shared, loaded machine, each plan's
-// time is the least of several steps run interleaved with the other plans' (load slows
-// every plan alike, and the least is the step least disturbed), and a pair counts only
+// time is its step in CPU time (MeasuredStep.CPUStep, which other load hardly moves; the
+// wall clock where CPU time is not measured), the least of several steps run interleaved
+// with the other plans', and a pair counts only
 // when the prediction separates it by 1.5×; the test fails if no pair is that far apart,
 // so it cannot pass vacuously. (Plans of different degrees are left out: on this runtime
 // they are within noise of each other, see BENCHMARKS.md.)
@@ -195,7 +186,11 @@ func TestPredictedRankingMatchesMeasured(t *testing.T) {
 	}
 	for range 6 {
 		for i, p := range plans {
-			for _, s := range measureSteps(t, p, 1) {
+			for _, m := range runSteps(t, p, 1, runtime.CPUTimeSupported) {
+				s := m.Step
+				if runtime.CPUTimeSupported {
+					s = m.CPUStep
+				}
 				best[i] = min(best[i], s)
 			}
 		}
