@@ -217,10 +217,12 @@ func (d *device) exec(ctx context.Context, pc int, in *program.Instr) error {
 		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, d.args)
 	case program.Constant:
 		out = kernels.New(d.prog.Buffers[in.Out].Type)
-		if in.Value != 0 {
-			for i := range out.Len() {
-				out.Set(i, in.Value)
-			}
+		if in.Value != 0 && out.Len() > 0 {
+			// Set the first element as the dtype rounds it, then copy it to the rest.
+			out.Set(0, in.Value)
+			fillFirst(out.F32)
+			fillFirst(out.F64)
+			fillFirst(out.Int)
 		}
 	case program.Load:
 		out, err = d.load(in)
@@ -346,4 +348,13 @@ func (d *device) waitFailed(ctx context.Context, pc int, err error) error {
 		}
 	}
 	return d.fail(pc, err, nil)
+}
+
+// fillFirst sets every element of xs to its first (none for an empty slice).
+func fillFirst[T any](xs []T) {
+	if len(xs) > 0 {
+		for i := 1; i < len(xs); i *= 2 {
+			copy(xs[i:], xs[:i])
+		}
+	}
 }
