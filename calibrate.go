@@ -136,7 +136,7 @@ func (c *calibrator) rounds() int {
 	if c.quick {
 		return 3
 	}
-	return 7
+	return 5
 }
 
 // timeConcurrent runs f on workers goroutines at once, each locked to its OS thread and
@@ -280,7 +280,7 @@ func (c *calibrator) instruction() float64 {
 		p.Instrs = append(p.Instrs, program.Instr{Kind: program.Free, Args: []program.BufferID{x}, Out: program.NoBuffer})
 		return p
 	}
-	short, long := 100, 400
+	short, long := 100, 1600
 	ps, pl := build(short), build(long)
 	data := runtime.Data{"x": kernels.New(one)}
 	run := func(p *program.Program) float64 {
@@ -299,7 +299,7 @@ func (c *calibrator) instruction() float64 {
 		return sum.Seconds()
 	}
 	var ts []float64
-	for range 3 * c.rounds() {
+	for range 5 * c.rounds() {
 		ts = append(ts, (run(pl)-run(ps))/float64(long-short))
 	}
 	sort.Float64s(ts)
@@ -381,12 +381,20 @@ func (c *calibrator) matmulRate(dt ir.DType) (float64, float64) {
 // convRate is the rate of convolutions in dt and their fixed cost (rateFit).
 func (c *calibrator) convRate(dt ir.DType) (float64, float64) {
 	at := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{1, 1})
+	one := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{0, 0})
 	var cases []kernelCase
-	for _, s := range c.sizes() {
+	sizes := c.sizes()
+	for _, s := range sizes[:min(3, len(sizes))] {
+		// A residual network's stages: the channels double as the image halves, down
+		// to 1×1 images in the last stages of small models; 3×3 and 1×1 kernels.
 		ch := max(4, s/8)
-		x := ir.Type{DType: dt, Shape: ir.Shape{2, ch, 8, 8}}
-		w := ir.Type{DType: dt, Shape: ir.Shape{ch, ch, 3, 3}}
-		cases = append(cases, newCase(ir.OpConv2D, at, x, w))
+		for i, hw := range []int{8, 4, 2, 1} {
+			chs := ch << i
+			x := ir.Type{DType: dt, Shape: ir.Shape{2, chs, hw, hw}}
+			w3 := ir.Type{DType: dt, Shape: ir.Shape{chs, chs, 3, 3}}
+			w1 := ir.Type{DType: dt, Shape: ir.Shape{chs, chs, 1, 1}}
+			cases = append(cases, newCase(ir.OpConv2D, at, x, w3), newCase(ir.OpConv2D, one, x, w1))
+		}
 	}
 	r, o := c.rateFit("conv2d "+dt.String(), cases)
 	c.logf("conv rate %-4s            %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
@@ -417,17 +425,29 @@ func (c *calibrator) vectorRate(dt ir.DType) float64 {
 	return r
 }
 
-// bandwidth is bytes read and written over time on adds of f32 tensors too big for cache.
+// bandwidth is the rate at which the runtime's kernels move bytes where they compute
+// nothing: bytes read and written over time less one kernel overhead each, over the
+// layout ops of models (broadcast, transpose, slice, concat) on tensors of tiny models'
+// sizes. This is what the roofline's memory term prices on this runtime (ops with FLOPs
+// are bound by the vector rate here); its kernels walk tensors element by element, far
+// below the streaming bandwidth of the memory.
 func (c *calibrator) bandwidth() float64 {
-	n := 1 << 20
-	if c.quick {
-		n = 1 << 16
+	var bytes, sec float64
+	for _, s := range c.sizes() {
+		f32 := func(dims ...int) ir.Type { return ir.Type{DType: ir.F32, Shape: ir.Shape(dims)} }
+		for _, k := range []kernelCase{
+			newCase(ir.OpBroadcast, ir.Attrs{}.With("dims", []int{1}).With("shape", []int{8, s, 4, 4}), f32(s)),
+			newCase(ir.OpTranspose, ir.Attrs{}.With("perm", []int{0, 2, 1}), f32(8, s, 16)),
+			newCase(ir.OpSlice, ir.Attrs{}.With("start", []int{0, 0}).With("limit", []int{8, 16 * s}), f32(8, 32*s)),
+			newCase(ir.OpConcat, ir.Attrs{}.With("axis", 1), f32(8, 8*s), f32(8, 8*s)),
+		} {
+			t := c.timeCase(k)
+			c.logf("layout %-18s %8.2f µs  (%s)", k.op.Def().Name, t*1e6, k.out)
+			bytes, sec = bytes+k.bytes, sec+math.Max(t-c.over, t/4)
+		}
 	}
-	t := ir.Type{DType: ir.F32, Shape: ir.Shape{n}}
-	k := newCase(ir.OpAdd, nil, t, t)
-	sec := c.timeCase(k)
-	bw := k.bytes / math.Max(sec-c.over, sec/2)
-	c.logf("memory bandwidth          %8.3f GB/s  (add of %s)", bw/1e9, t)
+	bw := bytes / sec
+	c.logf("memory bandwidth          %8.3f GB/s  (layout kernels)", bw/1e9)
 	return bw
 }
 

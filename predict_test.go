@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 )
 
@@ -121,7 +123,7 @@ func calibratedCluster(b *testing.B, n int) *mesh.Cluster {
 // calibrated on this machine, runs it on the runtime with the devices' CPU time measured,
 // and reports the predicted step time, the measured CPU-time step (runtime.CPUStep: one
 // core per device, what the calibrated prediction describes; median over the loop's
-// steps) and their ratio, the ratio of the least CPU-time step, and that of the median
+// steps, each a step of one trainer after three warm-up steps, as in training) and their ratio, the ratio of the least CPU-time step, and that of the median
 // wall-clock step (busiest device; on the shared machine, with fewer cores than devices,
 // not what the prediction describes). BENCHMARKS.md holds the table. Run it with
 //
@@ -129,6 +131,7 @@ func calibratedCluster(b *testing.B, n int) *mesh.Cluster {
 //
 // (-calibrated cpu1.json,cpu2.json,cpu4.json reuses calibrations instead of measuring).
 func BenchmarkPredictedVsMeasured(b *testing.B) {
+	const warmSteps = 3
 	for _, c := range predictCases() {
 		b.Run(fmt.Sprintf("%s/%ddev/%s", c.model, c.devices, c.plan), func(b *testing.B) {
 			opts, ok := c.options()
@@ -140,12 +143,23 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 			if err != nil {
 				b.Skipf("no plan: %v", err)
 			}
-			var cpu, wall []float64
+			ctx := context.Background()
+			tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1, CPUTime: true})
+			require.NoError(b, err)
+			batch := stepBatch(b, p.Forward(), 1)
+			for range warmSteps { // the heap and caches reach their steady state
+				_, err := tr.Step(ctx, batch)
+				require.NoError(b, err)
+			}
+			var cpu, wall, unpriced []float64
 			b.ResetTimer()
 			for b.Loop() {
-				for _, m := range runSteps(b, p, 1, true) {
-					cpu, wall = append(cpu, m.CPUStep), append(wall, m.Step)
-				}
+				_, err := tr.Step(ctx, batch)
+				require.NoError(b, err)
+				m, err := tr.Measured()
+				require.NoError(b, err)
+				cpu, wall = append(cpu, m.CPUStep), append(wall, m.Step)
+				unpriced = append(unpriced, unpricedShare(tr.LastResult(), m.CPUStep))
 			}
 			pr := p.Predicted.StepTime
 			b.ReportMetric(pr*1e3, "predicted-ms")
@@ -153,8 +167,24 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 			b.ReportMetric(median(cpu)/pr, "cpu/predicted")
 			b.ReportMetric(slices.Min(cpu)/pr, "least-cpu/predicted")
 			b.ReportMetric(median(wall)/pr, "wall/predicted")
+			b.ReportMetric(median(unpriced), "unpriced-share")
 		})
 	}
+}
+
+// unpricedShare is the largest CPU time a device spent on instructions the plan's price
+// leaves out (loads, stores, frees, constants, gradient accumulation), over the CPU-time
+// step: how much of the step no prediction accounts for.
+func unpricedShare(r *runtime.Result, step float64) float64 {
+	most := 0.0
+	for _, d := range r.Devices {
+		var t time.Duration
+		for _, k := range []program.Kind{program.Load, program.Store, program.Free, program.Constant, program.Accumulate} {
+			t += d.CPU[k]
+		}
+		most = max(most, t.Seconds())
+	}
+	return most / step
 }
 
 // TestPredictedRankingMatchesMeasured checks the weaker property the prices must have on
