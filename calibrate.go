@@ -232,22 +232,40 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 func (c *calibrator) timeCase(k kernelCase) float64 { return c.timeCaseOn(1, k) }
 
 // timeCaseOn is the median seconds of one call of k on each of workers devices at once.
+// Each call takes the next of several copies of the operands, as many as make a few MiB
+// (coldBytes): a kernel in a program reads operands that other kernels wrote a while
+// before, not the ones it has just read, so timing one set of operands over and over
+// (hot in the caches) would price kernels faster than programs run them.
 func (c *calibrator) timeCaseOn(workers int, k kernelCase) float64 {
-	ins := make([][]*kernels.Tensor, workers)
+	copies := 1
+	if !c.quick {
+		copies = max(1, min(32, int(coldBytes/math.Max(k.bytes, 1))))
+	}
+	ins := make([][][]*kernels.Tensor, workers)
 	for w := range ins {
-		for i, t := range k.args {
-			x := kernels.New(t)
-			for j := range x.Len() {
-				x.Set(j, 0.5+float64((j*7+i)%13)/26)
+		ins[w] = make([][]*kernels.Tensor, copies)
+		for j := range copies {
+			for i, t := range k.args {
+				x := kernels.New(t)
+				for e := range x.Len() {
+					x.Set(e, 0.5+float64((e*7+i)%13)/26)
+				}
+				ins[w][j] = append(ins[w][j], x)
 			}
-			ins[w] = append(ins[w], x)
 		}
 	}
+	next := make([]int, workers)
 	return c.timeConcurrent(workers, func(w int) error {
-		_, err := kernels.Eval(k.op, k.at, k.out, ins[w])
+		j := next[w]
+		next[w] = (j + 1) % copies
+		_, err := kernels.Eval(k.op, k.at, k.out, ins[w][j])
 		return err
 	})
 }
+
+// coldBytes is how many bytes of operands a case cycles through: beyond this machine's
+// per-core caches (L2 is 2 MiB on the development machine), as a program's working set is.
+const coldBytes = 4 << 20
 
 // clockRead is the CPU time of one reading of the thread's CPU clock, which the runtime
 // takes before and after every communication instruction when it measures CPU time.

@@ -89,32 +89,38 @@ func predictCases() []predictCase {
 	return out
 }
 
-// benchClusters calibrates (or reads, with -calibrated) the cpu cluster of each device count.
+// benchClusters calibrates (or reads, with -calibrated) the cpu cluster of each device
+// count; calibrating, it measures anew for each model, just before that model's cases on
+// that count, so that calibration and measurement see the same load on the shared machine.
 var benchClusters = struct {
 	sync.Mutex
-	m map[int]*mesh.Cluster
-}{m: map[int]*mesh.Cluster{}}
+	m map[string]*mesh.Cluster
+}{m: map[string]*mesh.Cluster{}}
 
-func calibratedCluster(b *testing.B, n int) *mesh.Cluster {
+func calibratedCluster(b *testing.B, model string, n int) *mesh.Cluster {
 	benchClusters.Lock()
 	defer benchClusters.Unlock()
-	if c, ok := benchClusters.m[n]; ok {
+	if *calibratedFlag != "" {
+		model = "" // the files serve every model
+	}
+	key := fmt.Sprintf("%s/%d", model, n)
+	if c, ok := benchClusters.m[key]; ok {
 		return c
 	}
 	if *calibratedFlag != "" {
 		for _, path := range strings.Split(*calibratedFlag, ",") {
 			c, err := mesh.LoadCluster(path)
 			require.NoError(b, err)
-			benchClusters.m[c.DevicesPerHost] = c
+			benchClusters.m[fmt.Sprintf("/%d", c.DevicesPerHost)] = c
 		}
-		if c, ok := benchClusters.m[n]; ok {
+		if c, ok := benchClusters.m[key]; ok {
 			return c
 		}
 		b.Fatalf("-calibrated has no cluster of %d devices", n)
 	}
 	c, err := Calibrate(context.Background(), CalibrateOptions{Devices: n})
 	require.NoError(b, err)
-	benchClusters.m[n] = c
+	benchClusters.m[key] = c
 	return c
 }
 
@@ -129,7 +135,9 @@ func calibratedCluster(b *testing.B, n int) *mesh.Cluster {
 //
 //	go test -run '^$' -bench PredictedVsMeasured -benchtime 5x .
 //
-// (-calibrated cpu1.json,cpu2.json,cpu4.json reuses calibrations instead of measuring).
+// (-calibrated cpu1.json,cpu2.json,cpu4.json reuses calibrations instead of measuring;
+// without it, each model's cases on each device count are calibrated just before they
+// run, at the same load).
 func BenchmarkPredictedVsMeasured(b *testing.B) {
 	const warmSteps = 3
 	for _, c := range predictCases() {
@@ -138,7 +146,7 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 			if !ok {
 				b.Skip()
 			}
-			cl := calibratedCluster(b, c.devices)
+			cl := calibratedCluster(b, c.model, c.devices)
 			p, err := Compile(context.Background(), model(b, c.model), cl, opts)
 			if err != nil {
 				b.Skipf("no plan: %v", err)
