@@ -535,31 +535,39 @@ func (c *calibrator) timeCollective(k mesh.Collective, g, e int) (float64, float
 	if k == mesh.AllGather || k == mesh.AllToAll {
 		in = local // each device holds its block of the full tensor
 	}
-	xs := make([]*kernels.Tensor, g)
-	for i := range xs {
-		xs[i] = kernels.New(in)
-	}
 	if k == mesh.AllToAll {
 		axis = 0
-		block := ir.Type{DType: ir.F32, Shape: ir.Shape{g, max(1, e/g)}}
-		B = float64(g) * float64(block.Bytes())
-		for i := range xs {
-			xs[i] = kernels.New(block)
+		in = ir.Type{DType: ir.F32, Shape: ir.Shape{g, max(1, e/g)}}
+		B = float64(g) * float64(in.Bytes())
+	}
+	// Each worker cycles through copies of its operand, cold in the caches as in a
+	// program (see timeCaseOn).
+	copies := 1
+	if !c.quick {
+		copies = max(1, min(32, int(coldBytes/float64(in.Bytes()))))
+	}
+	xs := make([][]*kernels.Tensor, g)
+	for i := range xs {
+		for range copies {
+			xs[i] = append(xs[i], kernels.New(in))
 		}
 	}
+	next := make([]int, g)
 	ctx := c.ctx
 	sec := c.timeConcurrent(g, func(w int) error {
 		self := group[w]
+		x := xs[w][next[w]]
+		next[w] = (next[w] + 1) % copies
 		var err error
 		switch k {
 		case mesh.AllReduce:
-			_, _, err = tr.AllReduce(ctx, self, group, xs[w])
+			_, _, err = tr.AllReduce(ctx, self, group, x)
 		case mesh.AllGather:
-			_, _, err = tr.AllGather(ctx, self, group, axis, xs[w])
+			_, _, err = tr.AllGather(ctx, self, group, axis, x)
 		case mesh.ReduceScatter:
-			_, _, err = tr.ReduceScatter(ctx, self, group, axis, xs[w])
+			_, _, err = tr.ReduceScatter(ctx, self, group, axis, x)
 		case mesh.AllToAll:
-			_, _, err = tr.AllToAll(ctx, self, group, 0, 1, xs[w])
+			_, _, err = tr.AllToAll(ctx, self, group, 0, 1, x)
 		}
 		return err
 	})
