@@ -144,13 +144,26 @@ func (c *calibrator) rounds() int {
 // takes on its thread (the mean over the workers) while all run: the work done, whatever
 // else the machine runs, as the runtime measures its devices (runtime.Options.CPUTime).
 func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
+	return c.timeStaggered(workers, -1, f)
+}
+
+// timeStaggered is timeConcurrent with worker late (−1: none) arriving late at every call:
+// it sleeps lateBy first, so that the others wait for it, and its CPU time is left out of
+// the mean. A collective is timed so, as the runtime runs it: its devices seldom arrive
+// together, and one that waits pays the Go scheduler's park and wake of its locked
+// thread, CPU that members arriving in lockstep would not show.
+func (c *calibrator) timeStaggered(workers, late int, f func(w int) error) float64 {
 	if c.err != nil || c.ctx.Err() != nil {
 		return math.NaN()
+	}
+	rounds := c.rounds()
+	if late >= 0 {
+		rounds = min(rounds, 3) // its sleeps make rounds long in wall time
 	}
 	// Size the loop so a round lasts about c.round().
 	iters := 1
 	for {
-		t := c.once(workers, iters, f)
+		t := c.once(workers, late, iters, f)
 		if c.err != nil {
 			return math.NaN()
 		}
@@ -161,16 +174,16 @@ func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
 		iters *= 4
 	}
 	var ts []float64
-	for range c.rounds() {
-		ts = append(ts, c.once(workers, iters, f)/float64(iters))
+	for range rounds {
+		ts = append(ts, c.once(workers, late, iters, f)/float64(iters))
 	}
 	sort.Float64s(ts)
 	return ts[len(ts)/2]
 }
 
 // once times iters calls of f on each of workers goroutines started together, and returns
-// the mean over the workers of their threads' CPU seconds.
-func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
+// the mean over the workers but late of their threads' CPU seconds (see timeStaggered).
+func (c *calibrator) once(workers, late, iters int, f func(w int) error) float64 {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	start := make(chan struct{})
@@ -183,6 +196,9 @@ func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
 			c0 := runtime.ThreadCPU()
 			defer func() { cpu[w] = runtime.ThreadCPU() - c0 }()
 			for range iters {
+				if w == late {
+					time.Sleep(lateBy)
+				}
 				if err := f(w); err != nil {
 					mu.Lock()
 					if c.err == nil {
@@ -197,11 +213,17 @@ func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
 	close(start)
 	wg.Wait()
 	var sum time.Duration
-	for _, t := range cpu {
-		sum += t
+	n := 0
+	for w, t := range cpu {
+		if w != late {
+			sum, n = sum+t, n+1
+		}
 	}
-	return sum.Seconds() / float64(workers)
+	return sum.Seconds() / float64(n)
 }
+
+// lateBy is how late the late member of a timed collective arrives.
+const lateBy = 20 * time.Microsecond
 
 // kernelCase is one kernel call to time: op, attributes and operands.
 type kernelCase struct {
@@ -372,10 +394,21 @@ func (c *calibrator) sizes() []int {
 	return []int{16, 32, 64, 128}
 }
 
+// sizesFor is the first n of sizes for f32, one fewer for the half precisions (emulated
+// on this runtime, slow, and seldom what a model computes in: fewer cases keep calibrate
+// under a minute).
+func (c *calibrator) sizesFor(dt ir.DType, n int) []int {
+	s := c.sizes()
+	if dt != ir.F32 {
+		n--
+	}
+	return s[:max(1, min(n, len(s)))]
+}
+
 // matmulRate is the rate of contractions in dt and their fixed cost (rateFit).
 func (c *calibrator) matmulRate(dt ir.DType) (float64, float64) {
 	var cases []kernelCase
-	for _, s := range c.sizes() {
+	for _, s := range c.sizesFor(dt, 4) {
 		a := ir.Type{DType: dt, Shape: ir.Shape{s, s}}
 		cases = append(cases, newCase(ir.OpMatMul, nil, a, a))
 		// The einsums of a transformer, at batch 2, s/16 heads: a projection, its weight
@@ -401,8 +434,7 @@ func (c *calibrator) convRate(dt ir.DType) (float64, float64) {
 	at := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{1, 1})
 	one := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{0, 0})
 	var cases []kernelCase
-	sizes := c.sizes()
-	for _, s := range sizes[:min(3, len(sizes))] {
+	for _, s := range c.sizesFor(dt, 3) {
 		// A residual network's stages: the channels double as the image halves, down
 		// to 1×1 images in the last stages of small models; 3×3 and 1×1 kernels.
 		ch := max(4, s/8)
@@ -554,7 +586,7 @@ func (c *calibrator) timeCollective(k mesh.Collective, g, e int) (float64, float
 	}
 	next := make([]int, g)
 	ctx := c.ctx
-	sec := c.timeConcurrent(g, func(w int) error {
+	sec := c.timeStaggered(g, g-1, func(w int) error {
 		self := group[w]
 		x := xs[w][next[w]]
 		next[w] = (next[w] + 1) % copies
