@@ -129,7 +129,7 @@ func (c *calibrator) round() time.Duration {
 	if c.quick {
 		return 2 * time.Millisecond
 	}
-	return 12 * time.Millisecond
+	return 8 * time.Millisecond
 }
 
 func (c *calibrator) rounds() int {
