@@ -181,7 +181,9 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 // it, replayed along the programs' dependencies), which is what a prediction describes and
 // holds still on a shared machine; the wall clock is shown beside it, labelled, and is what
 // this machine took with whatever else ran (and with fewer cores than devices, if so).
-// Without CPU times (not Linux, or over MPI) the wall clock is compared.
+// Without CPU times (not Linux, or over MPI), or on a cluster whose devices share cores
+// (host_cores: the cpu preset prices this machine's wall clock), the wall clock is
+// compared.
 func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 	if len(steps) == 0 {
 		return
@@ -189,7 +191,9 @@ func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 	if len(steps) > 1 {
 		steps = steps[1:]
 	}
-	cpu := true
+	// A cluster whose devices share cores (host_cores, the cpu preset) prices the wall
+	// clock of this machine; a calibrated one, a core per device: the CPU-time step.
+	cpu := p.Cluster.HostCores == 0
 	for _, s := range steps {
 		cpu = cpu && s.CPUStages != nil && s.CPUStep > 0
 	}
@@ -210,6 +214,9 @@ func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 		m = autopar.MedianStep(steps)
 		fmt.Fprintf(w, "\nstep time: predicted %s, measured %s wall clock (measured/predicted %s; median of %d steps, busiest device on the runtime's counters)\n",
 			units.Seconds(pr.StepTime), units.Seconds(m.Step), ratio(m.Step), len(steps))
+		if c := autopar.MedianCPUStep(steps); c.CPUStep > 0 {
+			fmt.Fprintf(w, "  (in CPU time, one core per device: %s)\n", units.Seconds(c.CPUStep))
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	what, stages := "wall", m.Stages
