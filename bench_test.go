@@ -88,6 +88,7 @@ func benchCompile(b *testing.B, g *ir.Graph, c *mesh.Cluster, opts Options) {
 		b.ReportMetric(float64(st.solves), "ilps")
 		b.ReportMetric(float64(st.largestILP), "largest-ilp-vars")
 		b.ReportMetric(float64(st.skipped), "skipped-counts")
+		b.ReportMetric(float64(st.bounded), "unsolved-layers")
 		b.ReportMetric(p.Predicted.StepTime*1e6, "pred-step-µs")
 	}
 }
