@@ -60,6 +60,11 @@ type Cluster struct {
 	// false: the built-in runtime runs each op as its own instruction, so the cpu preset
 	// and calibrated files leave it off.
 	FuseElementwise bool `json:"fuse_elementwise,omitempty"`
+	// ClassOverhead is what a kernel of a class costs beyond KernelOverhead and its
+	// roofline time: the fixed work of a contraction or convolution kernel (operand
+	// transposes, one BLAS call per batch) that a one-element kernel does not show.
+	// Default none.
+	ClassOverhead *ClassOverheads `json:"class_overhead,omitempty"`
 	// Collectives are measured prices of collectives inside one host (autopar
 	// calibrate), replacing the ring formulas for the kinds and sizes listed.
 	// Default none.
