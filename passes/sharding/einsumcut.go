@@ -101,25 +101,32 @@ func (p *planner) einsumAllowed(v ir.ValueID) []bool {
 // axis; an axis some lead label's size is divisible by splits no label that is not batch.
 // ok is false for a value the cut leaves alone.
 //
-//   - A contraction with a result of rank ≥ 4 and an operand of rank ≥ 4. Its operands of
-//     rank ≥ 4 are activations, the others weights (the experts' ehf and efh). Batch labels
-//     are the result's labels in every activation; lead labels the result's labels in every
-//     operand. Attention's einsums (every operand 4-D) have b and h for both, as before.
-//     GShard's expert einsums: egch,ehf→egcf and egcf,efh→gech have batch e, g, c and lead
-//     e: on an axis the experts can take, splitting e splits the weights as a split of f
-//     or h does, with no collective inside the op (f or the contracted h would need the
-//     activation whole on that axis, or leave an all-reduce of the output), so f and h
-//     are cut there; g and c stay (data parallelism inside the experts, weights whole).
-//     gsec,gsh→egch has batch g, e, c and lead g: where the groups can go, the
-//     contracted token label s (a partial egch to reduce) and the hidden label h (the
-//     dispatch mask whole) are cut. The gradients are classified by the same rule.
+//   - A contraction with a result of rank ≥ 3 and an operand of rank ≥ 4. Its operands of
+//     rank ≥ 4 are activations, the others weights (the experts' ehf and efh) or small
+//     activations (the gates). Batch labels are the result's labels in every 4-D operand;
+//     lead labels the result's labels in every operand. Attention's einsums (every operand
+//     4-D) have b and h for both, as before. GShard's expert einsums: egch,ehf→egcf and
+//     egcf,efh→gech have batch e, g, c and lead e: on an axis the experts can take,
+//     splitting e splits the weights as a split of f or h does, with no collective inside
+//     the op (f or the contracted h would need the activation whole on that axis, or
+//     leave an all-reduce of the output), so f and h are cut there; g and c stay (data-
+//     parallel experts, weights whole, trade an all-to-all for the weights' all-reduce).
+//     gsec,gsh→egch has batch g, e, c and lead g, and gsec,gech→gsh batch and lead g:
+//     where the groups can go, the contracted labels (a partial result to reduce) and
+//     the labels of one operand (the other whole on that axis) are cut. The gradients
+//     follow the same rule (the gates' gsec,gsc→gse: batch g, s, e, lead g, s; c is cut),
+//     the experts' weight gradients egcf,egch→ehf included: batch and lead e, so on an
+//     axis the experts can take g and c (contracted: the data-parallel all-reduce of the
+//     weight gradient) are cut too — a trade-off, not a dominance, kept because the
+//     measured plans are equal (BENCHMARKS.md). Contractions with no 4-D operand (the
+//     gate logits gsh,he→gse, every GPT projection) and 2-D results are not cut.
 //
 // Convolutions are not cut: a batch-first rule for them (an axis the batch can take splits
 // no channel) changed the tiny Wide-ResNet's plan (2×2: 3962 → 4036 µs, +1.9 %), whose
 // optimum splits the early convolutions' output channels from a replicated input.
 func (p *planner) cutLabels(v ir.ValueID) (d ir.Dims, batch, lead []bool, ok bool) {
 	val := p.g.Value(v)
-	if val.Op.Def().Category != ir.CatContraction || val.Type.Shape.Rank() < 4 {
+	if val.Op.Def().Category != ir.CatContraction || val.Type.Shape.Rank() < 3 {
 		return d, nil, nil, false
 	}
 	d = p.g.Dims(v)

@@ -47,6 +47,14 @@ func TestCutLabels(t *testing.T) {
 					// batch e, g, c; lead e alone.
 					assert.Equal(t, []bool{true, true, true, false, false}, batch, spec)
 					assert.Equal(t, []bool{true, false, false, false, false}, lead, spec)
+				case "egcf,egch->ehf":
+					// the weight gradient: batch and lead e.
+					assert.Equal(t, []bool{true, false, false, false, false}, batch, spec)
+					assert.Equal(t, []bool{true, false, false, false, false}, lead, spec)
+				case "gsec,gech->gsh":
+					// batch and lead g.
+					assert.Equal(t, []bool{true, false, false, false, false}, batch, spec)
+					assert.Equal(t, []bool{true, false, false, false, false}, lead, spec)
 				case "gsec,gsh->egch":
 					// batch g, e, c; lead g.
 					assert.Equal(t, []bool{true, false, true, true, false}, batch, spec)
@@ -84,8 +92,9 @@ func TestCutLabels(t *testing.T) {
 			assert.Positive(t, kept, val.Name)
 			assert.Less(t, kept, len(allowed), val.Name)
 		}
+		t.Logf("%s: cut specs %v", name, seen)
 		if name == "moe-tiny" {
-			for _, spec := range []string{"egch,ehf->egcf", "egcf,efh->gech", "gsec,gsh->egch"} {
+			for _, spec := range []string{"egch,ehf->egcf", "egcf,efh->gech", "gsec,gsh->egch", "gsec,gech->gsh", "egcf,egch->ehf"} {
 				assert.Positive(t, seen[spec], spec)
 			}
 		}
