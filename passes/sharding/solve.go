@@ -38,7 +38,7 @@ type Options struct {
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
 	// which cannot change the optimum; the tests compare against it.
 	NoPrune bool
-	// FullEinsums keeps every strategy of the 4-D einsums (attention's): no cut
+	// FullEinsums keeps every strategy of the 4-D einsums (attention's, the experts'): no cut
 	// (einsumcut.go), which may change the optimum.
 	FullEinsums bool
 	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
