@@ -95,11 +95,11 @@ var (
 	// batch_norm's group: the rows of dim 0 one set of statistics runs over, in blocks of
 	// consecutive rows (ghost batch norm; per micro-batch statistics); 0, the default, is
 	// the whole dim 0.
-	bnAttrs = withAttrs(eps, AttrSpec{Name: "group", Kind: AttrInt, Default: 0})
-	axisAttr   = []AttrSpec{{Name: "axis", Kind: AttrInt}}
-	axesAttr   = []AttrSpec{{Name: "axes", Kind: AttrInts}}
-	convAttrs  = []AttrSpec{{Name: "stride", Kind: AttrInts, Default: []int{1, 1}}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
-	poolAttrs  = []AttrSpec{{Name: "window", Kind: AttrInts}, {Name: "stride", Kind: AttrInts}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+	bnAttrs   = withAttrs(eps, AttrSpec{Name: "group", Kind: AttrInt, Default: 0})
+	axisAttr  = []AttrSpec{{Name: "axis", Kind: AttrInt}}
+	axesAttr  = []AttrSpec{{Name: "axes", Kind: AttrInts}}
+	convAttrs = []AttrSpec{{Name: "stride", Kind: AttrInts, Default: []int{1, 1}}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+	poolAttrs = []AttrSpec{{Name: "window", Kind: AttrInts}, {Name: "stride", Kind: AttrInts}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
 )
 
 func withAttrs(base []AttrSpec, more ...AttrSpec) []AttrSpec {
