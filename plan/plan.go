@@ -25,17 +25,17 @@ const PlanVersion = 1
 // Plan is a compiled training plan: what plan.json holds. It is plain data, written and
 // read back byte for byte; Programs lowers it to one program per device.
 type Plan struct {
-	Version      int           `json:"version"`
-	Model        string        `json:"model"`
-	ModelHash    string        `json:"model_hash"` // sha256 of ModelIR
-	ModelIR      string        `json:"model_ir"`   // the forward graph, so the plan stands alone
-	Cluster      mesh.Cluster  `json:"cluster"`
-	Batch        int           `json:"batch"`
-	Microbatches int           `json:"microbatches"`
+	Version      int          `json:"version"`
+	Model        string       `json:"model"`
+	ModelHash    string       `json:"model_hash"` // sha256 of ModelIR
+	ModelIR      string       `json:"model_ir"`   // the forward graph, so the plan stands alone
+	Cluster      mesh.Cluster `json:"cluster"`
+	Batch        int          `json:"batch"`
+	Microbatches int          `json:"microbatches"`
 	// BatchNorm is "microbatch" when batch_norm's statistics run over each micro-batch
 	// (passes.PerMicrobatchStats; the compiler's Options.BatchNorm), "" when over the step's
 	// batch, as the model says.
-	BatchNorm string `json:"batch_norm,omitempty"`
+	BatchNorm    string        `json:"batch_norm,omitempty"`
 	Schedule     string        `json:"schedule"`
 	Optimizer    OptimizerSpec `json:"optimizer"`
 	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
