@@ -139,3 +139,12 @@ func TestCompilePrecision(t *testing.T) {
 	require.EqualError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
 		`--precision: unknown precision "fp8", want one of [f32 f16 bf16 mixed mixed-f16]`)
 }
+
+// --batch-norm microbatch lets a Wide-ResNet be pipelined in micro-batches; the summary
+// says over what its statistics run.
+func TestCompileBatchNormMicrobatch(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", plan: "tp=1,pp=2,dp=1", batchNorm: "microbatch"}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/wresnet-tiny.ir", f))
+	assert.Contains(t, out.String(), "batch 8 in 2 micro-batches (1f1b), batch norm over each micro-batch of 4,")
+}
