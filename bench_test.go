@@ -39,6 +39,10 @@ var alpaSuite = []struct {
 // other metrics absent), so one run of the suite ends.
 var alpaCap = flag.Duration("alpa-cap", 60*time.Second, "time cap of each configuration of BenchmarkCompileAlpa")
 
+// alpaLayers is the layer count of BenchmarkCompileAlpa (flag -alpa-layers; 0: the
+// compiler's automatic min(8, GPUs)).
+var alpaLayers = flag.Int("alpa-layers", 0, "layers of BenchmarkCompileAlpa's compiles (0: automatic)")
+
 // BenchmarkCompileAlpa compiles every model of Alpa's suite for its cluster, micro-batches
 // searched (--microbatches auto) and batch norm per micro-batch (--batch-norm microbatch,
 // as Alpa computes it), by each search, and reports the compile time, the peak heap of the
@@ -51,7 +55,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 		for _, tc := range alpaSuite {
 			b.Run(fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus), func(b *testing.B) {
 				g, c := alpaConfig(b, tc.model, tc.gpus)
-				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch}
+				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers}
 				b.ReportAllocs()
 				for b.Loop() {
 					ctx, cancel := context.WithTimeout(context.Background(), *alpaCap)
