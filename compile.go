@@ -87,8 +87,8 @@ func ConstraintsOf(p *Plan) dp.Constraints {
 	c.Boundaries = []int{0}
 	for _, s := range p.Stages {
 		c.Boundaries = append(c.Boundaries, s.LastLayer+1)
-		c.StageSubmeshes = append(c.StageSubmeshes, dp.Submesh{Hosts: s.Submesh.Hosts, Devices: s.Submesh.Devices})
-		c.StageLogicals = append(c.StageLogicals, dp.Logical{DP: s.Logical[0], MP: s.Logical[1]})
+		c.StageSubmeshes = append(c.StageSubmeshes, s.Submesh)
+		c.StageLogicals = append(c.StageLogicals, s.Logical)
 	}
 	return c
 }
@@ -379,7 +379,7 @@ func searchAll(ss []*Compilation) []error {
 func setUp(s *Compilation) (*attempt, error) {
 	ctx, step, lay, c, opts := s.ctx, s.Step, s.Layering, s.Cluster, s.Options
 	var err error
-	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
+	dc := dp.ClusterOf(c)
 	if opts.MemoryPerDevice > 0 {
 		dc.MemoryPerDevice = float64(opts.MemoryPerDevice)
 	}
@@ -591,12 +591,12 @@ func manualConstraints(m *Manual, layers int, c *mesh.Cluster) (dp.Constraints, 
 		return dp.Constraints{}, fmt.Errorf("plan %s has more stages than the %d layers of the model", m, layers)
 	}
 	per := m.TP * m.DP
-	var sub dp.Submesh
+	var sub mesh.Submesh
 	switch {
 	case per <= c.DevicesPerHost && c.DevicesPerHost%per == 0:
-		sub = dp.Submesh{Hosts: 1, Devices: per}
+		sub = mesh.Submesh{Hosts: 1, Devices: per}
 	case per%c.DevicesPerHost == 0:
-		sub = dp.Submesh{Hosts: per / c.DevicesPerHost, Devices: c.DevicesPerHost}
+		sub = mesh.Submesh{Hosts: per / c.DevicesPerHost, Devices: c.DevicesPerHost}
 	default:
 		return dp.Constraints{}, fmt.Errorf("plan %s: a stage of %d devices is neither part of a host of %d nor whole hosts",
 			m, per, c.DevicesPerHost)
@@ -608,5 +608,5 @@ func manualConstraints(m *Manual, layers int, c *mesh.Cluster) (dp.Constraints, 
 			bounds[i+1]++
 		}
 	}
-	return dp.Constraints{Boundaries: bounds, Submesh: &sub, Logical: &dp.Logical{DP: m.DP, MP: m.TP}}, nil
+	return dp.Constraints{Boundaries: bounds, Submesh: &sub, Logical: &mesh.LogicalShape{m.DP, m.TP}}, nil
 }

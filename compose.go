@@ -97,8 +97,8 @@ type composedCost struct {
 
 type rangeKey struct {
 	start, end int
-	sub        dp.Submesh
-	logical    dp.Logical
+	sub        mesh.Submesh
+	logical    mesh.LogicalShape
 }
 
 // layerInfos builds the per-layer boundary information once.
@@ -152,7 +152,7 @@ func (o *oracle) layerInfos() []*layerInfo {
 
 // layerPoints returns the solutions of layer k on (s, l): the fastest under the device
 // memory first, then, when lean is set, the memory-lean ones (solved on first request).
-func (o *oracle) layerPoints(k int, s dp.Submesh, l dp.Logical, lean bool) []layerPoint {
+func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bool) []layerPoint {
 	sg := o.infos[k].sg
 	key := solveKey{sg.hash, s, l}
 	pts, ok := o.points[key]
@@ -295,7 +295,7 @@ func nearest(k, layers int) []int {
 }
 
 // composed prices layers [start, end) on (s, l) from its layers' points.
-func (o *oracle) composed(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+func (o *oracle) composed(start, end int, s mesh.Submesh, l mesh.LogicalShape) composedCost {
 	key := rangeKey{start, end, s, l}
 	if c, ok := o.composedAt[key]; ok {
 		return c
@@ -305,7 +305,7 @@ func (o *oracle) composed(start, end int, s dp.Submesh, l dp.Logical) composedCo
 	return c
 }
 
-func (o *oracle) compose(start, end int, s dp.Submesh, l dp.Logical) composedCost {
+func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) composedCost {
 	if o.layerInfos() == nil {
 		return composedCost{}
 	}
@@ -567,7 +567,7 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // fastest times, a lower bound on the range's ILP (a range plan cut to one layer is a plan
 // of that layer, up to the followers merged across a layer boundary), with its weights and
 // the largest of its layers' activations.
-func (o *oracle) lower(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
 	}

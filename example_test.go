@@ -71,8 +71,8 @@ func ExampleCompile() {
 	fmt.Println("fits in memory:", fits)
 	// Output:
 	// mlp: 2 micro-batches of 8, schedule 1f1b
-	// stage 0: layers 0-0 on devices [0], logical mesh [1 1]
-	// stage 1: layers 1-1 on devices [1], logical mesh [1 1]
+	// stage 0: layers 0-0 on devices [0], logical mesh 1x1
+	// stage 1: layers 1-1 on devices [1], logical mesh 1x1
 	// fits in memory: true
 }
 

@@ -263,7 +263,7 @@ func (p *Plan) solveOwnStage(ctx context.Context, n int) (*solvedStage, error) {
 		return nil, err
 	}
 	s := &p.Stages[n]
-	sol := o.solveStage(sg, dp.Submesh{Hosts: s.Submesh.Hosts, Devices: s.Submesh.Devices}, dp.Logical{DP: s.Logical[0], MP: s.Logical[1]})
+	sol := o.solveStage(sg, s.Submesh, s.Logical)
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -511,14 +511,14 @@ type StageExplanation struct {
 
 // StageAlternative is the stage's layer range on one (submesh, logical mesh).
 type StageAlternative struct {
-	Submesh mesh.Submesh  `json:"submesh"`
-	Logical [2]int        `json:"logical_mesh"`
-	Devices int           `json:"devices"`
-	OK      bool          `json:"ok"`              // a sharding exists
-	Err     string        `json:"error,omitempty"` // why not, when !OK
-	Time    float64       `json:"time"`            // seconds per micro-batch, forward + backward
-	Step    float64       `json:"step_part"`       // seconds once per step: gradient sync, update
-	Cost    sharding.Cost `json:"cost"`            // Total (the ILP's objective) = Time + Step
+	Submesh mesh.Submesh      `json:"submesh"`
+	Logical mesh.LogicalShape `json:"logical_mesh"`
+	Devices int               `json:"devices"`
+	OK      bool              `json:"ok"`              // a sharding exists
+	Err     string            `json:"error,omitempty"` // why not, when !OK
+	Time    float64           `json:"time"`            // seconds per micro-batch, forward + backward
+	Step    float64           `json:"step_part"`       // seconds once per step: gradient sync, update
+	Cost    sharding.Cost     `json:"cost"`            // Total (the ILP's objective) = Time + Step
 	// Pruned: not solved, as compile did not solve it, because its weights alone, spread
 	// evenly over its devices, overflow the device memory several times over. Time and
 	// WeightBytes are then lower bounds and Cost is zero.
@@ -558,10 +558,9 @@ func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, erro
 	}
 	e := &StageExplanation{Stage: n, FirstLayer: s.FirstLayer, LastLayer: s.LastLayer, Ops: len(sg.ids), InFlight: s.InFlight,
 		Capacity: p.Predicted.DeviceMemory, Schedule: p.Schedule, StepTime: p.stepTime(n, s.Time, s.StepTime), Chosen: -1}
-	dc := dp.Cluster{Hosts: p.Cluster.Hosts, DevicesPerHost: p.Cluster.DevicesPerHost, MemoryPerDevice: float64(p.Predicted.DeviceMemory)}
-	for _, sub := range dp.Submeshes(dc) {
+	for _, sub := range dp.Submeshes(dp.ClusterOf(&p.Cluster)) {
 		for _, l := range dp.LogicalShapes(sub) {
-			chosen := sub.Hosts == s.Submesh.Hosts && sub.Devices == s.Submesh.Devices && l.DP == s.Logical[0] && l.MP == s.Logical[1]
+			chosen := sub == s.Submesh && l == s.Logical
 			if o.mirrored(sub, l) && !chosen {
 				continue // prices exactly as its mirror (1, n), as compile knows
 			}
@@ -582,11 +581,11 @@ func (p *Plan) ExplainStage(ctx context.Context, n int) (*StageExplanation, erro
 }
 
 // alternative prices stage n's layers on (sub, l) as compile's oracle did.
-func (p *Plan) alternative(o *oracle, sg *stageGraph, sub dp.Submesh, l dp.Logical, n int) StageAlternative {
+func (p *Plan) alternative(o *oracle, sg *stageGraph, sub mesh.Submesh, l mesh.LogicalShape, n int) StageAlternative {
 	s := &p.Stages[n]
 	sol := o.solveStage(sg, sub, l)
-	a := StageAlternative{Submesh: mesh.Submesh{Hosts: sub.Hosts, Devices: sub.Devices}, Logical: [2]int{l.DP, l.MP},
-		Devices: sub.Size(), OK: sol.ok}
+	a := StageAlternative{Submesh: sub, Logical: l,
+		Devices: sub.NumDevices(), OK: sol.ok}
 	if !sol.ok {
 		a.Err = fmt.Sprint(sol.err)
 		return a

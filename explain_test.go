@@ -161,14 +161,14 @@ func TestExplainStage(t *testing.T) {
 		t.Run(tc.model+"/"+tc.cluster, func(t *testing.T) {
 			c := cluster(t, tc.cluster)
 			p := compile(t, model(t, tc.model), c, tc.opts)
-			dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost}
+			dc := dp.ClusterOf(c)
 			for si, s := range p.Stages {
 				// Every submesh and logical mesh but the mirrors (n, 1) inside a host.
 				shapes := 0
 				for _, sub := range dp.Submeshes(dc) {
 					for _, l := range dp.LogicalShapes(sub) {
-						mirror := sub.Hosts == 1 && l.DP > 1 && l.MP == 1
-						if !mirror || s.Logical == [2]int{l.DP, l.MP} && s.Submesh.Devices == sub.Devices {
+						mirror := sub.Hosts == 1 && l[0] > 1 && l[1] == 1
+						if !mirror || s.Logical == l && s.Submesh.Devices == sub.Devices {
 							shapes++
 						}
 					}

@@ -34,7 +34,7 @@ func testOracle(t testing.TB, g *ir.Graph, c *mesh.Cluster, b, layers int) (*ora
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc := dp.Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
+	dc := dp.ClusterOf(c)
 	o := newOracle(context.Background(), step, lay, c, opts.ILPTimeLimit, c.DeviceMemoryBytes, nil)
 	o.canonical = true
 	return o, dc

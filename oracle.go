@@ -91,8 +91,8 @@ type stageGraph struct {
 
 type solveKey struct {
 	hash    string
-	sub     dp.Submesh
-	logical dp.Logical
+	sub     mesh.Submesh
+	logical mesh.LogicalShape
 }
 
 type stageSolution struct {
@@ -163,7 +163,7 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 }
 
 // StageCost implements dp.Oracle.
-func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.StageCost, bool) {
+func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.mirrored(s, l) {
 		return dp.StageCost{}, false
 	}
@@ -184,7 +184,7 @@ func (o *oracle) StageCost(start, end int, s dp.Submesh, l dp.Logical) (dp.Stage
 	return sol.costFor(o.remat), sol.ok
 }
 
-func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolution {
+func (o *oracle) solve(start, end int, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
 	sg, err := o.stage(start, end)
 	if err != nil {
 		o.note(err)
@@ -205,8 +205,8 @@ func (o *oracle) solve(start, end int, s dp.Submesh, l dp.Logical) *stageSolutio
 	return sol
 }
 
-func (o *oracle) mirrored(s dp.Submesh, l dp.Logical) bool {
-	return o.canonical && s.Hosts == 1 && l.MP == 1 && l.DP > 1
+func (o *oracle) mirrored(s mesh.Submesh, l mesh.LogicalShape) bool {
+	return o.canonical && s.Hosts == 1 && l[1] == 1 && l[0] > 1
 }
 
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
@@ -299,14 +299,14 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 }
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
-func (o *oracle) solveStage(sg *stageGraph, s dp.Submesh, l dp.Logical) *stageSolution {
+func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
 	return o.solveStageBudget(sg, s, l, o.memory, nil)
 }
 
 // solveStageBudget is solveStage under a memory budget of its own, with the values of
 // force pinned to their layouts.
-func (o *oracle) solveStageBudget(sg *stageGraph, s dp.Submesh, l dp.Logical, memory int64, force map[ir.ValueID]mesh.Spec) *stageSolution {
-	lm, err := mesh.NewLogicalMesh(o.c, mesh.Submesh{Hosts: s.Hosts, Devices: s.Devices}, l.DP, l.MP)
+func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec) *stageSolution {
+	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
 	}
@@ -372,7 +372,7 @@ func (o *oracle) countComposed() {
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
-func (o *oracle) memo(s dp.Submesh, l dp.Logical) *sharding.ReshardMemo {
+func (o *oracle) memo(s mesh.Submesh, l mesh.LogicalShape) *sharding.ReshardMemo {
 	o.memoMu.Lock()
 	defer o.memoMu.Unlock()
 	k := meshKey{s, l}
@@ -385,8 +385,8 @@ func (o *oracle) memo(s dp.Submesh, l dp.Logical) *sharding.ReshardMemo {
 }
 
 type meshKey struct {
-	sub     dp.Submesh
-	logical dp.Logical
+	sub     mesh.Submesh
+	logical mesh.LogicalShape
 }
 
 func atomicMax(x *atomic.Int64, v int64) {

@@ -131,8 +131,8 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 // Values other stages send it are left out: the consumers' In specs say how they arrive.
 func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph, sol *stageSolution) Stage {
 	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
-		Submesh: mesh.Submesh{Hosts: st.Submesh.Hosts, Devices: st.Submesh.Devices},
-		Logical: [2]int{st.Logical.DP, st.Logical.MP}, Devices: st.Devices, Time: st.Cost.Time,
+		Submesh: st.Submesh,
+		Logical: st.Logical, Devices: st.Devices, Time: st.Cost.Time,
 		StepTime: st.Cost.Step, StepComm: sol.stepComm, Cost: costOf(sol.res.Cost), WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
 		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: ilpStatsOf(sol.res.ILP),
 		Recompute: st.Cost.Recompute, RecomputeLayers: st.Cost.Checkpoints, RecomputeBytes: int64(st.Cost.OnceBytes)}

@@ -72,7 +72,7 @@ func TestReadPlanRefusesNonsense(t *testing.T) {
 		{"no device memory", func(p map[string]any, _ []any) { p["predicted"].(map[string]any)["device_memory"] = 0 }, "device_memory 0"},
 		{"micro-batches that do not divide", func(p map[string]any, _ []any) { p["microbatches"] = 3 }, "batch 16 in 3 micro-batches"},
 		{"another batch", func(p map[string]any, _ []any) { p["batch"] = 32 }, "batch 32, but its model mlp has batch 16"},
-		{"logical mesh off the submesh", func(_ map[string]any, s []any) { stage(s, 0)["logical_mesh"] = []any{3, 1} }, "logical mesh (3, 1) does not cover"},
+		{"logical mesh off the submesh", func(_ map[string]any, s []any) { stage(s, 0)["logical_mesh"] = []any{3, 1} }, "logical mesh 3x1 does not cover"},
 		{"submesh larger than a host", func(_ map[string]any, s []any) {
 			stage(s, 0)["submesh"] = map[string]any{"hosts": 1, "devices": 8}
 		}, "submesh 1x8 does not fit"},

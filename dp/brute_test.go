@@ -26,7 +26,7 @@ func brute(layers int, c Cluster, o Oracle, opts Options, allow func([]Stage) bo
 		}
 		for i := k + 1; i <= layers; i++ {
 			for _, s := range Submeshes(c) {
-				if s.Size() > d {
+				if s.NumDevices() > d {
 					continue
 				}
 				for _, l := range LogicalShapes(s) {
@@ -35,7 +35,7 @@ func brute(layers int, c Cluster, o Oracle, opts Options, allow func([]Stage) bo
 						continue
 					}
 					stages = append(stages, Stage{Start: k, End: i, Submesh: s, Logical: l, Cost: sc})
-					rec(i, d-s.Size())
+					rec(i, d-s.NumDevices())
 					stages = stages[:len(stages)-1]
 				}
 			}

@@ -3,14 +3,24 @@ package dp
 import (
 	"fmt"
 	"slices"
+
+	"github.com/autopar/autopar/mesh"
 )
 
-// Cluster is what dp needs to know about the machines: their count and how much memory
-// each device offers. Bandwidths and FLOP/s live in the oracle's costs, not here.
+// Cluster is the search's view of a mesh.Cluster: its shape, and the memory a plan may
+// use on each device, a budget that is the device's memory unless the user sets a smaller
+// one. Bandwidths and FLOP/s live in the oracle's costs, not here. The budget is a
+// float64 because every cost the oracle returns is; see docs/DECISIONS.md on why dp keeps
+// this view rather than taking *mesh.Cluster.
 type Cluster struct {
 	Hosts           int
 	DevicesPerHost  int
 	MemoryPerDevice float64 // bytes
+}
+
+// ClusterOf is c's view, its budget c's DeviceMemoryBytes.
+func ClusterOf(c *mesh.Cluster) Cluster {
+	return Cluster{Hosts: c.Hosts, DevicesPerHost: c.DevicesPerHost, MemoryPerDevice: float64(c.DeviceMemoryBytes)}
 }
 
 // Devices is the number of devices in the cluster.
@@ -32,7 +42,7 @@ func (c Cluster) validate() error {
 
 // legal reports whether s is one of Alpa's shapes on c, listed by Submeshes or not:
 // (1, 2^k) with 2^k dividing DevicesPerHost, or (n, DevicesPerHost) with n ≤ Hosts.
-func (c Cluster) legal(s Submesh) bool {
+func (c Cluster) legal(s mesh.Submesh) bool {
 	if s.Hosts == 1 && s.Devices >= 1 && s.Devices <= c.DevicesPerHost {
 		return s.Devices&(s.Devices-1) == 0 && c.DevicesPerHost%s.Devices == 0
 	}
@@ -42,47 +52,26 @@ func (c Cluster) legal(s Submesh) bool {
 // shapes is Submeshes(c) with the submeshes k pins added, and per submesh LogicalShapes
 // with the logical meshes of its size k pins added: a pinned shape the search would not
 // enumerate (a manual plan's) is still tried. Both keep their listing order.
-func shapes(c Cluster, k Constraints) ([]Submesh, [][]Logical) {
+func shapes(c Cluster, k Constraints) ([]mesh.Submesh, [][]mesh.LogicalShape) {
 	subs := Submeshes(c)
 	for _, s := range pinnedSubmeshes(k) {
 		if !slices.Contains(subs, s) {
 			subs = append(subs, s)
 		}
 	}
-	slices.SortStableFunc(subs, func(a, b Submesh) int { return a.Size() - b.Size() })
-	logs := make([][]Logical, len(subs))
+	slices.SortStableFunc(subs, func(a, b mesh.Submesh) int { return a.NumDevices() - b.NumDevices() })
+	logs := make([][]mesh.LogicalShape, len(subs))
 	for i, s := range subs {
 		logs[i] = LogicalShapes(s)
 		for _, l := range pinnedLogicals(k) {
-			if l.Size() == s.Size() && !slices.Contains(logs[i], l) {
+			if l.NumDevices() == s.NumDevices() && !slices.Contains(logs[i], l) {
 				logs[i] = append(logs[i], l)
 			}
 		}
-		slices.SortStableFunc(logs[i], func(a, b Logical) int { return a.DP - b.DP })
+		slices.SortStableFunc(logs[i], func(a, b mesh.LogicalShape) int { return a[0] - b[0] })
 	}
 	return subs, logs
 }
-
-// Submesh is a physical block of Hosts hosts × Devices devices on each host.
-type Submesh struct {
-	Hosts, Devices int
-}
-
-// Size is the number of devices in the submesh.
-func (s Submesh) Size() int { return s.Hosts * s.Devices }
-
-func (s Submesh) String() string { return fmt.Sprintf("(%d, %d)", s.Hosts, s.Devices) }
-
-// Logical is a logical mesh (n0, n1) = (DP, MP) laid over a submesh's devices; axis 0 is the
-// slow one when the submesh spans hosts.
-type Logical struct {
-	DP, MP int
-}
-
-// Size is the number of devices the logical mesh covers.
-func (l Logical) Size() int { return l.DP * l.MP }
-
-func (l Logical) String() string { return fmt.Sprintf("(%d, %d)", l.DP, l.MP) }
 
 // ExhaustiveHosts is the most hosts on which Submeshes lists every shape of Alpa's: (1, 2^k)
 // inside a host and (n, M) for every n. On more hosts it lists few shapes, not one per host
@@ -100,14 +89,14 @@ const BalancedStages = 16
 // listed: ⌊Hosts/s⌋ and ⌈Hosts/s⌉ for s = 1..BalancedStages, at most 2·BalancedStages
 // shapes whatever the cluster's size. Any s of them that sum to the cluster tile it, as
 // whole hosts. The order is fixed; it is the tie-break order of [Solve].
-func Submeshes(c Cluster) []Submesh {
-	var out []Submesh
+func Submeshes(c Cluster) []mesh.Submesh {
+	var out []mesh.Submesh
 	if c.Hosts <= ExhaustiveHosts {
 		for m := 1; m < c.DevicesPerHost; m *= 2 {
-			out = append(out, Submesh{1, m})
+			out = append(out, mesh.Submesh{Hosts: 1, Devices: m})
 		}
 		for n := 1; n <= c.Hosts; n++ {
-			out = append(out, Submesh{n, c.DevicesPerHost})
+			out = append(out, mesh.Submesh{Hosts: n, Devices: c.DevicesPerHost})
 		}
 		return out
 	}
@@ -117,30 +106,30 @@ func Submeshes(c Cluster) []Submesh {
 	}
 	slices.Sort(hosts)
 	for _, n := range slices.Compact(hosts) {
-		out = append(out, Submesh{n, c.DevicesPerHost})
+		out = append(out, mesh.Submesh{Hosts: n, Devices: c.DevicesPerHost})
 	}
 	return out
 }
 
 // LogicalShapes lists the logical meshes (dp, mp) the search tries on s, dp ascending:
-// every (dp, mp) with dp·mp = s.Size() on a submesh of at most ExhaustiveHosts hosts; on a
+// every (dp, mp) with dp·mp = s.NumDevices() on a submesh of at most ExhaustiveHosts hosts; on a
 // larger one only those whose mp is a power of two dividing s.Devices (tensor parallelism
 // inside a host, data parallelism across hosts), so that their number does not grow with
 // the submesh. The order is the tie-break order of [Solve].
-func LogicalShapes(s Submesh) []Logical {
-	n := s.Size()
-	var out []Logical
+func LogicalShapes(s mesh.Submesh) []mesh.LogicalShape {
+	n := s.NumDevices()
+	var out []mesh.LogicalShape
 	if s.Hosts > ExhaustiveHosts {
 		for mp := s.Devices; mp >= 1; mp-- {
 			if mp&(mp-1) == 0 && s.Devices%mp == 0 {
-				out = append(out, Logical{n / mp, mp})
+				out = append(out, mesh.LogicalShape{n / mp, mp})
 			}
 		}
 		return out
 	}
 	for dp := 1; dp <= n; dp++ {
 		if n%dp == 0 {
-			out = append(out, Logical{dp, n / dp})
+			out = append(out, mesh.LogicalShape{dp, n / dp})
 		}
 	}
 	return out

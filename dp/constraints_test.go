@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,7 +14,7 @@ import (
 // pin), always consistently, so that Solve must honour it rather than reject it.
 func randomConstraints(rng *rand.Rand, in *instance) Constraints {
 	subs := Submeshes(in.c)
-	randLogical := func() Logical {
+	randLogical := func() mesh.LogicalShape {
 		ls := LogicalShapes(subs[rng.IntN(len(subs))])
 		return ls[rng.IntN(len(ls))]
 	}
@@ -104,7 +105,7 @@ func TestPinnedBoundaries(t *testing.T) {
 	}
 	require.Equal(t, []int{0, 3, 5}, got)
 
-	l := Logical{2, 2}
+	l := mesh.LogicalShape{2, 2}
 	opts.Constraints = Constraints{Boundaries: []int{0, 4, 8}, Logical: &l}
 	r, err = Solve(context.Background(), 8, c, o, opts)
 	require.NoError(t, err)
@@ -112,18 +113,18 @@ func TestPinnedBoundaries(t *testing.T) {
 		require.Equal(t, l, st.Logical)
 	}
 	// Two stages of two devices cannot use all eight devices, nor can one stage of four.
-	l = Logical{1, 2}
+	l = mesh.LogicalShape{1, 2}
 	_, err = Solve(context.Background(), 8, c, o, opts)
 	require.ErrorIs(t, err, ErrNoPlan)
-	opts.Constraints = Constraints{Boundaries: []int{0, 8}, StageSubmeshes: []Submesh{{1, 4}}}
+	opts.Constraints = Constraints{Boundaries: []int{0, 8}, StageSubmeshes: []mesh.Submesh{{Hosts: 1, Devices: 4}}}
 	_, err = Solve(context.Background(), 8, c, o, opts)
 	require.ErrorIs(t, err, ErrNoPlan)
 }
 
 func TestBadConstraints(t *testing.T) {
 	c := Cluster{Hosts: 1, DevicesPerHost: 4, MemoryPerDevice: 1e9}
-	sub, bad := Submesh{1, 2}, Submesh{1, 3}
-	l4 := Logical{2, 2}
+	sub, bad := mesh.Submesh{Hosts: 1, Devices: 2}, mesh.Submesh{Hosts: 1, Devices: 3}
+	l4 := mesh.LogicalShape{2, 2}
 	cases := []struct {
 		k    Constraints
 		max  int
@@ -136,11 +137,11 @@ func TestBadConstraints(t *testing.T) {
 		{Constraints{Boundaries: []int{0, 7, 6}}, 0, "not strictly increasing"},
 		{Constraints{Boundaries: []int{0, 2, 4, 6}}, 2, "make 3 stages, more than max stages 2"},
 		{Constraints{Boundaries: []int{0, 1, 2, 3, 4, 6}}, 0, "make 5 stages but the cluster has 4 devices"},
-		{Constraints{StageSubmeshes: []Submesh{sub}}, 0, "need stage boundaries"},
-		{Constraints{Boundaries: []int{0, 6}, StageLogicals: []Logical{l4, l4}}, 0, "2 stage logical meshes for 1 stages"},
-		{Constraints{Submesh: &bad}, 0, "submesh (1, 3) is not one of the cluster's shapes"},
-		{Constraints{Submesh: &sub, Logical: &l4}, 0, "logical mesh (2, 2) has 4 devices but submesh (1, 2) has 2"},
-		{Constraints{Logical: &Logical{0, 4}}, 0, "must have positive axes"},
+		{Constraints{StageSubmeshes: []mesh.Submesh{sub}}, 0, "need stage boundaries"},
+		{Constraints{Boundaries: []int{0, 6}, StageLogicals: []mesh.LogicalShape{l4, l4}}, 0, "2 stage logical meshes for 1 stages"},
+		{Constraints{Submesh: &bad}, 0, "submesh 1x3 is not one of the cluster's shapes: 1x2^k dividing a host of 4 devices, or nx4 with n ≤ 1"},
+		{Constraints{Submesh: &sub, Logical: &l4}, 0, "logical mesh 2x2 has 4 devices but submesh 1x2 has 2"},
+		{Constraints{Logical: &mesh.LogicalShape{0, 4}}, 0, "must have positive axes"},
 	}
 	for _, tc := range cases {
 		_, err := Solve(context.Background(), 6, c, newPlausible(1, 6), Options{Microbatches: 2, MaxStages: tc.max, Constraints: tc.k})

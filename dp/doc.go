@@ -12,11 +12,14 @@
 //
 // dp knows layer costs, not ops: every stage cost comes from an [Oracle] (the intra-operator
 // sharding pass in production, synthetic tables in tests), so the package imports nothing
-// else from autopar and is checked against brute force on small instances.
+// else from autopar but mesh, whose types it speaks: a stage's submesh is a [mesh.Submesh]
+// and its logical mesh a [mesh.LogicalShape] (n0, n1) = (dp, mp), both written "2x4". The
+// cluster is [Cluster], the search's view of a mesh.Cluster ([ClusterOf]): its shape and a
+// per-device memory budget. dp is checked against brute force on small instances.
 //
 // # Submeshes tile the cluster
 //
-// Stages run on submeshes of shape (1, 2^k) inside one host or (n, M) over n whole hosts,
+// Stages run on submeshes of shape 1x2^k inside one host or nxM over n whole hosts,
 // M = DevicesPerHost, which must be a power of two. The recurrence only asks that the stages'
 // device counts sum to Hosts·M; Alpa's argument (§5.2) is that with these shapes such a
 // multiset always tiles the cluster: sort the submeshes by size, largest first, and lay them

@@ -5,22 +5,23 @@ import (
 	"math"
 	"testing"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestSubmeshes(t *testing.T) {
-	assert.Equal(t, []Submesh{{1, 1}}, Submeshes(Cluster{Hosts: 1, DevicesPerHost: 1}))
-	assert.Equal(t, []Submesh{{1, 1}, {1, 2}, {1, 4}, {2, 4}}, Submeshes(Cluster{Hosts: 2, DevicesPerHost: 4}))
-	assert.Equal(t, []Submesh{{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {3, 8}},
+	assert.Equal(t, []mesh.Submesh{{Hosts: 1, Devices: 1}}, Submeshes(Cluster{Hosts: 1, DevicesPerHost: 1}))
+	assert.Equal(t, []mesh.Submesh{{Hosts: 1, Devices: 1}, {Hosts: 1, Devices: 2}, {Hosts: 1, Devices: 4}, {Hosts: 2, Devices: 4}}, Submeshes(Cluster{Hosts: 2, DevicesPerHost: 4}))
+	assert.Equal(t, []mesh.Submesh{{Hosts: 1, Devices: 1}, {Hosts: 1, Devices: 2}, {Hosts: 1, Devices: 4}, {Hosts: 1, Devices: 8}, {Hosts: 2, Devices: 8}, {Hosts: 3, Devices: 8}},
 		Submeshes(Cluster{Hosts: 3, DevicesPerHost: 8}))
 }
 
 func TestLogicalShapes(t *testing.T) {
-	assert.Equal(t, []Logical{{1, 8}, {2, 4}, {4, 2}, {8, 1}}, LogicalShapes(Submesh{2, 4}))
-	assert.Equal(t, []Logical{{1, 1}}, LogicalShapes(Submesh{1, 1}))
-	assert.Equal(t, []Logical{{1, 6}, {2, 3}, {3, 2}, {6, 1}}, LogicalShapes(Submesh{3, 2}))
+	assert.Equal(t, []mesh.LogicalShape{{1, 8}, {2, 4}, {4, 2}, {8, 1}}, LogicalShapes(mesh.Submesh{Hosts: 2, Devices: 4}))
+	assert.Equal(t, []mesh.LogicalShape{{1, 1}}, LogicalShapes(mesh.Submesh{Hosts: 1, Devices: 1}))
+	assert.Equal(t, []mesh.LogicalShape{{1, 6}, {2, 3}, {3, 2}, {6, 1}}, LogicalShapes(mesh.Submesh{Hosts: 3, Devices: 2}))
 }
 
 func TestInFlight(t *testing.T) {
@@ -30,9 +31,9 @@ func TestInFlight(t *testing.T) {
 }
 
 // uniform: a layer costs 1 on one device; any range runs 0.6 per layer on two.
-func uniform(k, i int, s Submesh, _ Logical) (StageCost, bool) {
+func uniform(k, i int, s mesh.Submesh, _ mesh.LogicalShape) (StageCost, bool) {
 	per := 1.0
-	if s.Size() == 2 {
+	if s.NumDevices() == 2 {
 		per = 0.6
 	}
 	return StageCost{Time: per * float64(i-k), WeightBytes: 10, ActBytes: 1}, true
@@ -45,7 +46,7 @@ func TestKnownPlans(t *testing.T) {
 	r, err := Solve(context.Background(), 2, c, oracleFunc(uniform), Options{Microbatches: 4})
 	require.NoError(t, err)
 	require.Len(t, r.Stages, 1)
-	assert.Equal(t, Stage{Start: 0, End: 2, Submesh: Submesh{1, 2}, Logical: Logical{1, 2},
+	assert.Equal(t, Stage{Start: 0, End: 2, Submesh: mesh.Submesh{Hosts: 1, Devices: 2}, Logical: mesh.LogicalShape{1, 2},
 		Cost: StageCost{Time: 1.2, WeightBytes: 10, ActBytes: 1}, InFlight: 1, Memory: 11, Devices: []int{0, 1}}, r.Stages[0])
 	assert.InDelta(t, 4.8, r.Time, 1e-12)
 
@@ -82,7 +83,7 @@ func TestMemoryError(t *testing.T) {
 }
 
 func TestNoPlan(t *testing.T) {
-	none := oracleFunc(func(int, int, Submesh, Logical) (StageCost, bool) { return StageCost{}, false })
+	none := oracleFunc(func(int, int, mesh.Submesh, mesh.LogicalShape) (StageCost, bool) { return StageCost{}, false })
 	_, err := Solve(context.Background(), 3, Cluster{1, 4, 1}, none, Options{Microbatches: 1})
 	require.ErrorIs(t, err, ErrNoPlan)
 }
@@ -90,7 +91,7 @@ func TestNoPlan(t *testing.T) {
 func TestValidation(t *testing.T) {
 	ok := Cluster{Hosts: 1, DevicesPerHost: 2, MemoryPerDevice: 100}
 	o := oracleFunc(uniform)
-	nan := oracleFunc(func(int, int, Submesh, Logical) (StageCost, bool) {
+	nan := oracleFunc(func(int, int, mesh.Submesh, mesh.LogicalShape) (StageCost, bool) {
 		return StageCost{Time: math.NaN()}, true
 	})
 	cases := []struct {
@@ -109,7 +110,7 @@ func TestValidation(t *testing.T) {
 		{2, ok, o, Options{Microbatches: 1, MaxStages: -1}, "dp: max stages -1 is negative"},
 		{2, ok, o, Options{Microbatches: 1, Schedule: 7}, "dp: unknown pipeline schedule 7"},
 		{2, ok, nil, Options{Microbatches: 1}, "dp: nil cost oracle"},
-		{2, ok, nan, Options{Microbatches: 1}, "dp: oracle cost of layers [0, 1) on submesh (1, 1), logical mesh (1, 1): time NaN, step 0, weights 0, activations 0: each must be finite and non-negative"},
+		{2, ok, nan, Options{Microbatches: 1}, "dp: oracle cost of layers [0, 1) on submesh 1x1, logical mesh 1x1: time NaN, step 0, weights 0, activations 0: each must be finite and non-negative"},
 	}
 	for _, tc := range cases {
 		_, err := Solve(context.Background(), tc.layers, tc.c, tc.o, tc.opts)
@@ -170,7 +171,7 @@ func TestCancel(t *testing.T) {
 	// Cancelled while the oracle is being asked.
 	ctx, cancel = context.WithCancel(context.Background())
 	calls, p := 0, newPlausible(1, 8)
-	o := oracleFunc(func(k, i int, s Submesh, l Logical) (StageCost, bool) {
+	o := oracleFunc(func(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 		if calls++; calls == 10 {
 			cancel()
 		}
@@ -200,22 +201,22 @@ func TestSubmeshesBoundedOnHugeClusters(t *testing.T) {
 	c := Cluster{Hosts: 10000, DevicesPerHost: 8, MemoryPerDevice: 1 << 40}
 	subs := Submeshes(c)
 	assert.LessOrEqual(t, len(subs), 2*BalancedStages)
-	assert.Contains(t, subs, Submesh{10000, 8})
-	assert.Contains(t, subs, Submesh{3334, 8})
-	assert.Contains(t, subs, Submesh{3333, 8})
+	assert.Contains(t, subs, mesh.Submesh{Hosts: 10000, Devices: 8})
+	assert.Contains(t, subs, mesh.Submesh{Hosts: 3334, Devices: 8})
+	assert.Contains(t, subs, mesh.Submesh{Hosts: 3333, Devices: 8})
 	for _, s := range subs {
 		assert.LessOrEqual(t, len(LogicalShapes(s)), 4, "%v", s)
 	}
-	assert.Equal(t, []Logical{{10000, 8}, {20000, 4}, {40000, 2}, {80000, 1}}, LogicalShapes(Submesh{10000, 8}))
+	assert.Equal(t, []mesh.LogicalShape{{10000, 8}, {20000, 4}, {40000, 2}, {80000, 1}}, LogicalShapes(mesh.Submesh{Hosts: 10000, Devices: 8}))
 	assert.Equal(t, 8, block(c.Devices(), subs))
-	o := oracleFunc(func(s, e int, sub Submesh, l Logical) (StageCost, bool) {
-		return StageCost{Time: float64(e-s) / float64(sub.Size()), WeightBytes: 1}, true
+	o := oracleFunc(func(s, e int, sub mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
+		return StageCost{Time: float64(e-s) / float64(sub.NumDevices()), WeightBytes: 1}, true
 	})
 	res, err := Solve(context.Background(), 3, c, o, Options{Microbatches: 4})
 	require.NoError(t, err)
 	n := 0
 	for _, s := range res.Stages {
-		n += s.Submesh.Size()
+		n += s.Submesh.NumDevices()
 	}
 	assert.Equal(t, c.Devices(), n, "the stages use the whole cluster")
 }
@@ -225,7 +226,7 @@ func TestSolveRefusesAHugeSearch(t *testing.T) {
 	c := Cluster{Hosts: 1 << 24, DevicesPerHost: 1, MemoryPerDevice: 1 << 40}
 	err := Check(8, c, Options{Microbatches: 1})
 	require.ErrorContains(t, err, "more than its limit of 33554432 (dp.MaxSearchStates")
-	o := oracleFunc(func(int, int, Submesh, Logical) (StageCost, bool) { panic("asked") })
+	o := oracleFunc(func(int, int, mesh.Submesh, mesh.LogicalShape) (StageCost, bool) { panic("asked") })
 	_, err = Solve(context.Background(), 8, c, o, Options{Microbatches: 1})
 	require.ErrorContains(t, err, "dp.MaxSearchStates")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 )
 
@@ -25,13 +26,13 @@ type Constraints struct {
 	// [Boundaries[j], Boundaries[j+1]). It starts at 0, ends at the layer count and
 	// increases strictly; {0, L} is a single stage.
 	Boundaries []int
-	// Submesh and Logical, if set, apply to every stage.
-	Submesh *Submesh
-	Logical *Logical
+	// Submesh and mesh.LogicalShape, if set, apply to every stage.
+	Submesh *mesh.Submesh
+	Logical *mesh.LogicalShape
 	// StageSubmeshes and StageLogicals, if non-nil, pin stage j's submesh and logical mesh;
 	// they need Boundaries and hold one entry per stage.
-	StageSubmeshes []Submesh
-	StageLogicals  []Logical
+	StageSubmeshes []mesh.Submesh
+	StageLogicals  []mesh.LogicalShape
 }
 
 // rules is Constraints checked and turned into dense lookups over layer starts.
@@ -101,7 +102,7 @@ func checkBoundaries(b []int, layers int, c Cluster, maxStages int) error {
 }
 
 // pinnedSubmeshes lists the submeshes k pins, as given.
-func pinnedSubmeshes(k Constraints) []Submesh {
+func pinnedSubmeshes(k Constraints) []mesh.Submesh {
 	subs := slices.Clone(k.StageSubmeshes)
 	if k.Submesh != nil {
 		subs = append(subs, *k.Submesh)
@@ -110,7 +111,7 @@ func pinnedSubmeshes(k Constraints) []Submesh {
 }
 
 // pinnedLogicals lists the logical meshes k pins, as given.
-func pinnedLogicals(k Constraints) []Logical {
+func pinnedLogicals(k Constraints) []mesh.LogicalShape {
 	logs := slices.Clone(k.StageLogicals)
 	if k.Logical != nil {
 		logs = append(logs, *k.Logical)
@@ -132,8 +133,8 @@ func checkPins(k Constraints, c Cluster) error {
 	}
 	for _, s := range pinnedSubmeshes(k) {
 		if !c.legal(s) && !slices.Contains(shapes, s) {
-			return fmt.Errorf("dp: submesh %v is not one of the cluster's shapes: (1, 2^k) dividing a host of %d devices, or (n ≤ %d, %d)",
-				s, c.DevicesPerHost, c.Hosts, c.DevicesPerHost)
+			return fmt.Errorf("dp: submesh %v is not one of the cluster's shapes: 1x2^k dividing a host of %d devices, or nx%d with n ≤ %d",
+				s, c.DevicesPerHost, c.DevicesPerHost, c.Hosts)
 		}
 	}
 	logs := k.StageLogicals
@@ -141,7 +142,7 @@ func checkPins(k Constraints, c Cluster) error {
 		logs = append(slices.Clip(logs), *k.Logical)
 	}
 	for _, l := range logs {
-		if l.DP <= 0 || l.MP <= 0 {
+		if l[0] <= 0 || l[1] <= 0 {
 			return fmt.Errorf("dp: logical mesh %v must have positive axes", l)
 		}
 	}
@@ -152,8 +153,8 @@ func checkPins(k Constraints, c Cluster) error {
 // for the same stage: no plan could honour both.
 func checkPinSizes(k Constraints, stages int) error {
 	for j := 0; j < max(stages, 1); j++ {
-		var s *Submesh
-		var l *Logical
+		var s *mesh.Submesh
+		var l *mesh.LogicalShape
 		if k.Submesh != nil {
 			s = k.Submesh
 		} else if k.StageSubmeshes != nil {
@@ -164,8 +165,8 @@ func checkPinSizes(k Constraints, stages int) error {
 		} else if k.StageLogicals != nil {
 			l = &k.StageLogicals[j]
 		}
-		if s != nil && l != nil && s.Size() != l.Size() {
-			return fmt.Errorf("dp: logical mesh %v has %d devices but submesh %v has %d", *l, l.Size(), *s, s.Size())
+		if s != nil && l != nil && s.NumDevices() != l.NumDevices() {
+			return fmt.Errorf("dp: logical mesh %v has %d devices but submesh %v has %d", *l, l.NumDevices(), *s, s.NumDevices())
 		}
 	}
 	return nil
@@ -182,7 +183,7 @@ func (r *rules) rangeOK(start, end int) bool {
 
 // meshOK reports whether a stage starting at layer start may use submesh s and logical l.
 // It assumes rangeOK(start, ·) held.
-func (r *rules) meshOK(start int, s Submesh, l Logical) bool {
+func (r *rules) meshOK(start int, s mesh.Submesh, l mesh.LogicalShape) bool {
 	if p := r.c.Submesh; p != nil && *p != s {
 		return false
 	}

@@ -3,6 +3,7 @@ package dp
 import (
 	"fmt"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 )
 
@@ -15,7 +16,7 @@ type Oracle interface {
 	// submesh s with logical mesh l — per micro-batch (forward + backward) and once per step
 	// (gradient sync, optimizer update) — and ok=false if no sharding of it exists on that
 	// mesh.
-	StageCost(start, end int, s Submesh, l Logical) (c StageCost, ok bool)
+	StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (c StageCost, ok bool)
 }
 
 // StageCost is what one stage costs on one (submesh, logical mesh).

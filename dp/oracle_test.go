@@ -2,6 +2,8 @@ package dp
 
 import (
 	"math/rand/v2"
+
+	"github.com/autopar/autopar/mesh"
 )
 
 // splitmix is a stateless hash so that synthetic costs are a pure function of their key.
@@ -13,9 +15,9 @@ func splitmix(x uint64) uint64 {
 }
 
 // unit hashes a stage key to [0, 1).
-func unit(seed uint64, salt int, k, i int, s Submesh, l Logical) float64 {
+func unit(seed uint64, salt int, k, i int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 	h := seed
-	for _, v := range []int{salt, k, i, s.Hosts, s.Devices, l.DP, l.MP} {
+	for _, v := range []int{salt, k, i, s.Hosts, s.Devices, l[0], l[1]} {
 		h = splitmix(h ^ uint64(v))
 	}
 	return float64(h>>11) / (1 << 53)
@@ -43,12 +45,12 @@ func newPlausible(seed uint64, layers int) *plausible {
 	return p
 }
 
-func (p *plausible) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool) {
+func (p *plausible) StageCost(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 	if unit(p.seed, 0, k, i, s, l) < p.missing {
 		return StageCost{}, false
 	}
 	w, par, act := p.work[i]-p.work[k], p.par[i]-p.par[k], p.act[i]-p.act[k]
-	n, dp, mp := float64(s.Size()), float64(l.DP), float64(l.MP)
+	n, dp, mp := float64(s.NumDevices()), float64(l[0]), float64(l[1])
 	mpBeta, dpBeta := 0.4, 0.3
 	if s.Hosts > 1 {
 		dpBeta = 1.5 // axis 0 crosses hosts
@@ -62,7 +64,7 @@ func (p *plausible) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool) 
 // recurrence to lean on, 15% without a sharding.
 type adversarial struct{ seed uint64 }
 
-func (a adversarial) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool) {
+func (a adversarial) StageCost(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 	if unit(a.seed, 0, k, i, s, l) < 0.15 {
 		return StageCost{}, false
 	}
@@ -75,6 +77,8 @@ func (a adversarial) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool)
 }
 
 // oracleFunc adapts a function to Oracle.
-type oracleFunc func(k, i int, s Submesh, l Logical) (StageCost, bool)
+type oracleFunc func(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool)
 
-func (f oracleFunc) StageCost(k, i int, s Submesh, l Logical) (StageCost, bool) { return f(k, i, s, l) }
+func (f oracleFunc) StageCost(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
+	return f(k, i, s, l)
+}

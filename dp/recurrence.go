@@ -3,6 +3,8 @@ package dp
 import (
 	"fmt"
 	"math"
+
+	"github.com/autopar/autopar/mesh"
 )
 
 // recurrence evaluates Alpa's F(s, k, d; t_max) over dense slices, reused across passes:
@@ -33,10 +35,10 @@ type recurrence struct {
 // cluster's device count and every submesh size. With whole-host shapes only (more than
 // ExhaustiveHosts hosts) it is at least a host, so the recurrence's size follows the
 // host count, not the device count.
-func block(devices int, subs []Submesh) int {
+func block(devices int, subs []mesh.Submesh) int {
 	u := devices
 	for _, s := range subs {
-		a, b := u, s.Size()
+		a, b := u, s.NumDevices()
 		for b != 0 {
 			a, b = b, a%b
 		}
@@ -53,7 +55,7 @@ func block(devices int, subs []Submesh) int {
 const MaxSearchStates = 1 << 25
 
 // checkSize refuses a search whose recurrence or table would pass MaxSearchStates.
-func checkSize(layers int, c Cluster, lv levels, subs []Submesh) error {
+func checkSize(layers int, c Cluster, lv levels, subs []mesh.Submesh) error {
 	u := block(c.Devices(), subs)
 	n := c.Devices() / u
 	rec := float64(lv.top+1) * float64(layers+1) * float64(n+1)
@@ -77,7 +79,7 @@ func newRecurrence(t *table, c Cluster) *recurrence {
 	r := &recurrence{t: t, n: devices / u, memory: c.MemoryPerDevice,
 		fw: make([]float64, len(t.bestT)), fl: make([]int16, len(t.bestT))}
 	for _, s := range t.subs {
-		r.sizes = append(r.sizes, s.Size()/u)
+		r.sizes = append(r.sizes, s.NumDevices()/u)
 	}
 	states := (t.lv.top + 1) * (t.layers + 1) * (devices + 1)
 	r.f = make([]float64, states)

@@ -7,12 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 )
 
 // withRemat is uniform with a recomputing alternative: 1.5× the time, inputs of 0.25 per
 // micro-batch in flight and one micro-batch's activations (1) held once.
-func withRemat(k, i int, s Submesh, l Logical) (StageCost, bool) {
+func withRemat(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 	c, ok := uniform(k, i, s, l)
 	c.Remat = []StageCost{{Time: 1.5 * c.Time, WeightBytes: c.WeightBytes, ActBytes: 0.25, OnceBytes: c.ActBytes, Recompute: true}}
 	return c, ok
@@ -49,7 +50,7 @@ func TestRematWhenMemoryForces(t *testing.T) {
 }
 
 func TestRematCostValidated(t *testing.T) {
-	bad := func(k, i int, s Submesh, l Logical) (StageCost, bool) {
+	bad := func(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 		c, ok := withRemat(k, i, s, l)
 		c.Remat[0].OnceBytes = -1
 		return c, ok
@@ -63,7 +64,7 @@ func TestRematCostValidated(t *testing.T) {
 // plain (18 bytes) at 20, checkpointed layers (1.4×, 10+8·0.5+0.2 = 14.2) at 15, the
 // whole stage (1.5×, 13) at 14.
 func TestRematChoices(t *testing.T) {
-	two := func(k, i int, s Submesh, l Logical) (StageCost, bool) {
+	two := func(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 		c, ok := withRemat(k, i, s, l)
 		c.Remat = append(c.Remat, StageCost{Time: 1.4 * c.Time, WeightBytes: c.WeightBytes, ActBytes: 0.5, OnceBytes: 0.2,
 			Recompute: true, Checkpoints: true})

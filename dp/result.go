@@ -38,11 +38,11 @@ func Place(c Cluster, stages []Stage) {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(stages[b].Submesh.Size(), stages[a].Submesh.Size())
+		return cmp.Compare(stages[b].Submesh.NumDevices(), stages[a].Submesh.NumDevices())
 	})
 	next := 0
 	for _, i := range order {
-		n := stages[i].Submesh.Size()
+		n := stages[i].Submesh.NumDevices()
 		stages[i].Devices = make([]int, n)
 		for j := range n {
 			stages[i].Devices[j] = next + j

@@ -7,14 +7,15 @@ import (
 	"math"
 	"slices"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 )
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
 	Start, End int // layers [Start, End)
-	Submesh    Submesh
-	Logical    Logical
+	Submesh    mesh.Submesh
+	Logical    mesh.LogicalShape
 	Cost       StageCost
 	InFlight   int     // micro-batches whose activations the stage holds at its peak
 	Memory     float64 // per-device bytes: Cost.WeightBytes + InFlight·Cost.ActBytes

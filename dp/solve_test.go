@@ -96,7 +96,7 @@ func checkPlan(t *testing.T, in instance, r *Result) {
 		require.Equal(t, sc, st.Cost)
 		require.Equal(t, InFlight(in.opts.Schedule, len(r.Stages)-i, in.opts.Microbatches), st.InFlight)
 		require.LessOrEqual(t, st.Memory, in.c.MemoryPerDevice)
-		require.Equal(t, st.Submesh.Size(), st.Logical.Size())
+		require.Equal(t, st.Submesh.NumDevices(), st.Logical.NumDevices())
 		checkDevices(t, in.c, st, used)
 		sum, slowest = sum+st.Cost.Time, max(slowest, st.Cost.Time)
 	}
@@ -116,9 +116,9 @@ func checkPlan(t *testing.T, in instance, r *Result) {
 // block inside a host, not used by another stage.
 func checkDevices(t *testing.T, c Cluster, st Stage, used []bool) {
 	t.Helper()
-	require.Len(t, st.Devices, st.Submesh.Size())
+	require.Len(t, st.Devices, st.Submesh.NumDevices())
 	first := st.Devices[0]
-	require.Zero(t, first%st.Submesh.Size()%c.DevicesPerHost, "stage %+v not aligned", st)
+	require.Zero(t, first%st.Submesh.NumDevices()%c.DevicesPerHost, "stage %+v not aligned", st)
 	for j, d := range st.Devices {
 		require.Equal(t, first+j, d)
 		require.False(t, used[d], "device %d used twice", d)

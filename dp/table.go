@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/program"
 )
 
@@ -54,8 +55,8 @@ func newLevels(layers int, c Cluster, o Options) levels {
 // scan of plain float slices.
 type table struct {
 	layers int
-	subs   []Submesh
-	logs   [][]Logical
+	subs   []mesh.Submesh
+	logs   [][]mesh.LogicalShape
 	lv     levels
 	// costs holds per cell the costs of its entries: entry l < len(logs[sm]) is logical
 	// mesh l's cost, each later one a recomputing alternative (StageCost.Remat) of the
@@ -70,7 +71,7 @@ type table struct {
 func (t *table) cell(k, i, sm int) int { return (k*(t.layers+1)+i)*len(t.subs) + sm }
 
 // logical is the logical mesh of entry e of cell (k, i, sm).
-func (t *table) logical(k, i, sm int, e int16) Logical {
+func (t *table) logical(k, i, sm int, e int16) mesh.LogicalShape {
 	if n := len(t.logs[sm]); int(e) >= n {
 		e = t.remat[t.cell(k, i, sm)][int(e)-n]
 	}

@@ -41,7 +41,7 @@ func NewLogicalMeshAt(c *Cluster, sub Submesh, origin DeviceID, n0, n1 int) (*Lo
 		return nil, err
 	}
 	if n0 <= 0 || n1 <= 0 || n0*n1 != sub.NumDevices() {
-		return nil, fmt.Errorf("mesh: logical mesh (%d, %d) does not cover submesh %s of %d devices",
+		return nil, fmt.Errorf("mesh: logical mesh %dx%d does not cover submesh %s of %d devices",
 			n0, n1, sub, sub.NumDevices())
 	}
 	m := &LogicalMesh{Shape: [2]int{n0, n1}}

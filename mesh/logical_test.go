@@ -14,17 +14,11 @@ func mustCluster(t *testing.T, arg string) *Cluster {
 	return c
 }
 
-func TestSubmeshShapes(t *testing.T) {
-	c := mustCluster(t, "dgx-a100:3")
-	assert.Equal(t, []Submesh{{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {3, 8}}, SubmeshShapes(c))
-	c.DevicesPerHost, c.Hosts = 6, 2
-	assert.Equal(t, []Submesh{{1, 1}, {1, 2}, {1, 4}, {1, 6}, {2, 6}}, SubmeshShapes(c))
-}
-
-func TestLogicalShapes(t *testing.T) {
-	assert.Equal(t, [][2]int{{1, 8}, {2, 4}, {4, 2}, {8, 1}}, LogicalShapes(Submesh{2, 4}))
-	assert.Equal(t, [][2]int{{1, 1}}, LogicalShapes(Submesh{1, 1}))
-	assert.Equal(t, [][2]int{{1, 6}, {2, 3}, {3, 2}, {6, 1}}, LogicalShapes(Submesh{1, 6}))
+func TestShapeStrings(t *testing.T) {
+	assert.Equal(t, "2x8", Submesh{2, 8}.String())
+	assert.Equal(t, 16, Submesh{2, 8}.NumDevices())
+	assert.Equal(t, "4x2", LogicalShape{4, 2}.String())
+	assert.Equal(t, 8, LogicalShape{4, 2}.NumDevices())
 }
 
 func TestLogicalMeshAxisCosts(t *testing.T) {
@@ -54,7 +48,7 @@ func TestLogicalMeshAxisCosts(t *testing.T) {
 func TestLogicalMeshErrors(t *testing.T) {
 	c := mustCluster(t, "dgx-a100:2")
 	_, err := NewLogicalMesh(c, Submesh{2, 8}, 3, 5)
-	assert.EqualError(t, err, "mesh: logical mesh (3, 5) does not cover submesh 2x8 of 16 devices")
+	assert.EqualError(t, err, "mesh: logical mesh 3x5 does not cover submesh 2x8 of 16 devices")
 	_, err = NewLogicalMesh(c, Submesh{3, 8}, 3, 8)
 	assert.ErrorContains(t, err, "does not fit cluster")
 	_, err = NewLogicalMeshAt(c, Submesh{1, 4}, 6, 2, 2)

@@ -1,9 +1,6 @@
 package mesh
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // DeviceID numbers a device of a cluster, host-major: device d of host h is
 // h*DevicesPerHost + d. Slices indexed by DeviceID are the norm.
@@ -23,45 +20,13 @@ func (s Submesh) NumDevices() int { return s.Hosts * s.Devices }
 // String writes the submesh as "HOSTSxDEVICES", e.g. "2x8".
 func (s Submesh) String() string { return fmt.Sprintf("%dx%d", s.Hosts, s.Devices) }
 
-// SubmeshShapes lists the submesh shapes the stage DP may choose, following
-// Alpa §5.1: (1, 2^k) for 2^k ≤ DevicesPerHost, and (n, M) for n = 1..Hosts
-// with M = DevicesPerHost. Such shapes can always tile the cluster. The list
-// has no duplicates and is sorted by number of devices, then hosts.
-func SubmeshShapes(c *Cluster) []Submesh {
-	seen := map[Submesh]bool{}
-	var out []Submesh
-	add := func(s Submesh) {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	for d := 1; d <= c.DevicesPerHost; d *= 2 {
-		add(Submesh{Hosts: 1, Devices: d})
-	}
-	for n := 1; n <= c.Hosts; n++ {
-		add(Submesh{Hosts: n, Devices: c.DevicesPerHost})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.NumDevices() != b.NumDevices() {
-			return a.NumDevices() < b.NumDevices()
-		}
-		return a.Hosts < b.Hosts
-	})
-	return out
-}
+// A LogicalShape is the shape (n0, n1) of a logical mesh laid over a submesh's
+// devices: n0 along the slow axis 0, n1 along axis 1. In a pipeline plan n0 is the
+// data-parallel degree and n1 the tensor-parallel one.
+type LogicalShape [2]int
 
-// LogicalShapes lists every logical mesh shape (n0, n1) with n0*n1 equal to
-// the submesh's device count, by increasing n0. (1, N) and (N, 1) are both
-// present: they differ in which axis carries the cost of the links.
-func LogicalShapes(s Submesh) [][2]int {
-	n := s.NumDevices()
-	var out [][2]int
-	for n0 := 1; n0 <= n; n0++ {
-		if n%n0 == 0 {
-			out = append(out, [2]int{n0, n / n0})
-		}
-	}
-	return out
-}
+// NumDevices returns n0*n1.
+func (l LogicalShape) NumDevices() int { return l[0] * l[1] }
+
+// String writes the shape as "N0xN1", e.g. "2x4", the way Submesh writes itself.
+func (l LogicalShape) String() string { return fmt.Sprintf("%dx%d", l[0], l[1]) }

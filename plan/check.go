@@ -102,7 +102,7 @@ func (p *Plan) checkDevices() error {
 		}
 		n := sub.Hosts * sub.Devices
 		if l[0] < 1 || l[1] < 1 || l[0] > n || l[1] > n || l[0]*l[1] != n {
-			return fmt.Errorf("plan: stage %d: logical mesh (%d, %d) does not cover submesh %s of %d devices", si, l[0], l[1], sub, n)
+			return fmt.Errorf("plan: stage %d: logical mesh %s does not cover submesh %s of %d devices", si, l, sub, n)
 		}
 		for _, d := range s.Devices {
 			if d < 0 || d >= c.Devices() {

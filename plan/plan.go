@@ -79,12 +79,12 @@ type Layer struct {
 
 // Stage is one pipeline stage of a plan.
 type Stage struct {
-	FirstLayer int          `json:"first_layer"`
-	LastLayer  int          `json:"last_layer"`
-	Submesh    mesh.Submesh `json:"submesh"`
-	Logical    [2]int       `json:"logical_mesh"` // (dp, mp)
-	Devices    []int        `json:"devices"`
-	Time       float64      `json:"time"` // seconds per micro-batch, forward + backward
+	FirstLayer int               `json:"first_layer"`
+	LastLayer  int               `json:"last_layer"`
+	Submesh    mesh.Submesh      `json:"submesh"`
+	Logical    mesh.LogicalShape `json:"logical_mesh"` // (dp, mp)
+	Devices    []int             `json:"devices"`
+	Time       float64           `json:"time"` // seconds per micro-batch, forward + backward
 	// StepTime is seconds once per step, after the stage's last backward: the gradient sync
 	// (StepComm of it: the collectives that resolve the accumulated gradients and reshard
 	// them for the update) and the optimizer update. Cost.Total = Time + StepTime, less
