@@ -171,7 +171,10 @@ func uncoupled(g *ir.Graph, counts []int, opts Options) ([]int, error) {
 	var out []int
 	for _, b := range counts {
 		f, err := forwardFor(g, opts.BatchNorm, b)
-		if err != nil {
+		switch {
+		case err != nil && opts.Microbatches == 0:
+			continue // its statistics cannot be split so; 1 always can
+		case err != nil:
 			return nil, fmt.Errorf("compile: %w", err)
 		}
 		id, ok := passes.BatchCoupled(f, b)
