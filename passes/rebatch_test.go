@@ -169,3 +169,25 @@ func TestPerMicrobatchStats(t *testing.T) {
 	_, coupled = BatchCoupled(model(t, "gpt-tiny"), 4)
 	assert.False(t, coupled, "a transformer's samples are independent")
 }
+
+// A batch_norm whose dim 0 interleaves the batch with another dim holds no micro-batch in
+// one block of rows: PerMicrobatchStats refuses it, naming it.
+func TestPerMicrobatchStatsMixedBatch(t *testing.T) {
+	g := ir.NewGraph("mixed")
+	must := func(id ir.ValueID, err error) ir.ValueID {
+		t.Helper()
+		require.NoError(t, err)
+		return id
+	}
+	x := must(g.Declare(ir.OpInput, "x", ir.Type{DType: ir.F32, Shape: ir.Shape{8, 2, 3}}, 0, ir.Pos{}))
+	c := must(g.Declare(ir.OpParam, "c", ir.Type{DType: ir.F32, Shape: ir.Shape{3}}, -1, ir.Pos{}))
+	tr := must(g.Append(ir.OpTranspose, "tr", []ir.ValueID{x}, ir.Attrs{}.With("perm", []int{1, 0, 2}), ir.Pos{}))
+	flat := must(g.Append(ir.OpReshape, "flat", []ir.ValueID{tr}, ir.Attrs{}.With("shape", []int{16, 3}), ir.Pos{}))
+	bn := must(g.Append(ir.OpBatchNorm, "bn", []ir.ValueID{flat, c, c}, nil, ir.Pos{File: "m.ir", Line: 5, Col: 1}))
+	loss := must(g.Append(ir.OpReduceMean, "loss", []ir.ValueID{bn}, ir.Attrs{}.With("axes", []int{0, 1}), ir.Pos{}))
+	g.AddOutput(loss, ir.Pos{})
+	_, err := PerMicrobatchStats(g, 2)
+	require.EqualError(t, err, "m.ir:5:1: cannot take the statistics of batch_norm bn per micro-batch: dim 0 of flat (16) holds the batch 8 merged with other dims")
+	_, coupled := BatchCoupled(g, 2)
+	assert.True(t, coupled)
+}
