@@ -468,18 +468,19 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if sg, ok := o.stages[[2]int{start, end}]; ok {
 		return sg, nil
 	}
-	var ids []ir.ValueID
-	for i, l := range o.lay.Of {
-		if l >= start && l < end && !o.step.Values[i].Op.IsLeaf() {
-			ids = append(ids, ir.ValueID(i))
-		}
-	}
 	if o.parts == nil {
 		parts, err := codegen.Parts(o.step)
 		if err != nil {
 			return nil, err
 		}
 		o.parts = parts
+	}
+	var ids []ir.ValueID
+	for i, l := range o.lay.Of {
+		// A dead op is left out: codegen runs nothing for it, so it has no price.
+		if l >= start && l < end && !o.step.Values[i].Op.IsLeaf() && !o.parts.Dead[i] {
+			ids = append(ids, ir.ValueID(i))
+		}
 	}
 	g, err := passes.Subgraph(o.step, fmt.Sprintf("layers%d-%d", start, end-1), ids)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -119,6 +120,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
 	predict(&p.Plan, res, step, c)
+	p.countTransfers()
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
 	if opts.MemoryPerDevice > 0 {
 		p.Predicted.DeviceMemory = opts.MemoryPerDevice
@@ -172,6 +174,36 @@ func predict(p *plan.Plan, res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
 		perDevice := pr.FLOPs / res.Time / float64(c.Devices())
 		pr.TFLOPSPerDevice = perDevice / 1e12
 		pr.MFU = perDevice / c.DeviceFLOPS
+	}
+}
+
+// countTransfers fills each stage's Sent and Received from codegen.Transfers. A plan codegen
+// refuses gets none: lowering it reports the error.
+func (p *Plan) countTransfers() {
+	if len(p.Stages) < 2 {
+		return
+	}
+	cp, err := p.CodegenPlan()
+	if err != nil {
+		return
+	}
+	ts, err := codegen.Transfers(cp)
+	if err != nil {
+		return
+	}
+	for i := range p.Stages {
+		p.Stages[i].Sent, p.Stages[i].Received = &plan.Transfers{}, &plan.Transfers{}
+	}
+	for _, t := range ts {
+		for _, x := range []*plan.Transfers{p.Stages[t.From].Sent, p.Stages[t.To].Received} {
+			if t.PerStep {
+				x.StepPieces += t.Pieces
+				x.StepBytes += t.Bytes
+			} else {
+				x.Pieces += t.Pieces
+				x.Bytes += t.Bytes
+			}
+		}
 	}
 }
 

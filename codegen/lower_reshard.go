@@ -12,7 +12,8 @@ func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
 	if len(em.have[k]) == 0 {
 		em.materialize(k, want)
 	}
-	t := em.l.g.Value(k.v).Type
+	v := em.l.g.Value(k.v)
+	t := v.Type
 	resolved := em.resolve(k, want)
 	var best *dbuf
 	bestTime := 0.0
@@ -20,6 +21,15 @@ func (em *stageEm) ensure(k key, want mesh.Spec) *dbuf {
 		if b.spec.Equal(want) {
 			return b
 		}
+	}
+	if v.Op == ir.OpInput {
+		// An input is loaded in every layout its consumers read, as the sharding pass
+		// prices it (its layouts are slices of the feed): no collective moves it.
+		out := em.loadBuf(k, want)
+		em.have[k] = append(em.have[k], out)
+		return out
+	}
+	for _, b := range em.have[k] {
 		if resolved && b.spec.Partial != 0 {
 			continue // its sums are resolved once, into the layout the plan priced
 		}
@@ -60,10 +70,40 @@ func (em *stageEm) resolve(k key, want mesh.Spec) bool {
 		return false
 	}
 	t := em.l.g.Value(k.v).Type
-	if out := em.reshard(k, partial, t, r); out != partial {
+	var out *dbuf
+	if st, ok := resolveStep(partial.spec, r); ok {
+		out = em.step(k, partial, t, st, "")
+	} else {
+		out = em.reshard(k, partial, t, r)
+	}
+	if out != partial {
 		em.have[k] = append(em.have[k], out)
 	}
 	return true
+}
+
+// resolveStep is the one collective that resolves the partial sums of layout from into
+// layout to as the sharding pass prices an op's own (its finishPartial): an all-reduce
+// over every partial axis, or a reduce-scatter of them onto one dim. ok is false when to
+// is neither; the cheapest path of mesh.ReshardCost, which may take the axes one at a
+// time, is then taken.
+func resolveStep(from, to mesh.Spec) (mesh.Step, bool) {
+	a := from.Partial
+	if a == 0 || to.Partial != 0 || len(from.Dims) != len(to.Dims) {
+		return mesh.Step{}, false
+	}
+	st := mesh.Step{Kind: mesh.AllReduce, Axes: a, Dim: -1, ToDim: -1, After: to}
+	for d := range from.Dims {
+		if from.Dims[d] == to.Dims[d] {
+			continue
+		}
+		cur := from.Dims[d]
+		if st.Kind != mesh.AllReduce || to.Dims[d] != cur|a || !(cur == mesh.AxesNone || cur == mesh.Axis0 && a == mesh.Axis1) {
+			return mesh.Step{}, false
+		}
+		st.Kind, st.Dim = mesh.ReduceScatter, d
+	}
+	return st, true
 }
 
 // materialize makes the first version of k on this stage: a load for a leaf, a fill for a
@@ -109,6 +149,11 @@ func (em *stageEm) materialize(k key, want mesh.Spec) {
 // load defines k in layout s from the feed of its name: each device loads its block, an
 // input at its micro-batch's offset along the batch dim (a stride per micro-batch).
 func (em *stageEm) load(k key, s mesh.Spec) {
+	em.have[k] = []*dbuf{em.loadBuf(k, s)}
+}
+
+// loadBuf loads k in layout s as load does and returns the version.
+func (em *stageEm) loadBuf(k key, s mesh.Spec) *dbuf {
 	v := em.l.g.Value(k.v)
 	local := localOf(em.m, v.Type, s)
 	ids := em.newBuf(em.name(k), local)
@@ -125,7 +170,7 @@ func (em *stageEm) load(k key, s mesh.Spec) {
 		}
 		return in
 	})
-	em.have[k] = []*dbuf{{spec: s, ids: ids}}
+	return &dbuf{spec: s, ids: ids}
 }
 
 // reshard lowers the steps of mesh.ReshardCost from src to want. An all-reduce updates its

@@ -309,6 +309,9 @@ type StepParts struct {
 	// the layout its op leaves, partial sums included; the collectives that resolve them
 	// run once, in the update, towards the layouts the update asks for.
 	Accumulated []bool
+	// Dead[v]: v is an op nothing needs (an adjoint of a value that has no gradient, say):
+	// Lower emits nothing for it, so the search should not price it.
+	Dead []bool
 }
 
 // Parts classifies step as Lower does; the error is Lower's for a step it cannot split.
@@ -317,9 +320,10 @@ func Parts(step *ir.Graph) (*StepParts, error) {
 	if err != nil {
 		return nil, err
 	}
-	sp := &StepParts{Update: make([]bool, len(step.Values)), Accumulated: an.acc}
+	sp := &StepParts{Update: make([]bool, len(step.Values)), Accumulated: an.acc, Dead: make([]bool, len(step.Values))}
 	for id, ph := range an.phase {
 		sp.Update[id] = ph == phaseU
+		sp.Dead[id] = ph == phaseNone && !an.alsoU[id] && !step.Values[id].Op.IsLeaf()
 	}
 	return sp, nil
 }

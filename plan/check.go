@@ -136,6 +136,11 @@ func (p *Plan) checkStageNumbers(si int) error {
 		return fmt.Errorf("plan: stage %d: weight_bytes %d, activation_bytes %d, recompute_bytes %d, memory_bytes %d, expected byte counts ≥ 0",
 			si, s.WeightBytes, s.ActBytes, s.RecomputeBytes, s.MemoryBytes)
 	}
+	for name, t := range map[string]*Transfers{"sent": s.Sent, "received": s.Received} {
+		if t != nil && (t.Pieces < 0 || t.Bytes < 0 || t.StepPieces < 0 || t.StepBytes < 0) {
+			return fmt.Errorf("plan: stage %d: %s %+v, expected counts ≥ 0", si, name, *t)
+		}
+	}
 	if s.RecomputeLayers && !s.Recompute {
 		return fmt.Errorf("plan: stage %d: recompute_layers of a stage that does not recompute", si)
 	}

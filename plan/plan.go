@@ -100,12 +100,28 @@ type Stage struct {
 	// RecomputeLayers, each layer's input too, and it recomputes one layer at a time),
 	// and RecomputeBytes the activations of the micro-batch whose backward runs.
 	// MemoryBytes = WeightBytes + InFlight·ActBytes + RecomputeBytes.
-	Recompute       bool        `json:"recompute,omitempty"`
-	RecomputeLayers bool        `json:"recompute_layers,omitempty"`
-	RecomputeBytes  int64       `json:"recompute_bytes,omitempty"`
-	MemoryBytes     int64       `json:"memory_bytes"` // per device at the peak
-	ILP             ILPStats    `json:"ilp"`          // SolveTime zeroed: plan.json is deterministic
-	Values          []ValuePlan `json:"values"`
+	Recompute       bool  `json:"recompute,omitempty"`
+	RecomputeLayers bool  `json:"recompute_layers,omitempty"`
+	RecomputeBytes  int64 `json:"recompute_bytes,omitempty"`
+	MemoryBytes     int64 `json:"memory_bytes"` // per device at the peak
+	// Sent and Received are the stage's cross-stage transfers (codegen.Transfers), absent
+	// in a one-stage plan. The search does not price them (see Transfers).
+	Sent     *Transfers  `json:"sent,omitempty"`
+	Received *Transfers  `json:"received,omitempty"`
+	ILP      ILPStats    `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
+	Values   []ValuePlan `json:"values"`
+}
+
+// Transfers counts the point-to-point pieces a stage sends or receives between pipeline
+// stages, over all its devices: per micro-batch, and once per step (the new values of
+// params another stage loads, what the update sends). The stage search prices stages,
+// not the edges between them, so these are not in Time or StepTime: they are reported
+// so that a plan can be checked against its programs and a pipeline's traffic read.
+type Transfers struct {
+	Pieces     int   `json:"pieces"`
+	Bytes      int64 `json:"bytes"`
+	StepPieces int   `json:"step_pieces,omitempty"`
+	StepBytes  int64 `json:"step_bytes,omitempty"`
 }
 
 // Cost is a stage's sharding cost per micro-batch, in seconds: plan.json's copy of
