@@ -134,6 +134,7 @@ func reportCompile(b *testing.B, p *Plan, st searchStats, heap uint64) {
 	b.ReportMetric(float64(st.solves), "ilps")
 	b.ReportMetric(float64(st.largestILP), "largest-ilp-vars")
 	b.ReportMetric(float64(st.skipped), "skipped-counts")
+	b.ReportMetric(float64(st.bounded), "unsolved-layers")
 	b.ReportMetric(p.Predicted.StepTime*1e6, "pred-step-µs")
 }
 

@@ -60,8 +60,9 @@ type Options struct {
 	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
 	ILPTimeLimit time.Duration
 	// Search is how stages are priced: "fast" (the default) solves each distinct layer
-	// once per logical mesh and composes the price of a layer range from its layers'
-	// solutions (compose.go), then solves the chosen stages exactly; "exhaustive" solves
+	// at most once per logical mesh, only where a plan priced by lower bounds needs it
+	// (bound.go), composes the price of a layer range from its layers' solutions
+	// (compose.go), then solves the chosen stages exactly; "exhaustive" solves
 	// one sharding ILP per (layer range, submesh, logical mesh), the reference.
 	Search string
 	// Progress, if set, is called as the search advances, with the micro-batch count being
@@ -282,6 +283,9 @@ type searchStats struct {
 	composed   int // layer ranges the fast search priced by composition
 	inexact    int // of them, those whose price is not proven equal to the range's ILP
 	skipped    int // micro-batch counts the bound skipped (boundOrder)
+	// bounded counts the (layer, logical mesh) pairs the fast search priced by their bound
+	// alone and never solved (bound.go)
+	bounded int
 }
 
 // compileSearch is Compile, also saying what its search did.
@@ -293,6 +297,11 @@ func compileSearch(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Optio
 	sh := s.shared
 	st := searchStats{solves: int(sh.solves.Load()), largestILP: int(sh.maxVars.Load()),
 		composed: int(sh.nComposed.Load()), inexact: int(sh.nInexact.Load()), skipped: int(sh.skipped.Load())}
+	for k := range sh.bounds {
+		if _, ok := sh.solved[k]; !ok {
+			st.bounded++
+		}
+	}
 	return s.Plan, st, nil
 }
 
@@ -326,6 +335,8 @@ type attempt struct {
 	free bool // nothing is pinned: every stage is searched (and prefetched)
 	// bound is the fast search's optimistic step time (0: none).
 	bound float64
+	// progress counts the sharding ILPs of the whole compile.
+	progress *ilpProgress
 }
 
 // errSkipped is a micro-batch count the search did not finish: its optimistic bound
@@ -335,10 +346,12 @@ var errSkipped = errors.New("compile: skipped, its optimistic bound loses to ano
 // searchAll is the search phase: it plans the training step of every compilation (one per
 // micro-batch count), clustered into layers, with the DP over stages and submeshes priced
 // by the sharding ILPs, and sets each one's Search (the DP's result) and Plan. The sharding
-// ILPs of every count run together, on all cores, under one progress count (micro-batch
-// count 0), a solve two counts share running once; then, in the fast search, the counts
-// are searched in the order of their optimistic bound and those whose bound loses to the
-// best plan found by over boundMargin are skipped (errSkipped). It returns one error per
+// ILPs of every count are counted by one progress (micro-batch count 0), a solve two
+// counts share running once. The exhaustive search runs them all first, together, on all
+// cores. The fast search solves none up front: the counts are searched in the order of
+// their optimistic bound (from bounds that need no ILP, bound.go), each solving only the
+// layers its optimistic plans run (oracle.settle), and a count whose bound loses to the
+// best plan found by over boundMargin is skipped (errSkipped). It returns one error per
 // compilation, nil where it has a plan.
 func searchAll(ss []*Compilation) []error {
 	errs := make([]error, len(ss))
@@ -363,14 +376,18 @@ func searchAll(ss []*Compilation) []error {
 			errs[i] = err
 			continue
 		}
+		if best != nil && a.o.fast {
+			// Again: the counts searched so far may have solved layers of this count's shapes.
+			if res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do); err == nil {
+				a.bound = res.Time
+			}
+		}
 		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
 			errs[i] = errSkipped
 			a.s.shared.skipped.Add(1)
 			continue
 		}
-		if a.o.fast {
-			a.o.applyAligned(a.o.run(a.o.alignJobs(a.o.meshes(a.dc)), progress.more()))
-		}
+		a.progress = progress
 		if errs[i] = a.finish(); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
 		}
@@ -410,6 +427,7 @@ func setUp(s *Compilation) (*attempt, error) {
 	}
 	free := cons.Boundaries == nil && cons.Submesh == nil && cons.Logical == nil && cons.StageSubmeshes == nil
 	o.fast = free && opts.Search == SearchFast
+	o.lazy = o.fast
 	return &attempt{s: s, dc: dc, do: do, o: o, free: free}, nil
 }
 
@@ -421,13 +439,16 @@ func (a *attempt) finish() error {
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
+	if o.fast {
+		o.settle(ctx, lay.L, dc, do, a.progress)
+	}
 	res, err := dp.Solve(ctx, lay.L, dc, o, do)
 	if o.fast && ctx.Err() == nil {
 		if err == nil {
-			res, err = exactly(ctx, lay.L, dc, o, do, res)
+			res, err = exactly(ctx, lay.L, dc, o, do, res, a.progress)
 		} else {
 			// No plan from the composed prices (their memory is an estimate): the reference.
-			o.fast = false
+			o.fast, o.lazy = false, false
 			o.prefetch(lay.L, dc, nil)
 			res, err = dp.Solve(ctx, lay.L, dc, o, do)
 		}
@@ -447,15 +468,15 @@ func (a *attempt) finish() error {
 	return nil
 }
 
-// solveAll runs the sharding ILPs of every micro-batch count's search at once, on all
-// cores, so that progress covers the whole compile (its micro-batch count is 0) and a
-// solve shared by two counts runs once. The fast search's aligned solves (compose.go)
-// follow, count by count, through the progress it returns; the total grows by their
-// number as each count's are known.
+// solveAll runs the sharding ILPs of every micro-batch count's exhaustive search at once,
+// on all cores, so that progress covers the whole compile (its micro-batch count is 0) and
+// a solve shared by two counts runs once. The fast search's solves (bound.go) follow,
+// count by count, through the progress it returns; the total grows by their number as
+// each batch is known.
 func solveAll(atts []*attempt, report func(microbatches int, phase string, done, total int)) *ilpProgress {
 	var jobs []job
 	for _, a := range atts {
-		if a.free {
+		if a.free && !a.o.lazy {
 			jobs = append(jobs, a.o.jobs(a.s.Layering.L, a.dc)...)
 		}
 	}
@@ -472,7 +493,7 @@ type ilpProgress struct {
 
 // more returns the progress callback of the next batch of solves.
 func (p *ilpProgress) more() func(done, total int) {
-	if p.report == nil {
+	if p == nil || p.report == nil {
 		return nil
 	}
 	base := p.done
@@ -487,7 +508,7 @@ func (p *ilpProgress) more() func(done, total int) {
 const boundMargin = 0.02
 
 // boundOrder prices, in the fast search, each micro-batch count's plan optimistically (the
-// DP on oracle.lower, from the layer solves already run) and orders the counts by it, so
+// DP on oracle.lower, from the layers' bounds, bound.go) and orders the counts by it, so
 // that the best plan is found first and the counts whose bound already loses to it by more
 // than boundMargin are skipped (Alpa's bound on t_max, applied to micro-batch counts). The
 // exhaustive search keeps the counts in order and skips none.
@@ -498,13 +519,9 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 		if !a.o.fast {
 			continue
 		}
-		a.o.optimistic = true
-		quiet := a.do
-		quiet.Progress = nil
-		if res, err := dp.Solve(ctx, a.s.Layering.L, a.dc, a.o, quiet); err == nil {
+		if res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do); err == nil {
 			a.bound = res.Time
 		}
-		a.o.optimistic = false
 	}
 	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
 	return order
@@ -517,26 +534,36 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 // prices (a solved range's ILP, otherwise the sum of its layers' optima, oracle.lower): its
 // value bounds every plan from below. Until the incumbent is within refineTolerance of that
 // bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
-// replaces the incumbent when faster. At most maxRefinements rounds. If the chosen stages
-// do not fit where the composed ones did (the composition's memory is an estimate) and no
-// round finds a plan, the exhaustive search runs instead.
-func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result) (*dp.Result, error) {
+// replaces the incumbent when faster. When the optimistic plan runs a layer not solved yet
+// (bound.go), that round solves its layers instead (within the tolerance, those on cheap
+// meshes only; see settle), and the DP plans again. At most
+// maxRefinements rounds of range solves. If the chosen stages do not fit where the
+// composed ones did (the composition's memory is an estimate) and no round finds a plan,
+// the exhaustive search runs instead.
+func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result, progress *ilpProgress) (*dp.Result, error) {
 	quiet := do
 	quiet.Progress = nil
-	best, err := o.recost(ctx, layers, dc, quiet, fast)
-	for round := 0; round < maxRefinements && ctx.Err() == nil; round++ {
-		o.optimistic = true
-		opt, oerr := dp.Solve(ctx, layers, dc, o, quiet)
-		o.optimistic = false
-		if oerr != nil || best != nil && best.Time <= opt.Time*(1+refineTolerance) {
+	best, err := o.recost(ctx, layers, dc, quiet, fast, progress)
+	for round := 0; round < maxRefinements && ctx.Err() == nil; {
+		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
+		if oerr != nil {
 			break
 		}
-		res, rerr := o.recost(ctx, layers, dc, quiet, opt)
+		within := best != nil && best.Time <= opt.Time*(1+refineTolerance)
+		if jobs := o.unsolved(opt, within); len(jobs) > 0 {
+			o.solveLayers(jobs, progress)
+			continue
+		}
+		if within {
+			break
+		}
+		round++
+		res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
 		if rerr == nil && (best == nil || res.Time < best.Time) {
 			best, err = res, nil
 		}
 	}
-	o.fast = false
+	o.fast, o.lazy = false, false
 	if best != nil || ctx.Err() != nil {
 		return best, err
 	}
@@ -552,7 +579,7 @@ const refineTolerance = 0.002
 const maxRefinements = 12
 
 // recost solves the stages of plan p by their range ILPs and runs the DP pinned to them.
-func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result) (*dp.Result, error) {
+func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result, progress *ilpProgress) (*dp.Result, error) {
 	var jobs []job
 	pin := dp.Constraints{Boundaries: []int{0}}
 	for _, st := range p.Stages {
@@ -569,7 +596,7 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			jobs = append(jobs, job{key: key, sg: sg})
 		}
 	}
-	o.run(jobs, nil)
+	o.run(jobs, progress.more())
 	for _, st := range p.Stages {
 		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
 		sol := o.solve(k.start, k.end, k.sub, k.logical)

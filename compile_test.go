@@ -264,7 +264,8 @@ func TestConstraintsOfRecostsAPlan(t *testing.T) {
 		assert.Equal(t, p.Stages[i].Values, q.Stages[i].Values)
 	}
 	assert.Equal(t, p.Predicted.StepTime, q.Predicted.StepTime)
-	assert.Less(t, q.Predicted.Solves, p.Predicted.Solves, "pinned stages need few solves")
+	// The lazy fast search solves few layers itself (bound.go), so compare with the stages.
+	assert.LessOrEqual(t, q.Predicted.Solves, len(q.Stages), "a pinned stage needs one solve")
 
 	_, err := Compile(context.Background(), g, c, Options{Microbatches: 4, Layers: 2, Constraints: ConstraintsOf(p)})
 	require.ErrorContains(t, err, "pinned stages end at layer")

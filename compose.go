@@ -157,6 +157,9 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	key := solveKey{sg.hash, s, l}
 	pts, ok := o.points[key]
 	if !ok {
+		if sol, ran := o.solved[key]; o.lazy && (!ran || sol == nil) {
+			return nil // not solved yet: settle decides whether it ever is
+		}
 		sol := o.solve(k, k+1, s, l)
 		if !sol.ok {
 			o.points[key] = nil
@@ -566,15 +569,30 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // lower is the optimistic price of layers [start, end) on (s, l): the sum of its layers'
 // fastest times, a lower bound on the range's ILP (a range plan cut to one layer is a plan
 // of that layer, up to the followers merged across a layer boundary), with its weights and
-// the largest of its layers' activations.
+// the largest of its layers' activations. In the lazy search (bound.go) a layer not
+// solved yet counts its bound (layerBound), with no activations; a range with such a
+// layer then counts no activations at all unless recomputation is off (recomputing, its
+// solved layers' activations need not be held).
 func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
 	}
 	var c dp.StageCost
 	var fastest []layerPoint
+	bounded := false
 	for k := start; k < end; k++ {
 		pts := o.layerPoints(k, s, l, false)
+		if len(pts) == 0 && o.lazy && !o.isSolved(k, s, l) {
+			b, ok := o.layerBound(k, s, l)
+			if !ok {
+				return dp.StageCost{}, false
+			}
+			c.Time += b.Time
+			c.Step += b.Step
+			c.WeightBytes += b.WeightBytes
+			bounded = true
+			continue
+		}
 		if len(pts) == 0 {
 			return dp.StageCost{}, false
 		}
@@ -587,6 +605,12 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		c.WeightBytes += pts[0].weights
 		c.ActBytes = max(c.ActBytes, act)
 		fastest = append(fastest, pts[0])
+	}
+	if bounded {
+		if o.remat != RematNone {
+			c.ActBytes = 0
+		}
+		return c, true
 	}
 	return o.withRemat(c, fastest), true
 }

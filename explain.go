@@ -421,7 +421,7 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
 	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
-		SolveLayersOnce: true, Force: force}
+		SolveLayersOnce: true, BlockKeys: st.sg.keys, Force: force}
 	return sharding.Solve(ctx, st.sg.g, lm, opts)
 }
 

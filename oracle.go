@@ -34,6 +34,7 @@ type oracle struct {
 	memory int64
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
+	keys   []uint64           // sharding.BlockKeys of step, likewise
 	stages map[[2]int]*stageGraph
 	err    error // the first error that was not a question of memory
 	*shared
@@ -49,6 +50,10 @@ type oracle struct {
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
 	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
+	// lazy: layers are solved only when an optimistic plan runs them (bound.go, settle);
+	// until then they have no points and lower prices them by their bounds.
+	lazy       bool
+	allMeshes  []meshKey // the meshes the DP asks for (set by settle)
 	infos      []*layerInfo
 	composedAt map[rangeKey]composedCost
 	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
@@ -67,6 +72,8 @@ type shared struct {
 	nComposed   atomic.Int64 // layer ranges the fast search priced by composition
 	nInexact    atomic.Int64 // of them, those not proven equal to their range's ILP
 	skipped     atomic.Int64 // micro-batch counts the bound skipped (boundOrder)
+	// bounds are the layers' optimistic prices without an ILP (bound.go, layerBound)
+	bounds map[solveKey]boundCost
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -74,7 +81,7 @@ type shared struct {
 
 func newShared() *shared {
 	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
-		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}}
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{}}
 }
 
 type stageGraph struct {
@@ -87,6 +94,7 @@ type stageGraph struct {
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
 	// value accumulated over the micro-batches (codegen.StepParts).
 	once, acc []bool
+	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
 }
 
 type solveKey struct {
@@ -320,7 +328,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		Reshard: o.memo(s, l), ForceSpec: force}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
@@ -474,6 +482,7 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 			return nil, err
 		}
 		o.parts = parts
+		o.keys = sharding.BlockKeys(o.step)
 	}
 	var ids []ir.ValueID
 	for i, l := range o.lay.Of {
@@ -487,11 +496,11 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		return nil, err
 	}
 	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
-		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values))}
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on
 	for i := range g.Values {
 		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
-			sg.once[i], sg.acc[i] = o.parts.Update[id], o.parts.Accumulated[id]
+			sg.once[i], sg.acc[i], sg.keys[i] = o.parts.Update[id], o.parts.Accumulated[id], o.keys[id]
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
 	}

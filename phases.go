@@ -99,7 +99,7 @@ var Phases = []Phase{
 		Scope: PerMicrobatches, Requires: []string{"autodiff"}, Run: runOptimizer, Dump: dumpGraph(step), Verify: verifyGraph(step)},
 	{Name: "cluster", Doc: "group the step's ops into layers of balanced FLOPs (Alpa's layer DP)",
 		Scope: PerMicrobatches, Requires: []string{"optimizer"}, Run: runCluster, Dump: dumpLayering, Verify: verifyLayering},
-	{Name: "search", Doc: "stages, submeshes and logical meshes (DP) priced by the sharding ILPs: the plan (every B's ILPs solved together; a B whose bound loses is skipped)",
+	{Name: "search", Doc: "stages, submeshes and logical meshes (DP) priced by the sharding ILPs: the plan (every B at once, in the order of its optimistic bound; a layer or a B whose bound loses is never solved)",
 		Scope: AllMicrobatches, Requires: []string{"cluster"}, RunAll: searchAll, Dump: dumpStages, Verify: verifyPlan},
 	{Name: "lower", Doc: "one program per device for the fastest plan (codegen)", Scope: Chosen,
 		Requires: []string{"search"}, Run: runLower, Dump: dumpPrograms, Verify: verifyPrograms},

@@ -28,6 +28,8 @@ type Builder struct {
 	prefix string
 	// name, when set, names the values made through this builder instead of the op name.
 	name string
+	// block is the model block the values made through this builder belong to (Block).
+	block ir.Block
 }
 
 // state is what every builder derived from one NewBuilder shares.
@@ -54,12 +56,26 @@ func NewBuilder(name string) *Builder {
 }
 
 // Scope returns a builder that prefixes every name it makes with name and a dot, so a
-// transformer's ops read l3.attn.q, l3.attn.softmax, ... and later passes can group them by
-// prefix. Scopes nest: b.Scope("l3").Scope("attn").
+// transformer's ops read l3.attn.q, l3.attn.softmax, ... Scopes nest:
+// b.Scope("l3").Scope("attn"). Names are for people: what a pass learns of a value's place
+// in the model comes from its Block.
 func (b *Builder) Scope(name string) *Builder {
 	c := *b
 	c.prefix += name + "."
 	c.name = ""
+	return &c
+}
+
+// Block returns a builder whose values (and those of its scopes) belong to model block n:
+// one transformer layer, MoE layer or residual block, numbered from 1 in model order (see
+// ir.Block). Identical blocks are what the sharding pass solves once and ties; a model that
+// marks none is still compiled, with no tying. A block number below 1 records an error.
+func (b *Builder) Block(n int) *Builder {
+	c := *b
+	if err := ir.CheckBlock(int64(n)); err != nil {
+		b.fail(ir.Errorf(callerPos(), "%v", err))
+	}
+	c.block = ir.Block(n)
 	return &c
 }
 
@@ -133,6 +149,7 @@ func (b *Builder) Apply(op ir.Op, at ir.Attrs, args ...Value) Value {
 		b.fail(err)
 		return Value{st: b.st, id: ir.NoValue}
 	}
+	b.st.g.Value(id).Block = b.block
 	return Value{st: b.st, id: id}
 }
 

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -160,6 +161,11 @@ func TestBuilderErrors(t *testing.T) {
 			b.Param("w", ir.F32, ir.Shape{2})
 			return l
 		}, "w is defined twice"},
+		{"block 0", func(b *Builder) int {
+			l := line() + 1
+			b.Block(0).Param("w", ir.F32, ir.Shape{2})
+			return l
+		}, "block 0 is out of range: blocks are numbered from 1"},
 		{"zero value", func(b *Builder) int {
 			l := line() + 1
 			b.Relu(Value{})
@@ -257,4 +263,33 @@ func TestBuilderParseRoundTrip(t *testing.T) {
 	assert.Equal(t, text, parsed.String())
 	require.Len(t, parsed.Updates, 2)
 	assert.Equal(t, "s.next", parsed.Value(parsed.Updates[1].Value).Name)
+}
+
+// TestBuilderBlocks: a Block builder marks what it and its scopes make, not what the
+// builder it came from makes, and the marks round-trip through the text.
+func TestBuilderBlocks(t *testing.T) {
+	b := NewBuilder("blocks")
+	x := b.Input("x", ir.F32, ir.Shape{2, 4}, 0)
+	for i := range 2 {
+		s := b.Scope(fmt.Sprintf("l%d", i)).Block(i + 1)
+		x = s.Scope("fc").Named("tanh").Tanh(s.MatMul(x, s.Param("w", ir.F32, ir.Shape{4, 4})))
+	}
+	b.Output(b.Named("loss").ReduceSum(x, 0, 1))
+	g, err := b.Build()
+	require.NoError(t, err)
+	want := map[string]ir.Block{"x": ir.NoBlock, "l0.w": 1, "l0.matmul": 1, "l0.fc.tanh": 1, "l1.w": 2, "l1.matmul": 2,
+		"l1.fc.tanh": 2, "loss": ir.NoBlock}
+	for name, blk := range want {
+		id, ok := g.Lookup(name)
+		require.True(t, ok, name)
+		assert.Equal(t, blk, g.Value(id).Block, name)
+	}
+	text := g.String()
+	assert.Contains(t, text, "l1.fc.tanh = tanh l1.matmul block=2\n")
+	parsed, err := Parse("blocks.ir", []byte(text))
+	require.NoError(t, err)
+	pb, _ := parsed.Blocks()
+	gb, _ := g.Blocks()
+	assert.Equal(t, gb, pb)
+	assert.Equal(t, text, parsed.String())
 }

@@ -39,6 +39,7 @@ func FuzzParse(f *testing.F) {
 		`x = max_pool img window=[4611686018427387904,2] stride=[1,1] pad=[4611686018427387903,0]`,
 		`x = scatter_add ids, a rows=3`, `x = gather a, ids`, `x = constant type=f64[] value=-inf`,
 		`x = dropout a rate=0.5 seed=-9223372036854775808`, `x = cast a to=bool`, `x = concat a, a axis=1`,
+		`x = neg a block=2147483647 role=adjoint of=a`,
 	} {
 		f.Add([]byte(prelude + line + "\noutput x\n"))
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/autopar/autopar/ir"
 )
 
-// lineProv is the provenance written after a line's attributes (role=grad of=w slot=m),
-// as ir.Print writes it for the values passes make.
+// lineProv is what is written after a line's attributes: the block (block=3) and the
+// provenance (role=grad of=w slot=m), as ir.Print writes them.
 type lineProv struct {
 	set              bool
 	role             ir.Role
@@ -15,6 +15,9 @@ type lineProv struct {
 	slot             string
 	rolePos          ir.Pos
 	ofSeen, slotSeen bool
+	// block is the value's block=N (ir.NoBlock when not written); blockPos where it was.
+	block    ir.Block
+	blockPos ir.Pos
 }
 
 // pendingProv is a value's provenance whose of= name waits for the end of the file.
@@ -64,6 +67,35 @@ func (p *parser) provAttr(nameTok token) bool {
 	return true
 }
 
+// blockAttr parses the value of block=, whose name token and '=' the caller consumed: a
+// block number from 1 (see ir.Block).
+func (p *parser) blockAttr(nameTok token) bool {
+	pos, lp := p.pos(nameTok), &p.prov
+	if lp.block != ir.NoBlock {
+		p.errorf(pos, "%s is given twice", ir.BlockAttr).WithNote(lp.blockPos, "first given here")
+		return false
+	}
+	t, ok := p.expect(tokNumber, "a block number after "+ir.BlockAttr+"=")
+	if !ok {
+		return false
+	}
+	n, isInt, fits := parseInt(t.text)
+	switch {
+	case !isInt:
+		p.errorf(p.pos(t), "block %s is not an integer: blocks are numbered 1, 2, ...", clip(string(t.text)))
+		return false
+	case !fits:
+		p.errorf(p.pos(t), "block %s is out of range: blocks are numbered from 1 to %d", clip(string(t.text)), ir.MaxBlock)
+		return false
+	}
+	if err := ir.CheckBlock(int64(n)); err != nil {
+		p.errorf(p.pos(t), "%v", err)
+		return false
+	}
+	lp.block, lp.blockPos = ir.Block(n), pos
+	return true
+}
+
 func roleList() string {
 	var names []string
 	for r := ir.RoleForward + 1; ; r++ {
@@ -74,11 +106,12 @@ func roleList() string {
 	}
 }
 
-// applyProv sets the provenance parsed on the current line on value id; the value it is of
-// is set by resolveProvs.
+// applyProv sets the block and the provenance parsed on the current line on value id; the
+// value it is of is set by resolveProvs.
 func (p *parser) applyProv(id ir.ValueID, at ir.Pos) bool {
 	lp := p.prov
 	p.prov = lineProv{}
+	p.g.Value(id).Block = lp.block
 	if !lp.set {
 		if lp.ofSeen || lp.slotSeen {
 			p.errorf(at, "of= and slot= say whose a value is and need role= too")

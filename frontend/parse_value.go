@@ -52,6 +52,12 @@ func (p *parser) attrs(op ir.Op) (ir.Attrs, bool) {
 			return nil, false
 		}
 		p.next() // '=', checked above
+		if string(nameTok.text) == ir.BlockAttr {
+			if !p.blockAttr(nameTok) {
+				return nil, false
+			}
+			continue
+		}
 		if isProvAttr(string(nameTok.text)) {
 			if !p.provAttr(nameTok) {
 				return nil, false

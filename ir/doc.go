@@ -15,7 +15,11 @@
 //
 // A Value also carries its provenance (Prov): what a training step's pass made it as — the
 // gradient of a param, an adjoint, optimizer state, an update op — and of which value. The
-// passes set it; everything downstream reads it instead of the value's name.
+// passes set it; everything downstream reads it instead of the value's name. And it
+// carries its Block: which repeated block of the model (a transformer layer, an MoE layer)
+// it belongs to, set by whoever builds the graph and inherited by everything a pass derives
+// from it (Graph.SetDerived). The sharding pass ties identical blocks through it. Names are
+// for people: no package parses them to learn what a value is or where it belongs.
 //
 // ir knows nothing about devices, meshes or costs beyond FLOPs.
 //

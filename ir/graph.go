@@ -23,6 +23,9 @@ type Value struct {
 	// Prov says what the value is to a training step (a gradient, optimizer state, ...) and
 	// which value that is relative to; the zero Prov is a model value. See Role.
 	Prov Prov
+	// Block is the repeated block of the model (a transformer layer, ...) the value belongs
+	// to, NoBlock for none. See Block.
+	Block Block
 }
 
 // BatchDim is the batch dim of a data input, or -1.

@@ -3,6 +3,7 @@ package ir
 import (
 	"bufio"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -16,7 +17,8 @@ import (
 //	output s
 //	update w1 <- w1.next
 //
-// A value a pass made says what it is after its attributes (role=grad of=w1; see Prov).
+// After its attributes a value says which model block it is in (block=3; see Block) and,
+// if a pass made it, what it is (role=grad of=w1; see Prov).
 // Attributes equal to their default are left out.
 func Print(w io.Writer, g *Graph) error {
 	bw := bufio.NewWriter(w)
@@ -50,7 +52,7 @@ func FormatValue(g *Graph, id ValueID) string {
 	if v.Op.IsLeaf() {
 		b.WriteString(v.Op.String() + " " + v.Name + ": " + v.Type.String())
 		writeAttrs(&b, v.Op.Def(), v.Attrs, "type")
-		writeProv(&b, g, v.Prov)
+		writeMarks(&b, g, v)
 		return b.String()
 	}
 	b.WriteString(v.Name + " = " + v.Op.String())
@@ -63,7 +65,7 @@ func FormatValue(g *Graph, id ValueID) string {
 		b.WriteString(g.Values[a].Name)
 	}
 	writeAttrs(&b, v.Op.Def(), v.Attrs, "")
-	writeProv(&b, g, v.Prov)
+	writeMarks(&b, g, v)
 	return b.String()
 }
 
@@ -71,6 +73,14 @@ func FormatValue(g *Graph, id ValueID) string {
 // attributes: role=grad of=w, role=state of=w slot=m. No op has an attribute of these
 // names; a model value (RoleForward) writes none.
 var ProvAttrs = [...]string{"role", "of", "slot"}
+
+// writeMarks writes what the value's attributes leave out: its block, then its provenance.
+func writeMarks(b *strings.Builder, g *Graph, v *Value) {
+	if v.Block != NoBlock {
+		b.WriteString(" " + BlockAttr + "=" + strconv.Itoa(int(v.Block)))
+	}
+	writeProv(b, g, v.Prov)
+}
 
 func writeProv(b *strings.Builder, g *Graph, p Prov) {
 	if p.Role == RoleForward {

@@ -6,7 +6,8 @@ package ir
 //   - names are valid and unique;
 //   - each op's arity and attributes match its table row, and its type is what the shape
 //     rule gives;
-//   - a value's provenance is relative to an earlier value;
+//   - a value's provenance is relative to a value of the graph, and its block is none or
+//     a block number;
 //   - outputs name values; updates pair a param or state with a value of the same type, at
 //     most once per target.
 //
@@ -19,6 +20,8 @@ func Verify(g *Graph) error {
 		if e := verifyValue(g, ValueID(i), seen); e != nil {
 			errs = append(errs, e)
 		} else if e := verifyProv(g, ValueID(i)); e != nil {
+			errs = append(errs, e)
+		} else if e := verifyBlock(g, ValueID(i)); e != nil {
 			errs = append(errs, e)
 		}
 		if _, dup := seen[v.Name]; !dup {

@@ -52,14 +52,15 @@ func (b *builder) used(name string) bool {
 	return ok
 }
 
-// emit appends one op under a fresh name based on base, with provenance b.prov. The rules
+// emit appends one op under a fresh name based on base, with provenance b.prov, in the
+// block of the value b.prov is relative to (ir.Graph.SetDerived). The rules
 // build only well-typed ops, so a failure is a bug in a rule: it panics.
 func (b *builder) emit(base string, op ir.Op, at ir.Attrs, args ...ir.ValueID) ir.ValueID {
 	id, err := b.g.Append(op, b.fresh(base), args, at, b.pos)
 	if err != nil {
 		panic(fmt.Sprintf("passes: gradient rule built an invalid %s: %v", op, err))
 	}
-	b.g.SetProv(id, b.prov)
+	b.g.SetDerived(id, b.prov)
 	return id
 }
 
@@ -92,10 +93,11 @@ func (b *builder) filled(base string, t ir.Type, v float64) ir.ValueID {
 	return b.emit(base, ir.OpConstant, ir.Attrs{}.With("value", v).With("type", t))
 }
 
-// rename gives a value the sweep built a readable name and says what it now is.
+// rename gives a value the sweep built a readable name and says what it now is: a
+// contribution to x's adjoint moves to x's block.
 func (b *builder) rename(id ir.ValueID, base string, p ir.Prov) {
 	b.g.Values[id].Name = b.fresh(base)
-	b.g.Values[id].Prov = p
+	b.g.SetDerived(id, p)
 }
 
 // sweep is one reverse pass over the active values, from the loss down.

@@ -181,7 +181,7 @@ func (u *updater) state(p ir.ValueID, suffix string, dt ir.DType) ir.ValueID {
 	if err != nil {
 		panic("passes: declaring optimizer state: " + err.Error())
 	}
-	g.SetProv(id, ir.Prov{Role: ir.RoleState, Of: p, Slot: suffix})
+	g.SetDerived(id, ir.Prov{Role: ir.RoleState, Of: p, Slot: suffix})
 	return id
 }
 
@@ -273,7 +273,7 @@ func (u *updater) adamClock(params []ir.ValueID) {
 	if err != nil {
 		panic("passes: declaring adam.t: " + err.Error())
 	}
-	g.SetProv(t, ir.Prov{Role: ir.RoleState, Of: ir.NoValue, Slot: "t"})
+	g.SetDerived(t, ir.Prov{Role: ir.RoleState, Of: ir.NoValue, Slot: "t"})
 	next := u.b.emit("adam.t.next", ir.OpAdd, nil, t, u.b.scalar(dt, 1))
 	g.AddUpdate(t, next, ir.Pos{})
 	corr := func(name string, beta float64) ir.ValueID {

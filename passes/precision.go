@@ -98,11 +98,13 @@ func ConvertPrecision(g *ir.Graph, dt ir.DType) (*ir.Graph, error) {
 		if err != nil {
 			return nil, fmt.Errorf("precision %s: %w", dt, err)
 		}
+		out.Value(nid).Block = v.Block
 		id[i] = nid
 		if v.Op == ir.OpInput && v.Type.DType.IsFloat() && v.Type.DType != dt {
 			if id[i], err = out.Append(ir.OpCast, fresh(v.Name+"."+dt.String()), []ir.ValueID{nid}, ir.Attrs{}.With("to", dt), v.Pos); err != nil {
 				return nil, fmt.Errorf("precision %s: %w", dt, err)
 			}
+			out.Value(id[i]).Block = v.Block
 		}
 	}
 	for _, o := range g.Outputs {
@@ -112,6 +114,7 @@ func ConvertPrecision(g *ir.Graph, dt ir.DType) (*ir.Graph, error) {
 			if nid, err = out.Append(ir.OpCast, fresh(g.Value(o.Value).Name+"."+want.String()), []ir.ValueID{nid}, ir.Attrs{}.With("to", want), o.Pos); err != nil {
 				return nil, fmt.Errorf("precision %s: %w", dt, err)
 			}
+			out.Value(nid).Block = g.Value(o.Value).Block
 		}
 		out.AddOutput(nid, o.Pos)
 	}
@@ -130,7 +133,8 @@ func keepF32(v *ir.Value, dt ir.DType) bool {
 }
 
 // appendInF32 appends v computed in f32 on f32 casts of its float operands (args, in the
-// converted graph), and the cast of its result to dt under v's own name.
+// converted graph), and the cast of its result to dt under v's own name. A cast is in the
+// block of the value it casts.
 func appendInF32(out *ir.Graph, v *ir.Value, args []ir.ValueID, dt ir.DType, fresh func(string) string) (ir.ValueID, error) {
 	to32 := ir.Attrs{}.With("to", ir.F32)
 	in := make([]ir.ValueID, len(args))
@@ -141,6 +145,7 @@ func appendInF32(out *ir.Graph, v *ir.Value, args []ir.ValueID, dt ir.DType, fre
 			if err != nil {
 				return ir.NoValue, err
 			}
+			out.Value(c).Block = out.Value(a).Block
 			in[k] = c
 		}
 	}
@@ -148,7 +153,12 @@ func appendInF32(out *ir.Graph, v *ir.Value, args []ir.ValueID, dt ir.DType, fre
 	if err != nil {
 		return ir.NoValue, err
 	}
-	return out.Append(ir.OpCast, v.Name, []ir.ValueID{r}, ir.Attrs{}.With("to", dt), v.Pos)
+	out.Value(r).Block = v.Block
+	c, err := out.Append(ir.OpCast, v.Name, []ir.ValueID{r}, ir.Attrs{}.With("to", dt), v.Pos)
+	if err == nil {
+		out.Value(c).Block = v.Block
+	}
+	return c, err
 }
 
 // convertAttrs returns v's attributes with the float dtypes it declares (a param's or

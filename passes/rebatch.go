@@ -76,6 +76,7 @@ func Rebatch(g *ir.Graph, batch int) (*ir.Graph, error) {
 			return nil, err
 		}
 		out.SetProv(id, v.Prov) // same IDs: Of still names the same value
+		out.Value(id).Block = v.Block
 	}
 	for _, o := range g.Outputs {
 		out.AddOutput(o.Value, o.Pos)

@@ -60,18 +60,19 @@ func Subgraph(g *ir.Graph, name string, ids []ir.ValueID) (*ir.Graph, error) {
 		}
 		local[id] = nid
 	}
-	keepProv(g, sub, local)
+	keepMarks(g, sub, local)
 	markLive(g, sub, in, local)
 	return sub, nil
 }
 
-// keepProv gives each value of sub its provenance in g, with Of mapped to sub's IDs (a
-// param comes in at its first use, which may follow its gradient); Of becomes NoValue where
-// the value it names stayed outside sub (the forward value of a gradient computed in
-// another stage). A data input standing for a value of another stage keeps that value's
-// provenance: it is the same tensor.
-func keepProv(g, sub *ir.Graph, local map[ir.ValueID]ir.ValueID) {
+// keepMarks gives each value of sub its block and provenance in g, with Of mapped to sub's
+// IDs (a param comes in at its first use, which may follow its gradient); Of becomes
+// NoValue where the value it names stayed outside sub (the forward value of a gradient
+// computed in another stage), and the value keeps its block. A data input standing for a
+// value of another stage keeps that value's block and provenance: it is the same tensor.
+func keepMarks(g, sub *ir.Graph, local map[ir.ValueID]ir.ValueID) {
 	for old, id := range local {
+		sub.Value(id).Block = g.Values[old].Block
 		p := g.Values[old].Prov
 		if of, ok := p.OfValue(); ok {
 			p.Of = ir.NoValue

@@ -136,7 +136,7 @@ func buildGPT(c config) (*ir.Graph, error) {
 	pos := emb.Param("positions", ir.F32, ir.Shape{c.seq, c.hidden})
 	x := emb.Named("sum").Add(emb.Gather(tok, tokens), pos)
 	for i := range c.layers {
-		x = m.block(b.Scope(fmt.Sprintf("l%d", i)), x)
+		x = m.block(b.Scope(fmt.Sprintf("l%d", i)).Block(i+1), x)
 	}
 	head := b.Scope("head")
 	x = norm(head.Scope("norm"), x)

@@ -8,8 +8,10 @@
 // batch sizes of Alpa's benchmark suite, plus tiny versions small enough for the serial
 // interpreter (gpt-tiny, ...). testdata/models holds every preset printed as .ir.
 //
-// Ops are named by layer and block (l3.attn.q, l3.mlp.w1, b2.1.conv2) so that later passes
-// and people can group them by name prefix.
+// Ops are named by layer and block (l3.attn.q, l3.mlp.w1, s2.b1.conv2) for people. What a
+// pass learns of the model's structure it reads from the marks: each transformer layer of
+// GPT, MoE and the MLP's layers are one ir.Block (frontend.Builder.Block), which the
+// sharding pass ties when identical. Wide-ResNet marks none yet (see docs/DECISIONS.md).
 //
 // The zoo emits nothing but ir graphs: it knows no devices, meshes or costs.
 package zoo

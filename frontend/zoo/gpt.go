@@ -73,7 +73,7 @@ func (m *GPT) Build() (*ir.Graph, error) {
 	x, wte := t.embed(b)
 	mask := causalMask(b, t.seq)
 	for i := 0; i < m.Layers; i++ {
-		x = t.layer(b.Scope(fmt.Sprintf("l%d", i)), x, mask, nil)
+		x = t.layer(b.Scope(fmt.Sprintf("l%d", i)).Block(i+1), x, mask, nil)
 	}
 	t.head(b, x, wte)
 	return b.Build()

@@ -51,7 +51,7 @@ func (m *MLP) Build() (*ir.Graph, error) {
 	x := b.Input("x", dt, ir.Shape{m.Batch, m.In}, 0)
 	y := b.Input("y", ir.I32, ir.Shape{m.Batch}, 0, frontend.Limit(m.Classes))
 	for i := 0; i < m.Layers; i++ {
-		s := b.Scope(fmt.Sprintf("l%d", i))
+		s := b.Scope(fmt.Sprintf("l%d", i)).Block(i + 1)
 		x = s.Named("relu").Relu(dense(s, x, "fc", m.Hidden, dt))
 	}
 	logits := dense(b, x, "logits", m.Classes, dt)

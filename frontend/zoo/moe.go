@@ -87,7 +87,7 @@ func (m *MoE) Build() (*ir.Graph, error) {
 		if i%2 == 0 {
 			ffn = nil
 		}
-		x = t.layer(b.Scope(fmt.Sprintf("l%d", i)), x, mask, ffn)
+		x = t.layer(b.Scope(fmt.Sprintf("l%d", i)).Block(i+1), x, mask, ffn)
 	}
 	t.head(b, x, wte)
 	return b.Build()

@@ -17,8 +17,9 @@
 //   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge
 //     variables over distinct (producer spec, consumer spec) pairs, a per-device memory
 //     budget over the liveness of values — solved with ilp.Solve.
-//   - layers.go: identical repeated layers share their node variables, so a 48-layer
-//     transformer costs the ILP of about one layer.
+//   - layers.go: identical repeated layers — the model blocks the graph marks (ir.Block) —
+//     share their node variables, so a 48-layer transformer costs the ILP of about one
+//     layer. A graph without marks is solved whole; names are never read.
 //   - solve.go and result.go: Options, Candidates, Solve and the Result: a spec per value,
 //     the chosen strategies, every collective, the predicted cost and peak memory.
 //

@@ -12,8 +12,9 @@ import (
 
 // gb builds graphs in tests; every mistake fails the test.
 type gb struct {
-	t testing.TB
-	g *ir.Graph
+	t     testing.TB
+	g     *ir.Graph
+	block ir.Block // of what it makes
 }
 
 func newGB(t testing.TB, name string) *gb { return &gb{t: t, g: ir.NewGraph(name)} }
@@ -24,6 +25,7 @@ func (b *gb) declare(op ir.Op, name string, t ir.Type, batch int) ir.ValueID {
 	b.t.Helper()
 	id, err := b.g.Declare(op, name, t, batch, ir.Pos{})
 	require.NoError(b.t, err)
+	b.g.Value(id).Block = b.block
 	return id
 }
 
@@ -39,7 +41,15 @@ func (b *gb) op(op ir.Op, name string, at ir.Attrs, args ...ir.ValueID) ir.Value
 	b.t.Helper()
 	id, err := b.g.Append(op, b.g.FreshName(name), args, at, ir.Pos{})
 	require.NoError(b.t, err)
+	b.g.Value(id).Block = b.block
 	return id
+}
+
+// in returns b making values in block n (0: none).
+func (b *gb) in(n int) *gb {
+	c := *b
+	c.block = ir.Block(n)
+	return &c
 }
 
 func (b *gb) scalar(name string, v float64) ir.ValueID {
@@ -52,23 +62,23 @@ func (b *gb) transpose(name string, x ir.ValueID) ir.ValueID {
 
 // mlpStep builds the SGD training step of an L-layer MLP by hand (forward, loss, backward,
 // update), the graph passes.TrainingStep would make: x[B,H] → (matmul w_i, relu)* → mean
-// squared error against y. Layer i's values are named "l<i>.…" and their gradients
-// "grad.l<i>.…". x needs no gradient.
+// squared error against y. Layer i's values are in block i (named "l<i>.…" and their
+// gradients "grad.l<i>.…", for people). x needs no gradient.
 func mlpStep(t testing.TB, batch, hidden, layers int) *ir.Graph {
 	b := newGB(t, fmt.Sprintf("mlp%d", layers))
 	x := b.input("x", batch, hidden)
 	y := b.input("y", batch, hidden)
 	w := make([]ir.ValueID, layers+1)
 	for i := 1; i <= layers; i++ {
-		w[i] = b.param(fmt.Sprintf("l%d.w", i), hidden, hidden)
+		w[i] = b.in(i).param(fmt.Sprintf("l%d.w", i), hidden, hidden)
 	}
 	h := make([]ir.ValueID, layers+1) // h[i]: input of layer i+1
 	z := make([]ir.ValueID, layers+1)
 	h[0] = x
 	for i := 1; i <= layers; i++ {
-		z[i] = b.op(ir.OpMatMul, fmt.Sprintf("l%d.z", i), nil, h[i-1], w[i])
+		z[i] = b.in(i).op(ir.OpMatMul, fmt.Sprintf("l%d.z", i), nil, h[i-1], w[i])
 		if i < layers {
-			h[i] = b.op(ir.OpRelu, fmt.Sprintf("l%d.h", i), nil, z[i])
+			h[i] = b.in(i).op(ir.OpRelu, fmt.Sprintf("l%d.h", i), nil, z[i])
 		}
 	}
 	d := b.op(ir.OpSub, "d", nil, z[layers], y)
@@ -78,17 +88,18 @@ func mlpStep(t testing.TB, batch, hidden, layers int) *ir.Graph {
 	dz := b.op(ir.OpMul, "grad.out", nil, d, b.scalar("two_over_n", 2/float64(batch*hidden)))
 	zero, lr := b.scalar("zero", 0), b.scalar("lr", 0.1)
 	for i := layers; i >= 1; i-- {
-		dw := b.op(ir.OpMatMul, fmt.Sprintf("grad.l%d.w", i), nil, b.transpose(fmt.Sprintf("l%d.in_t", i), h[i-1]), dz)
-		step := b.op(ir.OpMul, fmt.Sprintf("l%d.step", i), nil, dw, lr)
-		nw := b.op(ir.OpSub, fmt.Sprintf("l%d.w_new", i), nil, w[i], step)
+		bi, bp := b.in(i), b.in(i-1)
+		dw := bi.op(ir.OpMatMul, fmt.Sprintf("grad.l%d.w", i), nil, bi.transpose(fmt.Sprintf("l%d.in_t", i), h[i-1]), dz)
+		step := bi.op(ir.OpMul, fmt.Sprintf("l%d.step", i), nil, dw, lr)
+		nw := bi.op(ir.OpSub, fmt.Sprintf("l%d.w_new", i), nil, w[i], step)
 		b.g.AddUpdate(w[i], nw, ir.Pos{})
 		if i == 1 {
 			break
 		}
-		dh := b.op(ir.OpMatMul, fmt.Sprintf("grad.l%d.h", i-1), nil, dz, b.transpose(fmt.Sprintf("l%d.w_t", i), w[i]))
-		mask := b.op(ir.OpGt, fmt.Sprintf("l%d.mask", i-1), nil, z[i-1], zero)
-		maskf := b.op(ir.OpCast, fmt.Sprintf("l%d.maskf", i-1), ir.Attrs{}.With("to", ir.F32), mask)
-		dz = b.op(ir.OpMul, fmt.Sprintf("grad.l%d.z", i-1), nil, dh, maskf)
+		dh := bp.op(ir.OpMatMul, fmt.Sprintf("grad.l%d.h", i-1), nil, dz, bi.transpose(fmt.Sprintf("l%d.w_t", i), w[i]))
+		mask := bp.op(ir.OpGt, fmt.Sprintf("l%d.mask", i-1), nil, z[i-1], zero)
+		maskf := bp.op(ir.OpCast, fmt.Sprintf("l%d.maskf", i-1), ir.Attrs{}.With("to", ir.F32), mask)
+		dz = bp.op(ir.OpMul, fmt.Sprintf("grad.l%d.z", i-1), nil, dh, maskf)
 	}
 	require.NoError(t, ir.Verify(b.g))
 	return b.g

@@ -2,21 +2,21 @@ package sharding
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/ilp"
+	"github.com/autopar/autopar/ir"
 )
 
 // TestLayersOnceGap: tying identical layers shrinks the ILP, and its plan is priced exactly
 // (its ILP objective equals the plan's cost, recomputed value by value). Its optimum is at
 // least the joint one. The gap depends on what a "layer" is: an MLP whose layers are single
 // matmuls wants Megatron's column/row alternation, a period of two layers, so tying each
-// layer to the next costs 50% (logged, the known gap); tying pairs of layers (explicit
-// Options.Layer), the unit a transformer block already is, closes it.
+// layer to the next costs 50% (logged, the known gap); tying pairs of layers (blocks of two
+// matmuls), the unit a transformer block already is, closes it.
 func TestLayersOnceGap(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
@@ -36,12 +36,9 @@ func TestLayersOnceGap(t *testing.T) {
 		require.NoError(t, err)
 		opts := Options{AlpaCompute: true, SolveLayersOnce: true}
 		if tc.pairs {
-			opts.Layer = make([]int, len(g.Values))
-			for id, v := range g.Values {
-				opts.Layer[id] = -1
-				if m := layerName.FindStringSubmatch(v.Name); m != nil {
-					n, _ := strconv.Atoi(m[1])
-					opts.Layer[id] = (n - 1) / 2
+			for id := range g.Values {
+				if b := g.Values[id].Block; b != ir.NoBlock {
+					g.Values[id].Block = (b + 1) / 2
 				}
 			}
 		}

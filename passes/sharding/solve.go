@@ -38,12 +38,13 @@ type Options struct {
 	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
 	// the caller gives each (submesh, logical mesh) its own. Safe for concurrent solves.
 	Reshard *ReshardMemo
-	// SolveLayersOnce makes identical layers share one set of node variables (layers.go).
+	// SolveLayersOnce makes identical layers share one set of node variables (layers.go): a
+	// layer is a model block, as the graph's ir.Block marks say. A graph without marks is
+	// solved whole.
 	SolveLayersOnce bool
-	// Layer assigns values to layers for SolveLayersOnce: Layer[v] is v's layer, -1 for
-	// none. When nil, a value belongs to layer N when a component of its name is l<N>
-	// ("l3.fc1", "grad.l3.fc1").
-	Layer []int
+	// BlockKeys are the tying keys of the graph's values, BlockKeys of the training step a
+	// stage graph was cut from; nil computes them from the graph itself.
+	BlockKeys []uint64
 }
 
 func (o Options) timeLimit() time.Duration {
@@ -197,6 +198,9 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	}
 	if opts.MemoryBudget < 0 {
 		return nil, fmt.Errorf("sharding: memory budget must not be negative, got %d", opts.MemoryBudget)
+	}
+	if opts.BlockKeys != nil && len(opts.BlockKeys) != len(g.Values) {
+		return nil, fmt.Errorf("sharding: %d block keys for the %d values of %s", len(opts.BlockKeys), len(g.Values), g.Name)
 	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()

@@ -1,0 +1,123 @@
+package autopar
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/frontend"
+	"github.com/autopar/autopar/mesh"
+)
+
+// TestLayerBoundIsLower: the lazy search's price of a layer without an ILP (layerBound)
+// is at most the layer's solved cost, part by part (per micro-batch, once per step,
+// weights; a recomputing way is slower still), on every layer of zoo models and every
+// logical mesh of their clusters, two-dimensional ones included; on one device it is the
+// solved price.
+func TestLayerBoundIsLower(t *testing.T) {
+	for _, tc := range []struct {
+		model, cluster    string
+		hosts, devices, b int
+		layers            int
+	}{
+		{"mlp-tiny", "cpu", 1, 4, 2, 3},
+		{"mlp-tiny", "cpu", 2, 2, 4, 3},
+		{"gpt-tiny", "dgx-a100", 1, 2, 2, 3},
+		{"moe-tiny", "cpu", 1, 2, 2, 2},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%dx%d", tc.model, tc.cluster, tc.hosts, tc.devices), func(t *testing.T) {
+			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+			require.NoError(t, err)
+			c, err := mesh.ParseCluster(tc.cluster)
+			require.NoError(t, err)
+			c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+			o, dc := testOracle(t, g, c, tc.b, tc.layers)
+			require.NotNil(t, o.layerInfos())
+			checked := 0
+			for _, mk := range o.meshes(dc) {
+				for k := range o.lay.L {
+					b, ok := o.layerBound(k, mk.sub, mk.logical)
+					require.True(t, ok)
+					sol := o.solveStage(o.infos[k].sg, mk.sub, mk.logical)
+					require.True(t, sol.ok, "layer %d on %v", k, mk)
+					at := fmt.Sprintf("layer %d on %v %v", k, mk.sub, mk.logical)
+					assert.LessOrEqual(t, b.Time, sol.cost.Time*(1+1e-9), at)
+					assert.LessOrEqual(t, b.Step, sol.cost.Step*(1+1e-9), at)
+					assert.LessOrEqual(t, b.WeightBytes, sol.cost.WeightBytes, at)
+					for _, r := range sol.remats {
+						assert.LessOrEqual(t, b.Time, r.Time*(1+1e-9), at)
+					}
+					if mk.sub.NumDevices() == 1 {
+						assert.InEpsilon(t, sol.cost.Time+sol.cost.Step, b.Time+b.Step, 1e-9, "%s: one device", at)
+					}
+					checked++
+				}
+			}
+			t.Logf("%d layer solves checked", checked)
+		})
+	}
+}
+
+// TestLazySearchSkips: with the micro-batch count searched, the lazy fast search leaves
+// layers unsolved and micro-batch counts unstarted, and its plan is as fast as the
+// exhaustive search's over every count (within refineTolerance, the fast search's stop
+// rule): what it skipped could not have won.
+func TestLazySearchSkips(t *testing.T) {
+	for _, tc := range []struct {
+		model, cluster string
+		devices        int
+		layers         int
+	}{
+		{"mlp-tiny", "cpu", 2, 2},
+		{"mlp-tiny", "cpu", 4, 2},
+		{"gpt-tiny", "dgx-a100", 2, 2}, // slower: behind -short
+	} {
+		if testing.Short() && tc.model == "gpt-tiny" {
+			continue
+		}
+		t.Run(fmt.Sprintf("%s/%s/%d", tc.model, tc.cluster, tc.devices), func(t *testing.T) {
+			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+			require.NoError(t, err)
+			c, err := mesh.ParseCluster(tc.cluster)
+			require.NoError(t, err)
+			c.DevicesPerHost = tc.devices
+			var steps [2]float64
+			var stats [2]searchStats
+			for i, s := range []string{SearchExhaustive, SearchFast} {
+				p, st, err := compileSearch(context.Background(), g, c, Options{Layers: tc.layers, Search: s})
+				require.NoError(t, err, s)
+				steps[i], stats[i] = p.Predicted.StepTime, st
+				t.Logf("%s: %d ILPs, B=%d, step %g, %d counts skipped, %d layer solves skipped", s, st.solves, p.Microbatches,
+					p.Predicted.StepTime, st.skipped, st.bounded)
+			}
+			assert.LessOrEqual(t, steps[1], steps[0]*(1+refineTolerance))
+			assert.Positive(t, stats[1].skipped+stats[1].bounded, "something skipped")
+			assert.Less(t, stats[1].solves, stats[0].solves)
+		})
+	}
+}
+
+// TestLazySearchCancels: cancelled while its first layers are solved, the lazy search stops
+// with the context's error and no plan.
+func TestLazySearchCancels(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/gpt-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("dgx-a100:1")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	opts := Options{Progress: func(_ int, phase string, done, total int) {
+		if phase == "sharding ILPs" {
+			calls++
+			cancel()
+		}
+	}}
+	p, err := Compile(ctx, g, c, opts)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, p)
+	assert.Positive(t, calls)
+}

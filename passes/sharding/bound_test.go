@@ -1,0 +1,53 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// TestKernelBounds: every value's bound is at most the Compute + Comm of each of its
+// strategies (so at most any solution's share), on one-, two- and four-device meshes of a
+// GPU preset (roofline, kernel overhead) and of the cpu preset (host cores shared), on a
+// GPT step and an MLP step; on one device the bounds add up to the solved Total.
+func TestKernelBounds(t *testing.T) {
+	graphs := map[string]*ir.Graph{"gpt": gptStep(t, 1, 64, 4, 8, 96, 4), "mlp": mlpStep(t, 8, 16, 2)}
+	for _, cluster := range []string{"dgx-a100", "cpu"} {
+		for _, shape := range [][2]int{{1, 1}, {1, 2}, {2, 2}, {1, 4}} {
+			for _, name := range []string{"gpt", "mlp"} {
+				g := graphs[name]
+				t.Run(fmt.Sprintf("%s/%s/%dx%d", cluster, name, shape[0], shape[1]), func(t *testing.T) {
+					c, err := mesh.ParseCluster(cluster)
+					require.NoError(t, err)
+					c.DevicesPerHost = max(c.DevicesPerHost, 4)
+					lm, err := mesh.NewLogicalMesh(c, mesh.Submesh{Hosts: 1, Devices: shape[0] * shape[1]}, shape[0], shape[1])
+					require.NoError(t, err)
+					opts := Options{Cluster: c}
+					kb, err := KernelBounds(g, lm, opts)
+					require.NoError(t, err)
+					cands, err := CandidatesWith(g, lm, opts)
+					require.NoError(t, err)
+					sum := 0.0
+					for id, ss := range cands {
+						sum += kb[id]
+						for _, s := range ss {
+							assert.LessOrEqual(t, kb[id], (s.Compute+s.Comm)*(1+1e-12), "%s: strategy %s", g.Values[id].Name, s.Name)
+						}
+					}
+					if lm.Size() > 1 {
+						return
+					}
+					res, err := Solve(context.Background(), g, lm, opts)
+					require.NoError(t, err)
+					assert.InEpsilon(t, res.Cost.Total, sum, 1e-9, "one device: the bound is the price")
+				})
+			}
+		}
+	}
+}
