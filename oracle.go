@@ -119,6 +119,9 @@ type stageSolution struct {
 // the recomputing ones, or (auto) the plain one offering the recomputing ones.
 func (s *stageSolution) costFor(mode string) dp.StageCost {
 	var c dp.StageCost
+	if !s.ok {
+		return c // no price: the caller reads ok, and the error is noted (oracle.solve)
+	}
 	switch mode {
 	case RematNone:
 		return s.cost
@@ -146,7 +149,7 @@ func choice(recompute, layers bool) int {
 
 // chosen is the cost of way i (see choice).
 func (s *stageSolution) chosen(i int) dp.StageCost {
-	if i == 0 {
+	if i == 0 || !s.ok {
 		return s.cost
 	}
 	return s.remats[i-1]

@@ -80,7 +80,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.cluster, "cluster", "", "cluster: preset[:hosts] or a JSON file; cpu:8 is 8 devices, a GPU preset counts hosts (dgx-a100:2 is 16 GPUs)")
 	fl.IntVar(&f.batch, "batch", 0, "global batch size (default: the model's)")
 	fl.StringVar(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
-	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch, as Megatron-LM and DeepSpeed count (instead of --microbatches)")
+	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch of the whole batch, across data-parallel replicas (instead of --microbatches; Megatron-LM's --micro-batch-size counts per replica: multiply it by dp)")
 	fl.StringVar(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
 	fl.StringVar(&f.batchNorm, "batch-norm", autopar.BatchNormStep, "what batch_norm's statistics run over: step (the step's whole batch, as the model says: one micro-batch) or microbatch (each micro-batch, as GPipe and Alpa take them)")
 	fl.StringVar(&f.remat, "remat", "auto", "activation recomputation: auto (per stage, where memory forces it), none, or full (every stage)")

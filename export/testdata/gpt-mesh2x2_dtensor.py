@@ -41,10 +41,10 @@ PARAMS = {
     'l0.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
-    'l0.mlp.w1.w': (0, [Shard(0), Shard(1)]),  # f32[32,128] S0S1
+    'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l0.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.attn.qkv.w': (0, [Shard(0), Shard(1)]),  # f32[32,96] S0S1
@@ -53,10 +53,10 @@ PARAMS = {
     'l1.attn.o.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'l1.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln2.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
-    'l1.mlp.w1.w': (0, [Shard(0), Shard(1)]),  # f32[32,128] S0S1
+    'l1.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
     'l1.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
-    'l1.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
+    'l1.mlp.w2.b': (0, [Shard(0), Replicate()]),  # f32[32] S0
     'lnf.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'lnf.beta': (0, [Shard(0), Replicate()]),  # f32[32] S0
 }

@@ -34,10 +34,10 @@ PARAMS = {
     'l0.attn.o.b': (0, P('x')),  # f32[32] S0
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
     'l0.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l0.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l0.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
     'l1.ln1.beta': (0, P('x')),  # f32[32] S0
     'l1.attn.qkv.w': (0, P('x', 'y')),  # f32[32,96] S0S1
@@ -46,10 +46,10 @@ PARAMS = {
     'l1.attn.o.b': (0, P('x')),  # f32[32] S0
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
     'l1.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l1.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
+    'l1.mlp.w2.b': (0, P('x')),  # f32[32] S0
     'lnf.gamma': (0, P(None)),  # f32[32] R
     'lnf.beta': (0, P('x')),  # f32[32] S0
 }

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/zoo"
+	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -20,7 +22,7 @@ import (
 //
 //	go test ./passes/sharding -run '^$' -bench . -benchtime 1x
 
-func benchMesh(b *testing.B, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.LogicalMesh) {
+func benchMesh(b testing.TB, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.LogicalMesh) {
 	c, err := mesh.ParseCluster(cluster)
 	require.NoError(b, err)
 	sub := mesh.Submesh{Hosts: 1, Devices: n0 * n1}
@@ -34,7 +36,7 @@ func benchMesh(b *testing.B, cluster string, n0, n1 int) (*mesh.Cluster, *mesh.L
 
 // benchStep makes the SGD step of one micro-batch of 16 sequences, the unit the stage DP
 // asks the pass about (a whole batch of 1024 does not fit any device).
-func benchStep(b *testing.B, g *ir.Graph) *ir.Graph {
+func benchStep(b testing.TB, g *ir.Graph) *ir.Graph {
 	g, err := passes.Rebatch(g, 16)
 	require.NoError(b, err)
 	g, err = passes.TrainingStep(g, passes.Optimizer{Kind: "sgd", LR: 0.01})
@@ -53,11 +55,21 @@ func loadModel(b *testing.B, name string) *ir.Graph {
 }
 
 func runSolve(b *testing.B, g *ir.Graph, c *mesh.Cluster, lm *mesh.LogicalMesh, once bool) {
+	runSolveWith(b, g, lm, Options{Cluster: c, SolveLayersOnce: once}, false)
+}
+
+// runSolveWith solves g on lm under opts b.N times and reports the last ILP's size; with
+// skipTimeout, a solve that finds no plan in lp_solve's time limit skips the benchmark
+// instead of failing it.
+func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, skipTimeout bool) {
 	var r *Result
 	b.ResetTimer()
 	for range b.N {
 		var err error
-		r, err = Solve(context.Background(), g, lm, Options{Cluster: c, SolveLayersOnce: once})
+		r, err = Solve(context.Background(), g, lm, opts)
+		if skipTimeout && errors.Is(err, ilp.ErrTimeout) {
+			b.Skipf("lp_solve found no plan in its time limit: %v", err)
+		}
 		require.NoError(b, err)
 	}
 	b.StopTimer()
@@ -66,6 +78,7 @@ func runSolve(b *testing.B, g *ir.Graph, c *mesh.Cluster, lm *mesh.LogicalMesh, 
 	b.ReportMetric(float64(r.ILP.Rows), "rows")
 	b.ReportMetric(float64(r.ILP.Nodes), "nodes")
 	b.ReportMetric(r.ILP.SolveTime.Seconds(), "lp-s")
+	b.ReportMetric(r.Cost.Total*1e6, "step-µs")
 }
 
 // BenchmarkGPTLayer: one layer of GPT-1.3B (hidden 2048, 32 heads, seq 1024, batch 1024)
@@ -104,4 +117,58 @@ func BenchmarkGPT39B(b *testing.B) {
 		c, lm := benchMesh(b, "dgx-a100:8", 8, 8)
 		runSolve(b, g, c, lm, true)
 	})
+}
+
+// BenchmarkILPSize reports the size of the sharding ILP (variables, edge variables, rows,
+// nodes) and lp_solve's time for the zoo's tiny models (their whole SGD step, batch 8) and
+// one GPT-1.3B layer (a micro-batch of 16) on the logical meshes of Alpa's p3.16xlarge
+// host (8 V100s as 2×4, 4×2 and 1×8; 4 of them as 2×2), each twice: "full" is the ILP
+// without the size reductions (Options.NoPrune, FullEinsums and no constant folding),
+// "small" the default one (dominance.go, einsumcut.go, merge.go's fill). step-µs is the
+// plan's predicted time, which the cut may change and nothing else does:
+//
+//	go test ./passes/sharding -run '^$' -bench ILPSize -benchtime 1x
+func BenchmarkILPSize(b *testing.B) {
+	type model struct {
+		name string
+		g    func(b *testing.B) *ir.Graph
+	}
+	tiny := func(name string) func(b *testing.B) *ir.Graph {
+		return func(b *testing.B) *ir.Graph {
+			g, err := frontend.ParseFile("../../testdata/models/" + name + ".ir")
+			require.NoError(b, err)
+			g, err = passes.TrainingStep(g, passes.Optimizer{Kind: "sgd", LR: 0.01})
+			require.NoError(b, err)
+			return g
+		}
+	}
+	models := []model{
+		{"gpt-tiny", tiny("gpt-tiny")},
+		{"moe-tiny", tiny("moe-tiny")},
+		{"wresnet-tiny", tiny("wresnet-tiny")},
+		{"gpt-1.3b-layer", func(b *testing.B) *ir.Graph {
+			m, err := zoo.NewPreset("gpt-1.3b")
+			require.NoError(b, err)
+			m.(*zoo.GPT).Layers = 1
+			g, err := m.Build()
+			require.NoError(b, err)
+			return benchStep(b, g)
+		}},
+	}
+	for _, m := range models {
+		b.Run(m.name, func(b *testing.B) {
+			g := m.g(b)
+			for _, shape := range [][2]int{{2, 4}, {4, 2}, {1, 8}, {2, 2}} {
+				b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
+					c, lm := benchMesh(b, "p3.16xlarge", shape[0], shape[1])
+					b.Run("full", func(b *testing.B) {
+						opts := full(Options{Cluster: c})
+						opts.FullEinsums = true
+						runSolveWith(b, g, lm, opts, true)
+					})
+					b.Run("small", func(b *testing.B) { runSolveWith(b, g, lm, Options{Cluster: c}, true) })
+				})
+			}
+		})
+	}
 }

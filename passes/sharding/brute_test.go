@@ -18,6 +18,12 @@ import (
 // matmul, add, relu, transpose, reduce_sum and mul on 4×4 and 4×8 tensors, at most n
 // values in all. Some values are updates of the params, as in a training step.
 func randomGraph(t *testing.T, rng *rand.Rand, n int) *ir.Graph {
+	return randomGraphConst(t, rng, n, false)
+}
+
+// randomGraphConst is randomGraph; with consts, an add or mul may instead take a fresh
+// constant of its operand's shape as its second operand (read by that op alone).
+func randomGraphConst(t *testing.T, rng *rand.Rand, n int, consts bool) *ir.Graph {
 	b := newGB(t, "rand")
 	vals := []ir.ValueID{b.param("w", 4, 4), b.input("x", 8, 4)}
 	if rng.Intn(2) == 0 {
@@ -31,6 +37,9 @@ func randomGraph(t *testing.T, rng *rand.Rand, n int) *ir.Graph {
 		switch k := rng.Intn(6); {
 		case k == 0 && sa.Rank() == 2 && sc.Rank() == 2 && sa[1] == sc[0]:
 			id = b.op(ir.OpMatMul, "mm", nil, a, c)
+		case k == 1 && consts && rng.Intn(2) == 0:
+			k := b.op(ir.OpConstant, "k", ir.Attrs{}.With("value", 0.5).With("type", b.g.Value(a).Type))
+			id = b.op([]ir.Op{ir.OpAdd, ir.OpMul}[rng.Intn(2)], "kop", nil, a, k)
 		case k == 1 && sa.Equal(sc):
 			id = b.op(ir.OpAdd, "add", nil, a, c)
 		case k == 2:

@@ -47,6 +47,10 @@ type planner struct {
 	// shared and perEdge count the values priced once per layout by addShared and those
 	// left per edge for their size (maxSharedCells).
 	shared, perEdge int
+	// pruned counts the strategies pruneDominated dropped.
+	pruned int
+	// cut counts the strategies cutEinsums dropped.
+	cut int
 }
 
 // sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,

@@ -9,6 +9,11 @@ import (
 type group struct {
 	members []ir.ValueID // leader first, then followers in ID order
 	strats  []groupStrategy
+	// leaky: a follower reshards a member inside the group (no strategy matched), priced
+	// in the group's own cost apart from the member's readers in other groups
+	// (dominance.go then keeps the group's output layouts). Folded constants (fill) are
+	// read by nothing else and do not count.
+	leaky bool
 }
 
 // groupStrategy is one strategy of a group: a strategy index for each member.
@@ -55,18 +60,147 @@ func (p *planner) buildGroups(merge bool) {
 	n := len(p.g.Values)
 	p.groupOf = make([]int, n)
 	p.memberIdx = make([]int, n)
+	var fills map[ir.ValueID][]ir.ValueID
+	if merge && !p.opts.noFill {
+		fills = p.fills()
+	}
+	filled := map[ir.ValueID]bool{}
+	for _, cs := range fills {
+		for _, c := range cs {
+			filled[c] = true
+		}
+	}
 	for id := range n {
 		v := ir.ValueID(id)
+		if filled[v] {
+			continue // grouped with its reader below
+		}
 		u := ir.NoValue
 		if merge && !p.forced(v) {
 			u = leaderOf(p.g, v)
 		}
 		if u == ir.NoValue || p.forced(u) {
 			p.newGroup(v)
+		} else {
+			p.follow(p.groupOf[u], u, v)
+		}
+	}
+	// Constants join their readers' groups once followers are merged, so that merging
+	// sees the groups it saw without them (its maxGroupStrategies cut is not exact).
+	for id := range n {
+		for _, c := range fills[ir.ValueID(id)] {
+			if !p.fill(p.groupOf[id], ir.ValueID(id), c) {
+				p.newGroup(c)
+			}
+		}
+	}
+}
+
+// fills finds the constants and iotas that fold into their consumer's group: those read by
+// exactly one op and not a graph output, unforced, with more than one strategy. Such a
+// value is filled in whatever layout is chosen for it and nothing else reads it, so its
+// layout only matters to its one consumer. It returns them per consumer, in ID order.
+func (p *planner) fills() map[ir.ValueID][]ir.ValueID {
+	n := len(p.g.Values)
+	reader := make([]ir.ValueID, n)
+	for i := range reader {
+		reader[i] = ir.NoValue
+	}
+	many := make([]bool, n)
+	for id := range n {
+		for _, a := range p.g.Values[id].Args {
+			if reader[a] != ir.NoValue && reader[a] != ir.ValueID(id) {
+				many[a] = true
+			}
+			reader[a] = ir.ValueID(id)
+		}
+	}
+	for _, o := range p.g.Outputs {
+		many[o.Value] = true
+	}
+	for _, u := range p.g.Updates {
+		many[u.Value], many[u.Target] = true, true
+	}
+	out := map[ir.ValueID][]ir.ValueID{}
+	for id := range n {
+		v := ir.ValueID(id)
+		op := p.g.Values[id].Op
+		if op != ir.OpConstant && op != ir.OpIota || many[id] || reader[id] == ir.NoValue || len(p.cands[id]) < 2 ||
+			p.forced(v) || p.forced(reader[id]) {
 			continue
 		}
-		p.follow(p.groupOf[u], u, v)
+		out[reader[id]] = append(out[reader[id]], v)
 	}
+	return out
+}
+
+// fill adds constant (or iota) c, read only by u, to u's group gi: each group strategy is
+// extended by c's layouts that are Pareto-optimal in (resharding c into what u's strategy
+// wants, c's bytes), c's own costs being zero. It is exact: c has no other edges, so any
+// other layout of c costs no less time and memory in every plan. It reports false, and
+// changes nothing, when the group would exceed maxGroupStrategies.
+func (p *planner) fill(gi int, u, c ir.ValueID) bool {
+	gr := p.groups[gi]
+	ui := p.memberIdx[u]
+	var slots []int
+	for i, a := range p.g.Value(u).Args {
+		if a == c {
+			slots = append(slots, i)
+		}
+	}
+	type opt struct {
+		j int
+		x float64
+	}
+	memo := map[string][]opt{}
+	var out []groupStrategy
+	for _, gs := range gr.strats {
+		in := p.cands[u][gs.pick[ui]].In
+		key := ""
+		for _, i := range slots {
+			key += in[i].String() + "|"
+		}
+		opts, ok := memo[key]
+		if !ok {
+			xs := make([]float64, len(p.cands[c]))
+			for j := range p.cands[c] {
+				seen := map[string]bool{}
+				for _, i := range slots {
+					if w := in[i].String(); !seen[w] {
+						seen[w] = true
+						xs[j] += p.reshard(c, p.cands[c][j].Out, in[i]).Time
+					}
+				}
+			}
+			for j := range p.cands[c] {
+				mj, dom := p.cands[c][j].Memory, false
+				for i := range p.cands[c] {
+					mi := p.cands[c][i].Memory
+					if i != j && xs[i] <= xs[j] && mi <= mj && (xs[i] < xs[j] || mi < mj || i < j) {
+						dom = true
+						break
+					}
+				}
+				if !dom {
+					opts = append(opts, opt{j, xs[j]})
+				}
+			}
+			memo[key] = opts
+		}
+		for _, o := range opts {
+			s := &p.cands[c][o.j]
+			pick := append(append(make([]int32, 0, len(gs.pick)+1), gs.pick...), int32(o.j))
+			out = append(out, groupStrategy{pick: pick, compute: gs.compute + s.Compute, comm: gs.comm + s.Comm,
+				reshard: gs.reshard + o.x})
+		}
+	}
+	if len(out) > max(maxGroupStrategies, len(gr.strats)) {
+		return false
+	}
+	p.groupOf[c], p.memberIdx[c] = gi, len(gr.members)
+	gr.members = append(gr.members, c)
+	gr.strats = out
+	return true
 }
 
 func (p *planner) newGroup(v ir.ValueID) {
@@ -120,6 +254,9 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 		out = extend(true)
 	}
 	gr.strats = out
+	for _, gs := range out {
+		gr.leaky = gr.leaky || gs.reshard != 0
+	}
 }
 
 type match struct {

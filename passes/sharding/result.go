@@ -22,7 +22,7 @@ const maxRounds = 40
 func (p *planner) solve(ctx context.Context) (*Result, error) {
 	budget := float64(p.opts.MemoryBudget)
 	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
-		SharedValues: p.shared, PerEdgeValues: p.perEdge}
+		SharedValues: p.shared, PerEdgeValues: p.perEdge, Pruned: p.pruned, Cut: p.cut}
 	for gi := range p.groups {
 		if p.rep[gi] == gi {
 			stats.Nodes++

@@ -35,6 +35,15 @@ type Options struct {
 	ForceSpec map[ir.ValueID]mesh.Spec
 	// NoMerge keeps every op its own ILP node (followers are merged by default).
 	NoMerge bool
+	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
+	// which cannot change the optimum; the tests compare against it.
+	NoPrune bool
+	// FullEinsums keeps every strategy of the 4-D einsums (attention's): no cut
+	// (einsumcut.go), which may change the optimum.
+	FullEinsums bool
+	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
+	// the tests compare against it.
+	noFill bool
 	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
 	// the caller gives each (submesh, logical mesh) its own. Safe for concurrent solves.
 	Reshard *ReshardMemo
@@ -144,11 +153,15 @@ type ILPStats struct {
 	// SharedValues are values whose consumers in several groups the ILP prices once per
 	// layout they want; PerEdgeValues those it prices once per consumer (too large, see
 	// maxSharedCells), so that its objective may exceed Cost.Total by their double counts.
-	SharedValues  int           `json:"shared_values"`
-	PerEdgeValues int           `json:"per_edge_values"`
-	Status        string        `json:"status"`
-	Objective     float64       `json:"objective"`
-	SolveTime     time.Duration `json:"solve_time_ns"`
+	SharedValues  int `json:"shared_values"`
+	PerEdgeValues int `json:"per_edge_values"`
+	// Pruned counts the node strategies dominance pruning dropped (dominance.go).
+	Pruned int `json:"pruned_strategies"`
+	// Cut counts the node strategies the 4-D einsum cut dropped (einsumcut.go).
+	Cut       int           `json:"cut_strategies"`
+	Status    string        `json:"status"`
+	Objective float64       `json:"objective"`
+	SolveTime time.Duration `json:"solve_time_ns"`
 }
 
 // Collective is one collective of the plan.
@@ -211,7 +224,9 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	}
 	p.buildGroups(!opts.NoMerge)
 	p.applyForce()
+	p.cutEinsums()
 	p.tie()
+	p.pruneDominated()
 	p.buildILP()
 	if err := p.checkCostRange(); err != nil {
 		return nil, err
