@@ -43,6 +43,10 @@ var alpaCap = flag.Duration("alpa-cap", 60*time.Second, "time cap of each config
 // compiler's automatic min(8, GPUs)).
 var alpaLayers = flag.Int("alpa-layers", 0, "layers of BenchmarkCompileAlpa's compiles (0: automatic)")
 
+// alpaMicrobatches is the micro-batch count of BenchmarkCompileAlpa (flag
+// -alpa-microbatches; 0: searched, --microbatches auto).
+var alpaMicrobatches = flag.Int("alpa-microbatches", 0, "micro-batches of BenchmarkCompileAlpa's compiles (0: auto)")
+
 // BenchmarkCompileAlpa compiles every model of Alpa's suite for its cluster, micro-batches
 // searched (--microbatches auto) and batch norm per micro-batch (--batch-norm microbatch,
 // as Alpa computes it), by each search, and reports the compile time, the peak heap of the
@@ -55,7 +59,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 		for _, tc := range alpaSuite {
 			b.Run(fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus), func(b *testing.B) {
 				g, c := alpaConfig(b, tc.model, tc.gpus)
-				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers}
+				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers, Microbatches: *alpaMicrobatches}
 				b.ReportAllocs()
 				for b.Loop() {
 					ctx, cancel := context.WithTimeout(context.Background(), *alpaCap)
