@@ -12,6 +12,7 @@ import (
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/kernels"
 )
@@ -34,37 +35,55 @@ type CalibrateOptions struct {
 //     flops.conv): the slope of a least-squares line through their times at several sizes;
 //   - the FLOP rate of vector work (flops.vector: exp, tanh, gelu, mul, softmax) on tensors
 //     that stay in cache, and the memory bandwidth on adds of tensors that do not;
-//   - the overhead of one instruction: a kernel on one element;
+//   - the overhead of one instruction: a kernel on one element, and the runtime's reading
+//     of its thread's CPU clock after every instruction;
 //   - α and β of each collective for each group size the cluster's meshes use (powers of
 //     two up to the device count, and the count itself), on the in-process transport.
 //
-// Kernels run on one goroutine, so a rate is what a device sees computing alone; the
-// cluster's host_cores says how many cores the devices share, and the sharding prices
-// scale a mesh's kernels by how many of its devices compute at once (mesh.Cluster.Sharing).
-// Collectives run on all their group's goroutines at once, as they do in the runtime.
-// Times are medians of repeated rounds, so a busy machine skews them less.
+// Everything is measured in the CPU time of the measuring threads (runtime.ThreadCPU), as
+// the runtime measures its devices under runtime.Options.CPUTime, and every contraction
+// runs on one core (kernels.OneCore): the cluster it returns prices a device as one core
+// of this machine with nothing else running, which is what holds still on a shared,
+// loaded machine. So host_cores is left 0 (devices do not share cores): a prediction on
+// this cluster is the step with a core per device, and is compared with the runtime's
+// CPU-time step (runtime.CPUStep), not with the wall clock of a machine with fewer cores
+// than devices (docs/DECISIONS.md, "CPU time"). Kernels run on one goroutine; collectives
+// on all their group's goroutines at once, as in the runtime. Times are medians of
+// repeated rounds.
 func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error) {
 	if opts.Devices < 1 {
 		return nil, fmt.Errorf("calibrate: devices must be at least 1, got %d", opts.Devices)
+	}
+	if !runtime.CPUTimeSupported {
+		return nil, fmt.Errorf("calibrate: measures per-thread CPU time, which this runtime reads on Linux only")
 	}
 	c, err := mesh.ParseCluster(fmt.Sprintf("cpu:%d", opts.Devices))
 	if err != nil {
 		return nil, err
 	}
+	defer kernels.OneCore()()
 	cal := &calibrator{ctx: ctx, n: opts.Devices, quick: opts.Quick, report: opts.Report}
 	c.Name = "cpu-calibrated"
 	c.Efficiency = 1
-	c.HostCores = goruntime.GOMAXPROCS(0)
-	c.KernelOverhead = cal.overhead()
+	c.HostCores = 0
+	cal.overhead()
+	clock := cal.clockRead()
+	c.KernelOverhead = cal.instruction()
+	var mm, conv mesh.Rates
+	var mmOver, convOver float64
+	mm.F32, mmOver = cal.matmulRate(ir.F32)
+	mm.F16, _ = cal.matmulRate(ir.F16)
+	conv.F32, convOver = cal.convRate(ir.F32)
+	conv.F16, _ = cal.convRate(ir.F16)
 	c.FLOPs = &mesh.FLOPTable{
-		Matmul: &mesh.Rates{F32: cal.matmulRate(ir.F32), F16: cal.matmulRate(ir.F16)},
-		Conv:   &mesh.Rates{F32: cal.convRate(ir.F32), F16: cal.convRate(ir.F16)},
+		Matmul: &mm,
+		Conv:   &conv,
 		Vector: &mesh.Rates{F32: cal.vectorRate(ir.F32), F16: cal.vectorRate(ir.F16)},
 	}
-	c.ContractionSpeedup = cal.speedup(c.HostCores)
+	c.ClassOverhead = &mesh.ClassOverheads{Matmul: mmOver, Conv: convOver}
 	c.DeviceMemoryBandwidth = cal.bandwidth()
 	c.DeviceFLOPS = c.FLOPs.Matmul.F32
-	c.Collectives = cal.collectives()
+	c.Collectives = cal.collectives(2 * clock)
 	if f := fitOf(c.Collectives, mesh.AllGather, 2); f != nil && f.Beta > 0 {
 		c.IntraHostLatency, c.IntraHostBandwidth = f.Alpha, 1/f.Beta
 		c.InterHostLatency, c.InterHostBandwidth = f.Alpha, 1/f.Beta
@@ -110,26 +129,41 @@ func (c *calibrator) round() time.Duration {
 	if c.quick {
 		return 2 * time.Millisecond
 	}
-	return 25 * time.Millisecond
+	return 8 * time.Millisecond
 }
 
 func (c *calibrator) rounds() int {
 	if c.quick {
 		return 3
 	}
-	return 7
+	return 5
 }
 
-// timeConcurrent runs f on workers goroutines at once, each calling it in a loop, and
-// returns the median over rounds of the seconds one call takes while all run.
+// timeConcurrent runs f on workers goroutines at once, each locked to its OS thread and
+// calling it in a loop, and returns the median over rounds of the CPU seconds one call
+// takes on its thread (the mean over the workers) while all run: the work done, whatever
+// else the machine runs, as the runtime measures its devices (runtime.Options.CPUTime).
 func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
+	return c.timeStaggered(workers, -1, f)
+}
+
+// timeStaggered is timeConcurrent with worker late (−1: none) arriving late at every call:
+// it sleeps lateBy first, so that the others wait for it, and its CPU time is left out of
+// the mean. A collective is timed so, as the runtime runs it: its devices seldom arrive
+// together, and one that waits pays the Go scheduler's park and wake of its locked
+// thread, CPU that members arriving in lockstep would not show.
+func (c *calibrator) timeStaggered(workers, late int, f func(w int) error) float64 {
 	if c.err != nil || c.ctx.Err() != nil {
 		return math.NaN()
+	}
+	rounds := c.rounds()
+	if late >= 0 {
+		rounds = min(rounds, 3) // its sleeps make rounds long in wall time
 	}
 	// Size the loop so a round lasts about c.round().
 	iters := 1
 	for {
-		t := c.once(workers, iters, f)
+		t := c.once(workers, late, iters, f)
 		if c.err != nil {
 			return math.NaN()
 		}
@@ -140,22 +174,31 @@ func (c *calibrator) timeConcurrent(workers int, f func(w int) error) float64 {
 		iters *= 4
 	}
 	var ts []float64
-	for range c.rounds() {
-		ts = append(ts, c.once(workers, iters, f)/float64(iters))
+	for range rounds {
+		ts = append(ts, c.once(workers, late, iters, f)/float64(iters))
 	}
 	sort.Float64s(ts)
 	return ts[len(ts)/2]
 }
 
-// once times iters calls of f on each of workers goroutines started together.
-func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
+// once times iters calls of f on each of workers goroutines started together, and returns
+// the mean over the workers but late of their threads' CPU seconds (see timeStaggered).
+func (c *calibrator) once(workers, late, iters int, f func(w int) error) float64 {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	start := make(chan struct{})
+	cpu := make([]time.Duration, workers)
 	for w := range workers {
 		wg.Go(func() {
+			goruntime.LockOSThread()
+			defer goruntime.UnlockOSThread()
 			<-start
+			c0 := runtime.ThreadCPU()
+			defer func() { cpu[w] = runtime.ThreadCPU() - c0 }()
 			for range iters {
+				if w == late {
+					time.Sleep(lateBy)
+				}
 				if err := f(w); err != nil {
 					mu.Lock()
 					if c.err == nil {
@@ -167,11 +210,20 @@ func (c *calibrator) once(workers, iters int, f func(w int) error) float64 {
 			}
 		})
 	}
-	t0 := time.Now()
 	close(start)
 	wg.Wait()
-	return time.Since(t0).Seconds()
+	var sum time.Duration
+	n := 0
+	for w, t := range cpu {
+		if w != late {
+			sum, n = sum+t, n+1
+		}
+	}
+	return sum.Seconds() / float64(n)
 }
+
+// lateBy is how late the late member of a timed collective arrives.
+const lateBy = 20 * time.Microsecond
 
 // kernelCase is one kernel call to time: op, attributes and operands.
 type kernelCase struct {
@@ -198,27 +250,102 @@ func newCase(op ir.Op, at ir.Attrs, args ...ir.Type) kernelCase {
 		flops: op.Def().FLOPs(args, at, out), bytes: bytes + float64(out.Bytes())}
 }
 
-// timeCase is the median seconds of one call of k on a device computing alone (gonum's
-// Gemm may then use every core). Devices computing together share the cores, which the
-// cluster's HostCores prices (mesh.Cluster.Sharing).
+// timeCase is the median CPU seconds of one call of k on one thread.
 func (c *calibrator) timeCase(k kernelCase) float64 { return c.timeCaseOn(1, k) }
 
 // timeCaseOn is the median seconds of one call of k on each of workers devices at once.
+// Each call takes the next of several copies of the operands, as many as make a few MiB
+// (coldBytes): a kernel in a program reads operands that other kernels wrote a while
+// before, not the ones it has just read, so timing one set of operands over and over
+// (hot in the caches) would price kernels faster than programs run them.
 func (c *calibrator) timeCaseOn(workers int, k kernelCase) float64 {
-	ins := make([][]*kernels.Tensor, workers)
+	copies := 1
+	if !c.quick {
+		copies = max(1, min(32, int(coldBytes/math.Max(k.bytes, 1))))
+	}
+	ins := make([][][]*kernels.Tensor, workers)
 	for w := range ins {
-		for i, t := range k.args {
-			x := kernels.New(t)
-			for j := range x.Len() {
-				x.Set(j, 0.5+float64((j*7+i)%13)/26)
+		ins[w] = make([][]*kernels.Tensor, copies)
+		for j := range copies {
+			for i, t := range k.args {
+				x := kernels.New(t)
+				for e := range x.Len() {
+					x.Set(e, 0.5+float64((e*7+i)%13)/26)
+				}
+				ins[w][j] = append(ins[w][j], x)
 			}
-			ins[w] = append(ins[w], x)
 		}
 	}
+	next := make([]int, workers)
 	return c.timeConcurrent(workers, func(w int) error {
-		_, err := kernels.Eval(k.op, k.at, k.out, ins[w])
+		j := next[w]
+		next[w] = (j + 1) % copies
+		_, err := kernels.Eval(k.op, k.at, k.out, ins[w][j])
 		return err
 	})
+}
+
+// coldBytes is how many bytes of operands a case cycles through: beyond this machine's
+// per-core caches (L2 is 2 MiB on the development machine), as a program's working set is.
+const coldBytes = 4 << 20
+
+// clockRead is the CPU time of one reading of the thread's CPU clock, which the runtime
+// takes before and after every communication instruction when it measures CPU time.
+func (c *calibrator) clockRead() float64 {
+	t := c.timeConcurrent(1, func(int) error {
+		runtime.ThreadCPU()
+		return nil
+	})
+	c.logf("cpu clock read            %8.2f µs", t*1e6)
+	return t
+}
+
+// instruction is the CPU time the runtime spends on one compute instruction whose kernel
+// does next to nothing, freeing its result included (every result is freed): the slope,
+// over two program lengths, of a one-device program of one-element adds, each followed by
+// the free of its result, run under runtime.Options.CPUTime. Beyond the kernel, this is
+// the runtime's dispatch and bookkeeping of the instruction and of its free.
+func (c *calibrator) instruction() float64 {
+	one := ir.Type{DType: ir.F32, Shape: ir.Shape{1, 1}}
+	build := func(n int) *program.Program {
+		p := &program.Program{Device: 0}
+		x := p.AddBuffer("x", one)
+		p.Instrs = append(p.Instrs, program.Instr{Kind: program.Load, Name: "x", Offsets: []int{0, 0}, Out: x})
+		for i := range n {
+			y := p.AddBuffer(fmt.Sprintf("y%d", i), one)
+			p.Instrs = append(p.Instrs,
+				program.Instr{Kind: program.Compute, Op: ir.OpAdd, Args: []program.BufferID{x, x}, Out: y},
+				program.Instr{Kind: program.Free, Args: []program.BufferID{y}, Out: program.NoBuffer})
+		}
+		p.Instrs = append(p.Instrs, program.Instr{Kind: program.Free, Args: []program.BufferID{x}, Out: program.NoBuffer})
+		return p
+	}
+	short, long := 100, 1600
+	ps, pl := build(short), build(long)
+	data := runtime.Data{"x": kernels.New(one)}
+	run := func(p *program.Program) float64 {
+		if c.err != nil || c.ctx.Err() != nil {
+			return math.NaN()
+		}
+		r, err := runtime.Run(c.ctx, []*program.Program{p}, data, runtime.Options{CPUTime: true})
+		if err != nil {
+			c.err = fmt.Errorf("calibrate: the instruction overhead's program: %w", err)
+			return math.NaN()
+		}
+		var sum time.Duration
+		for _, s := range r.Devices[0].CPUSpans {
+			sum += s
+		}
+		return sum.Seconds()
+	}
+	var ts []float64
+	for range 5 * c.rounds() {
+		ts = append(ts, (run(pl)-run(ps))/float64(long-short))
+	}
+	sort.Float64s(ts)
+	t := math.Max(ts[len(ts)/2], c.over)
+	c.logf("runtime instruction       %8.2f µs  (compute and free of its result)", t*1e6)
+	return t
 }
 
 // overhead is the time of one instruction that does next to nothing: the median of a
@@ -232,63 +359,56 @@ func (c *calibrator) overhead() float64 {
 	}
 	sort.Float64s(ts)
 	c.over = ts[1]
-	c.logf("instruction overhead      %8.2f µs", c.over*1e6)
+	c.logf("kernel on one element     %8.2f µs", c.over*1e6)
 	return c.over
 }
 
-// rateFit times the cases and returns the FLOP rate of the least-squares line through
-// (FLOPs, time): its inverse slope. A slope that is not positive (noise on a busy machine)
-// falls back to the FLOPs of all cases over their time less the overhead.
-func (c *calibrator) rateFit(what string, cases []kernelCase) float64 {
+// rateFit times the cases and returns the FLOP rate of the line through (FLOPs, time)
+// fitted to relative error (least squares on time/t_i, so small kernels count as much as
+// large ones: a plan's error is relative): its inverse slope, and its intercept beyond a
+// one-element kernel's time, the fixed cost of the class (not negative). A slope that is
+// not positive (noise) falls back to the FLOPs of all cases over their time less the
+// overhead, and no fixed cost.
+func (c *calibrator) rateFit(what string, cases []kernelCase) (float64, float64) {
 	var xs, ys []float64
 	for _, k := range cases {
 		t := c.timeCase(k)
 		xs, ys = append(xs, k.flops), append(ys, t)
 		c.logf("%-25s %8.2f µs  %7.3f GFLOP/s  (%s)", what, t*1e6, k.flops/t/1e9, k.out)
 	}
-	_, slope := lineFit(xs, ys)
+	a, slope := relativeLineFit(xs, ys)
 	if !(slope > 0) {
 		var f, t float64
 		for i := range xs {
 			f, t = f+xs[i], t+math.Max(ys[i]-c.over, ys[i]/2)
 		}
-		return f / t
+		return f / t, 0
 	}
-	return 1 / slope
-}
-
-// speedup is how much faster a device alone runs f32 matmuls than each of cores devices
-// computing at once (one core each): their time together over their time alone, over
-// model-sized matmuls, clamped to [1, cores].
-func (c *calibrator) speedup(cores int) float64 {
-	if cores <= 1 {
-		return 1
-	}
-	var alone, shared float64
-	for _, s := range c.sizes() {
-		a := ir.Type{DType: ir.F32, Shape: ir.Shape{s, s}}
-		k := newCase(ir.OpMatMul, nil, a, a)
-		alone += c.timeCase(k)
-		shared += c.timeCaseOn(cores, k)
-	}
-	sp := math.Min(float64(cores), math.Max(1, shared/alone))
-	if math.IsNaN(sp) {
-		sp = 1
-	}
-	c.logf("contraction speedup alone %8.2f× (%d cores)", sp, cores)
-	return sp
+	return 1 / slope, math.Max(0, a-c.over)
 }
 
 func (c *calibrator) sizes() []int {
 	if c.quick {
 		return []int{16, 32}
 	}
-	return []int{32, 64, 128, 192}
+	return []int{16, 32, 64, 128}
 }
 
-func (c *calibrator) matmulRate(dt ir.DType) float64 {
+// sizesFor is the first n of sizes for f32, one fewer for the half precisions (emulated
+// on this runtime, slow, and seldom what a model computes in: fewer cases keep calibrate
+// under a minute).
+func (c *calibrator) sizesFor(dt ir.DType, n int) []int {
+	s := c.sizes()
+	if dt != ir.F32 {
+		n--
+	}
+	return s[:max(1, min(n, len(s)))]
+}
+
+// matmulRate is the rate of contractions in dt and their fixed cost (rateFit).
+func (c *calibrator) matmulRate(dt ir.DType) (float64, float64) {
 	var cases []kernelCase
-	for _, s := range c.sizes() {
+	for _, s := range c.sizesFor(dt, 4) {
 		a := ir.Type{DType: dt, Shape: ir.Shape{s, s}}
 		cases = append(cases, newCase(ir.OpMatMul, nil, a, a))
 		// The einsums of a transformer, at batch 2, s/16 heads: a projection, its weight
@@ -304,23 +424,31 @@ func (c *calibrator) matmulRate(dt ir.DType) float64 {
 			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bqnd,bknd->bnqk"), heads, heads),
 			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bknd->bqnd"), probs, heads))
 	}
-	r := c.rateFit("matmul/einsum "+dt.String(), cases)
-	c.logf("matmul rate %-4s          %8.3f GFLOP/s", dt, r/1e9)
-	return r
+	r, o := c.rateFit("matmul/einsum "+dt.String(), cases)
+	c.logf("matmul rate %-4s          %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
+	return r, o
 }
 
-func (c *calibrator) convRate(dt ir.DType) float64 {
+// convRate is the rate of convolutions in dt and their fixed cost (rateFit).
+func (c *calibrator) convRate(dt ir.DType) (float64, float64) {
 	at := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{1, 1})
+	one := ir.Attrs{}.With("stride", []int{1, 1}).With("pad", []int{0, 0})
 	var cases []kernelCase
-	for _, s := range c.sizes() {
+	for _, s := range c.sizesFor(dt, 3) {
+		// A residual network's stages: the channels double as the image halves, down
+		// to 1×1 images in the last stages of small models; 3×3 and 1×1 kernels.
 		ch := max(4, s/8)
-		x := ir.Type{DType: dt, Shape: ir.Shape{2, ch, 8, 8}}
-		w := ir.Type{DType: dt, Shape: ir.Shape{ch, ch, 3, 3}}
-		cases = append(cases, newCase(ir.OpConv2D, at, x, w))
+		for i, hw := range []int{8, 4, 2, 1} {
+			chs := ch << i
+			x := ir.Type{DType: dt, Shape: ir.Shape{2, chs, hw, hw}}
+			w3 := ir.Type{DType: dt, Shape: ir.Shape{chs, chs, 3, 3}}
+			w1 := ir.Type{DType: dt, Shape: ir.Shape{chs, chs, 1, 1}}
+			cases = append(cases, newCase(ir.OpConv2D, at, x, w3), newCase(ir.OpConv2D, one, x, w1))
+		}
 	}
-	r := c.rateFit("conv2d "+dt.String(), cases)
-	c.logf("conv rate %-4s            %8.3f GFLOP/s", dt, r/1e9)
-	return r
+	r, o := c.rateFit("conv2d "+dt.String(), cases)
+	c.logf("conv rate %-4s            %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
+	return r, o
 }
 
 // vectorRate is the mean rate of the vector ops the models use most, by their op-table
@@ -347,17 +475,29 @@ func (c *calibrator) vectorRate(dt ir.DType) float64 {
 	return r
 }
 
-// bandwidth is bytes read and written over time on adds of f32 tensors too big for cache.
+// bandwidth is the rate at which the runtime's kernels move bytes where they compute
+// nothing: bytes read and written over time less one kernel overhead each, over the
+// layout ops of models (broadcast, transpose, slice, concat) on tensors of tiny models'
+// sizes. This is what the roofline's memory term prices on this runtime (ops with FLOPs
+// are bound by the vector rate here); its kernels walk tensors element by element, far
+// below the streaming bandwidth of the memory.
 func (c *calibrator) bandwidth() float64 {
-	n := 1 << 20
-	if c.quick {
-		n = 1 << 16
+	var bytes, sec float64
+	for _, s := range c.sizes() {
+		f32 := func(dims ...int) ir.Type { return ir.Type{DType: ir.F32, Shape: ir.Shape(dims)} }
+		for _, k := range []kernelCase{
+			newCase(ir.OpBroadcast, ir.Attrs{}.With("dims", []int{1}).With("shape", []int{8, s, 4, 4}), f32(s)),
+			newCase(ir.OpTranspose, ir.Attrs{}.With("perm", []int{0, 2, 1}), f32(8, s, 16)),
+			newCase(ir.OpSlice, ir.Attrs{}.With("start", []int{0, 0}).With("limit", []int{8, 16 * s}), f32(8, 32*s)),
+			newCase(ir.OpConcat, ir.Attrs{}.With("axis", 1), f32(8, 8*s), f32(8, 8*s)),
+		} {
+			t := c.timeCase(k)
+			c.logf("layout %-18s %8.2f µs  (%s)", k.op.Def().Name, t*1e6, k.out)
+			bytes, sec = bytes+k.bytes, sec+math.Max(t-c.over, t/4)
+		}
 	}
-	t := ir.Type{DType: ir.F32, Shape: ir.Shape{n}}
-	k := newCase(ir.OpAdd, nil, t, t)
-	sec := c.timeCase(k)
-	bw := k.bytes / math.Max(sec-c.over, sec/2)
-	c.logf("memory bandwidth          %8.3f GB/s  (add of %s)", bw/1e9, t)
+	bw := bytes / sec
+	c.logf("memory bandwidth          %8.3f GB/s  (layout kernels)", bw/1e9)
 	return bw
 }
 
@@ -378,8 +518,9 @@ func (c *calibrator) groupSizes() []int {
 }
 
 // collectives fits α and β of each collective on each group size: the least-squares line
-// through (bytes each device sends, seconds) over a few tensor sizes.
-func (c *calibrator) collectives() []mesh.CollectiveFit {
+// through (bytes each device sends, seconds) over a few tensor sizes; α includes clock,
+// the runtime's reading of its CPU clock around each communication.
+func (c *calibrator) collectives(clock float64) []mesh.CollectiveFit {
 	elems := []int{256, 4096, 65536}
 	if c.quick {
 		elems = []int{64, 1024}
@@ -393,7 +534,7 @@ func (c *calibrator) collectives() []mesh.CollectiveFit {
 				xs, ys = append(xs, mesh.BytesSent(k, g, B)), append(ys, sec)
 			}
 			alpha, beta := lineFit(xs, ys)
-			alpha, beta = math.Max(alpha, 0), math.Max(beta, 0)
+			alpha, beta = math.Max(alpha, 0)+clock, math.Max(beta, 0)
 			c.logf("%-14s %d devices   α %8.2f µs  β %8.3f ns/B", k, g, alpha*1e6, beta*1e9)
 			out = append(out, mesh.CollectiveFit{Kind: k, Devices: g, Alpha: alpha, Beta: beta})
 		}
@@ -409,41 +550,80 @@ func (c *calibrator) timeCollective(k mesh.Collective, g, e int) (float64, float
 		group[i] = runtime.DeviceID(i)
 	}
 	tr := runtime.NewInProc(group)
+	// Gathers and scatters along the inner axis of 8 rows, as models split activations
+	// (on the sequence or the hidden axis): the strided case, dearer than a flat one.
+	rows, axis := 8, 1
+	if e%rows != 0 || k == mesh.AllReduce {
+		rows, axis = 1, 0
+	}
 	full := ir.Type{DType: ir.F32, Shape: ir.Shape{g * e}}
 	local := ir.Type{DType: ir.F32, Shape: ir.Shape{e}}
+	if axis == 1 {
+		full = ir.Type{DType: ir.F32, Shape: ir.Shape{rows, g * e / rows}}
+		local = ir.Type{DType: ir.F32, Shape: ir.Shape{rows, e / rows}}
+	}
 	B := float64(full.Bytes())
 	in := full
 	if k == mesh.AllGather || k == mesh.AllToAll {
 		in = local // each device holds its block of the full tensor
 	}
-	xs := make([]*kernels.Tensor, g)
-	for i := range xs {
-		xs[i] = kernels.New(in)
-	}
 	if k == mesh.AllToAll {
-		block := ir.Type{DType: ir.F32, Shape: ir.Shape{g, max(1, e/g)}}
-		B = float64(g) * float64(block.Bytes())
-		for i := range xs {
-			xs[i] = kernels.New(block)
+		axis = 0
+		in = ir.Type{DType: ir.F32, Shape: ir.Shape{g, max(1, e/g)}}
+		B = float64(g) * float64(in.Bytes())
+	}
+	// Each worker cycles through copies of its operand, cold in the caches as in a
+	// program (see timeCaseOn).
+	copies := 1
+	if !c.quick {
+		copies = max(1, min(32, int(coldBytes/float64(in.Bytes()))))
+	}
+	xs := make([][]*kernels.Tensor, g)
+	for i := range xs {
+		for range copies {
+			xs[i] = append(xs[i], kernels.New(in))
 		}
 	}
+	next := make([]int, g)
 	ctx := c.ctx
-	sec := c.timeConcurrent(g, func(w int) error {
+	late := g - 1
+	if c.quick {
+		late = -1 // sleeps take a millisecond on a loaded machine: too slow for a quick look
+	}
+	sec := c.timeStaggered(g, late, func(w int) error {
 		self := group[w]
+		x := xs[w][next[w]]
+		next[w] = (next[w] + 1) % copies
 		var err error
 		switch k {
 		case mesh.AllReduce:
-			_, _, err = tr.AllReduce(ctx, self, group, xs[w])
+			_, _, err = tr.AllReduce(ctx, self, group, x)
 		case mesh.AllGather:
-			_, _, err = tr.AllGather(ctx, self, group, 0, xs[w])
+			_, _, err = tr.AllGather(ctx, self, group, axis, x)
 		case mesh.ReduceScatter:
-			_, _, err = tr.ReduceScatter(ctx, self, group, 0, xs[w])
+			_, _, err = tr.ReduceScatter(ctx, self, group, axis, x)
 		case mesh.AllToAll:
-			_, _, err = tr.AllToAll(ctx, self, group, 0, 1, xs[w])
+			_, _, err = tr.AllToAll(ctx, self, group, 0, 1, x)
 		}
 		return err
 	})
 	return B, sec
+}
+
+// relativeLineFit is the line y = a + b·x of least squares relative to each y: the
+// least-squares line through the points weighted by 1/y².
+func relativeLineFit(xs, ys []float64) (a, b float64) {
+	var sw, sx, sy, sxx, sxy float64
+	for i := range xs {
+		w := 1 / (ys[i] * ys[i])
+		sw, sx, sy, sxx, sxy = sw+w, sx+w*xs[i], sy+w*ys[i], sxx+w*xs[i]*xs[i], sxy+w*xs[i]*ys[i]
+	}
+	d := sw*sxx - sx*sx
+	if d == 0 || math.IsNaN(d) {
+		return lineFit(xs, ys)
+	}
+	b = (sw*sxy - sx*sy) / d
+	return (sy - b*sx) / sw, b
 }
 
 // lineFit is the least-squares line y = a + b·x.

@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -24,6 +25,8 @@ func TestCalibrateQuick(t *testing.T) {
 	}
 	assert.Positive(t, c.KernelOverhead)
 	assert.Positive(t, c.DeviceMemoryBandwidth)
+	require.NotNil(t, c.ClassOverhead)
+	assert.Zero(t, c.HostCores, "a calibration prices a device as one core of its own")
 	var got []string
 	for _, f := range c.Collectives {
 		got = append(got, f.Kind.String()+"/"+string(rune('0'+f.Devices)))
@@ -50,4 +53,17 @@ func TestLineFit(t *testing.T) {
 	a, b := lineFit([]float64{1, 2, 3}, []float64{5, 7, 9})
 	assert.InDelta(t, 3, a, 1e-12)
 	assert.InDelta(t, 2, b, 1e-12)
+}
+
+// The relative fit passes through exact points, and weighs a small point's relative error
+// as much as a large one's: an outlier on the large point moves the intercept less than the
+// plain fit does.
+func TestRelativeLineFit(t *testing.T) {
+	a, b := relativeLineFit([]float64{1, 2, 3}, []float64{5, 7, 9})
+	assert.InDelta(t, 3, a, 1e-9)
+	assert.InDelta(t, 2, b, 1e-9)
+	xs, ys := []float64{0, 1, 100}, []float64{1, 2, 150}
+	ar, _ := relativeLineFit(xs, ys)
+	ap, _ := lineFit(xs, ys)
+	assert.Less(t, math.Abs(ar-1), math.Abs(ap-1))
 }

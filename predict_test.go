@@ -10,10 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/mesh"
+	"github.com/autopar/autopar/program"
+	"github.com/autopar/autopar/runtime"
 )
 
 // calibratedFlag names cluster JSONs BenchmarkPredictedVsMeasured uses instead of
@@ -21,20 +24,22 @@ import (
 // (autopar calibrate --cluster cpu:N -o cpuN.json).
 var calibratedFlag = flag.String("calibrated", "", "cluster JSONs written by autopar calibrate, comma-separated, one per device count, for BenchmarkPredictedVsMeasured")
 
-// measureSteps runs steps training steps of p on the runtime after one warm-up step and
-// returns the runtime's time of each (Measure: the busiest device's instructions).
-func measureSteps(tb testing.TB, p *Plan, steps int) []float64 {
+// runSteps runs steps training steps of p on the runtime after one warm-up step and
+// returns what the runtime measured of each, in CPU time too when cpu is set.
+func runSteps(tb testing.TB, p *Plan, steps int, cpu bool) []MeasuredStep {
 	tb.Helper()
 	ctx := context.Background()
-	tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1})
+	tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1, CPUTime: cpu})
 	require.NoError(tb, err)
 	batch := stepBatch(tb, p.Forward(), 1)
-	var out []float64
+	var out []MeasuredStep
 	for i := range steps + 1 {
 		_, err := tr.Step(ctx, batch)
 		require.NoError(tb, err)
 		if i > 0 {
-			out = append(out, Measure(p, tr.LastResult()).Step)
+			m, err := tr.Measured()
+			require.NoError(tb, err)
+			out = append(out, m)
 		}
 	}
 	return out
@@ -84,69 +89,110 @@ func predictCases() []predictCase {
 	return out
 }
 
-// benchClusters calibrates (or reads, with -calibrated) the cpu cluster of each device count.
+// benchClusters calibrates (or reads, with -calibrated) the cpu cluster of each device
+// count; calibrating, it measures anew for each model, just before that model's cases on
+// that count, so that calibration and measurement see the same load on the shared machine.
 var benchClusters = struct {
 	sync.Mutex
-	m map[int]*mesh.Cluster
-}{m: map[int]*mesh.Cluster{}}
+	m map[string]*mesh.Cluster
+}{m: map[string]*mesh.Cluster{}}
 
-func calibratedCluster(b *testing.B, n int) *mesh.Cluster {
+func calibratedCluster(b *testing.B, model string, n int) *mesh.Cluster {
 	benchClusters.Lock()
 	defer benchClusters.Unlock()
-	if c, ok := benchClusters.m[n]; ok {
+	if *calibratedFlag != "" {
+		model = "" // the files serve every model
+	}
+	key := fmt.Sprintf("%s/%d", model, n)
+	if c, ok := benchClusters.m[key]; ok {
 		return c
 	}
 	if *calibratedFlag != "" {
 		for _, path := range strings.Split(*calibratedFlag, ",") {
 			c, err := mesh.LoadCluster(path)
 			require.NoError(b, err)
-			benchClusters.m[c.DevicesPerHost] = c
+			benchClusters.m[fmt.Sprintf("/%d", c.DevicesPerHost)] = c
 		}
-		if c, ok := benchClusters.m[n]; ok {
+		if c, ok := benchClusters.m[key]; ok {
 			return c
 		}
 		b.Fatalf("-calibrated has no cluster of %d devices", n)
 	}
 	c, err := Calibrate(context.Background(), CalibrateOptions{Devices: n})
 	require.NoError(b, err)
-	benchClusters.m[n] = c
+	benchClusters.m[key] = c
 	return c
 }
 
 // BenchmarkPredictedVsMeasured compiles each tiny model under data-, tensor- and
 // pipeline-parallel plans and the searched plan on 1, 2 and 4 devices of a cpu cluster
-// calibrated on this machine, runs it on the runtime, and reports the predicted step time,
-// the measured one (median over the loop's steps) and their ratio, and the ratio of the
-// least step (the one least disturbed by other load). BENCHMARKS.md holds the table. Run it
-// with
+// calibrated on this machine, runs it on the runtime with the devices' CPU time measured,
+// and reports the predicted step time, the measured CPU-time step (runtime.CPUStep: one
+// core per device, what the calibrated prediction describes; median over the loop's
+// steps, each a step of one trainer after three warm-up steps, as in training) and their ratio, the ratio of the least CPU-time step, and that of the median
+// wall-clock step (busiest device; on the shared machine, with fewer cores than devices,
+// not what the prediction describes). BENCHMARKS.md holds the table. Run it with
 //
 //	go test -run '^$' -bench PredictedVsMeasured -benchtime 5x .
 //
-// (-calibrated cpu1.json,cpu2.json,cpu4.json reuses calibrations instead of measuring).
+// (-calibrated cpu1.json,cpu2.json,cpu4.json reuses calibrations instead of measuring;
+// without it, each model's cases on each device count are calibrated just before they
+// run, at the same load).
 func BenchmarkPredictedVsMeasured(b *testing.B) {
+	const warmSteps = 3
 	for _, c := range predictCases() {
 		b.Run(fmt.Sprintf("%s/%ddev/%s", c.model, c.devices, c.plan), func(b *testing.B) {
 			opts, ok := c.options()
 			if !ok {
 				b.Skip()
 			}
-			cl := calibratedCluster(b, c.devices)
+			cl := calibratedCluster(b, c.model, c.devices)
 			p, err := Compile(context.Background(), model(b, c.model), cl, opts)
 			if err != nil {
 				b.Skipf("no plan: %v", err)
 			}
-			var times []float64
+			ctx := context.Background()
+			tr, err := NewTrainer(ctx, p, TrainerOptions{Seed: 1, CPUTime: true})
+			require.NoError(b, err)
+			batch := stepBatch(b, p.Forward(), 1)
+			for range warmSteps { // the heap and caches reach their steady state
+				_, err := tr.Step(ctx, batch)
+				require.NoError(b, err)
+			}
+			var cpu, wall, unpriced []float64
 			b.ResetTimer()
 			for b.Loop() {
-				times = append(times, measureSteps(b, p, 1)...)
+				_, err := tr.Step(ctx, batch)
+				require.NoError(b, err)
+				m, err := tr.Measured()
+				require.NoError(b, err)
+				cpu, wall = append(cpu, m.CPUStep), append(wall, m.Step)
+				unpriced = append(unpriced, unpricedShare(tr.LastResult(), m.CPUStep))
 			}
-			m, least := median(times), slices.Min(times)
-			b.ReportMetric(p.Predicted.StepTime*1e3, "predicted-ms")
-			b.ReportMetric(m*1e3, "measured-ms")
-			b.ReportMetric(m/p.Predicted.StepTime, "measured/predicted")
-			b.ReportMetric(least/p.Predicted.StepTime, "least/predicted")
+			pr := p.Predicted.StepTime
+			b.ReportMetric(pr*1e3, "predicted-ms")
+			b.ReportMetric(median(cpu)*1e3, "cpu-ms")
+			b.ReportMetric(median(cpu)/pr, "cpu/predicted")
+			b.ReportMetric(slices.Min(cpu)/pr, "least-cpu/predicted")
+			b.ReportMetric(median(wall)/pr, "wall/predicted")
+			b.ReportMetric(median(unpriced), "unpriced-share")
 		})
 	}
+}
+
+// unpricedShare is the largest CPU time a device spent on instructions the plan's price
+// leaves out (loads, stores, frees, constants, gradient accumulation), over the CPU-time
+// step: how much of the step no prediction accounts for.
+func unpricedShare(r *runtime.Result, step float64) float64 {
+	most := 0.0
+	for _, d := range r.Devices {
+		var t time.Duration
+		for _, k := range []program.Kind{program.Load, program.Store, program.Free, program.Constant, program.Accumulate} {
+			t += d.CPU[k]
+		}
+		most = max(most, t.Seconds())
+	}
+	return most / step
 }
 
 // TestPredictedRankingMatchesMeasured checks the weaker property the prices must have on
@@ -154,8 +200,9 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 // faster runs faster. The plans are mlp-tiny's searched plans on two cpu devices (the cpu
 // preset's prices) with 1, 4 and 16 micro-batches: each micro-batch repeats every kernel's
 // overhead, which the roofline prices. To hold on a shared, loaded machine, each plan's
-// time is the least of several steps run interleaved with the other plans' (load slows
-// every plan alike, and the least is the step least disturbed), and a pair counts only
+// time is its step in CPU time (MeasuredStep.CPUStep, which other load hardly moves; the
+// wall clock where CPU time is not measured), the least of several steps run interleaved
+// with the other plans', and a pair counts only
 // when the prediction separates it by 1.5×; the test fails if no pair is that far apart,
 // so it cannot pass vacuously. (Plans of different degrees are left out: on this runtime
 // they are within noise of each other, see BENCHMARKS.md.)
@@ -177,7 +224,11 @@ func TestPredictedRankingMatchesMeasured(t *testing.T) {
 	}
 	for range 6 {
 		for i, p := range plans {
-			for _, s := range measureSteps(t, p, 1) {
+			for _, m := range runSteps(t, p, 1, runtime.CPUTimeSupported) {
+				s := m.Step
+				if runtime.CPUTimeSupported {
+					s = m.CPUStep
+				}
 				best[i] = min(best[i], s)
 			}
 		}

@@ -43,6 +43,10 @@ type TrainerOptions struct {
 	Tolerance float64
 	// Timeout bounds each device wait (runtime.Options.Timeout); 0 means the runtime's.
 	Timeout time.Duration
+	// CPUTime measures each step's instructions in their devices' thread CPU time too
+	// (runtime.Options.CPUTime), for Measured's CPUStep: each device then computes on
+	// one core.
+	CPUTime bool
 	// Transport carries the steps' collectives; nil means a fresh in-process one per step.
 	Transport runtime.Transport
 	// Group, if set, runs the steps with this process holding only its own devices (one
@@ -99,6 +103,7 @@ type Trainer struct {
 	// (passes.MasterRemainders): the serial check compares them with the params.
 	masters map[ir.ValueID]ir.ValueID
 	sess    *runtime.Session
+	progs   []*program.Program
 	loss    string
 	inputs  []*ir.Value // the data inputs, by name
 	params  []string    // the params' names, sorted
@@ -151,11 +156,11 @@ func NewTrainer(ctx context.Context, plan *Plan, opts TrainerOptions) (*Trainer,
 		}
 		step = ck.Step
 	}
-	sess, err := runtime.NewGroupSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport}, opts.Group)
+	sess, err := runtime.NewGroupSession(progs, runtime.Data(state), runtime.Options{Timeout: opts.Timeout, Transport: opts.Transport, CPUTime: opts.CPUTime}, opts.Group)
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{plan: plan, full: full, masters: passes.MasterRemainders(full), sess: sess, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
+	t := &Trainer{plan: plan, full: full, masters: passes.MasterRemainders(full), sess: sess, progs: progs, loss: full.Value(full.Outputs[0].Value).Name, step: step, opts: opts, devices: len(progs)}
 	for i := range full.Values {
 		v := &full.Values[i]
 		switch v.Op {

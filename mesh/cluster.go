@@ -52,6 +52,11 @@ type Cluster struct {
 	// KernelOverhead is the seconds every kernel costs beyond its roofline time (a
 	// GPU's launch, the runtime's dispatch of one instruction). Default 0.
 	KernelOverhead float64 `json:"kernel_overhead,omitempty"`
+	// ClassOverhead is what a kernel of a class costs beyond KernelOverhead and its
+	// roofline time: the fixed work of a contraction or convolution kernel (operand
+	// transposes, one BLAS call per batch) that a one-element kernel does not show.
+	// Default none.
+	ClassOverhead *ClassOverheads `json:"class_overhead,omitempty"`
 	// Collectives are measured prices of collectives inside one host (autopar
 	// calibrate), replacing the ring formulas for the kinds and sizes listed.
 	// Default none.

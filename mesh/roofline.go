@@ -7,7 +7,8 @@ import (
 
 // The per-op roofline. One kernel of one op on one device takes
 //
-//	max(FLOPs / Rate(class, precision), bytes read and written / DeviceMemoryBandwidth) + KernelOverhead
+//	max(FLOPs / Rate(class, precision), bytes read and written / DeviceMemoryBandwidth)
+//	  + KernelOverhead + ClassOverhead(class)
 //
 // where the rate depends on what the op computes (a contraction, a convolution, or
 // elementwise/vector work) and the precision it computes in. No fusion is assumed: every
@@ -124,10 +125,30 @@ func (c *Cluster) Rate(class OpClass, p Precision) float64 {
 	return r * c.Efficiency
 }
 
+// ClassOverheads are seconds per kernel of each class beyond Cluster.KernelOverhead.
+type ClassOverheads struct {
+	Matmul float64 `json:"matmul,omitempty"`
+	Conv   float64 `json:"conv,omitempty"`
+	Vector float64 `json:"vector,omitempty"`
+}
+
+func (o *ClassOverheads) of(c OpClass) float64 {
+	if o == nil {
+		return 0
+	}
+	switch c {
+	case ClassMatmul:
+		return o.Matmul
+	case ClassConv:
+		return o.Conv
+	}
+	return o.Vector
+}
+
 // OpTime is the roofline time of one kernel on one device: the slower of its arithmetic
 // (flops at Rate(class, p)) and its memory traffic (bytes read and written at
-// DeviceMemoryBandwidth), plus the per-kernel overhead. A kernel with neither flops nor
-// bytes still pays the overhead.
+// DeviceMemoryBandwidth), plus the per-kernel overhead and its class's (ClassOverhead).
+// A kernel with neither flops nor bytes still pays the overheads.
 func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float64 {
 	t := 0.0
 	if flops > 0 {
@@ -136,7 +157,7 @@ func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float
 	if bytes > 0 {
 		t = math.Max(t, bytes/c.DeviceMemoryBandwidth)
 	}
-	return t + c.KernelOverhead
+	return t + c.KernelOverhead + c.ClassOverhead.of(class)
 }
 
 // validateRoofline checks the optional roofline fields: rates finite and not negative
@@ -144,6 +165,13 @@ func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float
 func (c *Cluster) validateRoofline() error {
 	if err := c.checkNumber("kernel overhead", c.KernelOverhead, false); err != nil {
 		return err
+	}
+	if o := c.ClassOverhead; o != nil {
+		for _, cl := range []OpClass{ClassMatmul, ClassConv, ClassVector} {
+			if err := c.checkNumber("class_overhead."+cl.String(), o.of(cl), false); err != nil {
+				return err
+			}
+		}
 	}
 	if c.FLOPs == nil {
 		return nil

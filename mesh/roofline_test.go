@@ -25,6 +25,10 @@ func TestOpTimeByHand(t *testing.T) {
 	assert.InDelta(t, 20/5.0+0.5, c.OpTime(ClassVector, F32, 20, 1), 1e-12, "never vector work")
 	c.FLOPs = nil
 	assert.InDelta(t, 1000/500.0+0.5, c.OpTime(ClassMatmul, F16, 1000, 10), 1e-12, "no table: DeviceFLOPS")
+	c.ClassOverhead = &ClassOverheads{Matmul: 2, Conv: 3}
+	assert.InDelta(t, 1000/500.0+0.5+2, c.OpTime(ClassMatmul, F16, 1000, 10), 1e-12, "a contraction's fixed cost")
+	assert.InDelta(t, 1000/500.0+0.5+3, c.OpTime(ClassConv, F16, 1000, 10), 1e-12)
+	assert.InDelta(t, 0.5, c.OpTime(ClassVector, F32, 0, 0), 1e-12, "none for vector work")
 }
 
 // A spec written before the roofline fields reads as before: no table, no overhead.
@@ -42,6 +46,7 @@ func TestRooflineFieldsValidate(t *testing.T) {
 		`"device_memory_bandwidth":1e11,"intra_host_bandwidth":1e10,"efficiency":1,`
 	for _, tc := range []struct{ edit, want string }{
 		{`"kernel_overhead":-1}`, "kernel overhead must not be negative"},
+		{`"class_overhead":{"conv":-1}}`, "class_overhead.conv must not be negative"},
 		{`"host_cores":-2}`, "host cores must be 0 (devices do not share cores) to 2147483647, got -2"},
 		{`"host_cores":2,"contraction_speedup":3}`, "contraction speedup must be 0 (default) or from 1 to the 2 host cores, got 3"},
 		{`"contraction_speedup":0.5}`, "contraction speedup must be 0 (default) or from 1 to the 0 host cores, got 0.5"},

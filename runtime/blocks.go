@@ -24,8 +24,9 @@ func copyBlock(dst *kernels.Tensor, dstOff []int, src *kernels.Tensor, srcOff []
 	}
 }
 
-// copyRuns copies the block one contiguous run of its last dim at a time, walking the other
-// dims with an odometer.
+// copyRuns copies the block one contiguous run at a time, walking the other dims with an
+// odometer. A run is the last dim, and with it every trailing dim that the block covers
+// whole in both tensors (a whole tensor is one run).
 func copyRuns[T any](dst []T, dshape ir.Shape, doff []int, src []T, sshape ir.Shape, soff []int, ext ir.Shape) {
 	if ext.NumElements() == 0 {
 		return
@@ -35,11 +36,16 @@ func copyRuns[T any](dst []T, dshape ir.Shape, doff []int, src []T, sshape ir.Sh
 		dst[0] = src[0]
 		return
 	}
-	run := ext[rank-1]
-	idx := make([]int, rank) // position inside the block; idx[rank-1] stays 0
+	k := rank - 1 // the run spans dims k.. ; idx[k:] stay 0
+	run := ext[k]
+	for k > 0 && ext[k] == sshape[k] && ext[k] == dshape[k] && soff[k] == 0 && doff[k] == 0 {
+		k--
+		run *= ext[k]
+	}
+	idx := make([]int, rank) // position inside the block
 	for {
 		copy(dst[flat(dshape, doff, idx):], src[flat(sshape, soff, idx):][:run])
-		d := rank - 2
+		d := k - 1
 		for ; d >= 0; d-- {
 			if idx[d]++; idx[d] < ext[d] {
 				break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"time"
 
 	"github.com/autopar/autopar/ir"
@@ -86,12 +87,31 @@ func (d *device) run(ctx context.Context) (err error) {
 			err = d.fail(pc, fmt.Errorf("panic: %v", r), nil)
 		}
 	}()
+	cpu := d.opts.CPUTime
+	var (
+		c0      time.Duration                   // the thread's CPU clock at the start of the span
+		spanDur [program.NumKinds]time.Duration // wall time per kind in the span
+	)
+	if cpu {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		c0 = ThreadCPU()
+		defer func() {
+			if err == nil {
+				d.endSpan(&c0, &spanDur)
+			}
+		}()
+	}
 	for p, mb := range d.prog.Execution {
 		pc, d.mb = p, mb
 		if ctx.Err() != nil {
 			return errStopped
 		}
 		in := &d.prog.Instrs[pc]
+		comm := cpu && (in.Kind.IsCollective() || in.Kind == program.Send || in.Kind == program.Recv)
+		if comm {
+			d.endSpan(&c0, &spanDur)
+		}
 		t0 := time.Now()
 		if err := d.exec(ctx, pc, in); err != nil {
 			return err
@@ -100,6 +120,15 @@ func (d *device) run(ctx context.Context) (err error) {
 		d.stats.Instrs++
 		d.stats.Count[in.Kind]++
 		d.stats.Time[in.Kind] += dt
+		switch {
+		case comm:
+			c1 := ThreadCPU()
+			d.stats.CPU[in.Kind] += c1 - c0
+			d.stats.CPUSpans = append(d.stats.CPUSpans, c1-c0)
+			c0 = c1
+		case cpu:
+			spanDur[in.Kind] += dt
+		}
 		if d.opts.Trace {
 			d.trace = append(d.trace, TraceEvent{Device: d.prog.Device, Index: pc, Microbatch: mb, Kind: in.Kind, Op: in.Op,
 				Name: EventName(d.prog, pc, mb), Start: t0.Sub(d.start), Dur: dt})
@@ -110,6 +139,27 @@ func (d *device) run(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// endSpan ends a span of instructions that do not communicate, under Options.CPUTime:
+// its CPU time (since *c0) goes to DeviceStats.CPUSpans, and to DeviceStats.CPU split
+// over the kinds in proportion to their wall time in the span (reading the thread's
+// clock costs a system call, so it is read around communication only).
+func (d *device) endSpan(c0 *time.Duration, wall *[program.NumKinds]time.Duration) {
+	c1 := ThreadCPU()
+	span := c1 - *c0
+	d.stats.CPUSpans = append(d.stats.CPUSpans, span)
+	var total time.Duration
+	for _, w := range wall {
+		total += w
+	}
+	if total > 0 {
+		for k, w := range wall {
+			d.stats.CPU[k] += time.Duration(float64(span) * float64(w) / float64(total))
+		}
+	}
+	*wall = [program.NumKinds]time.Duration{}
+	*c0 = c1
 }
 
 // buf returns buffer b of the running block: the step's, or its micro-batch's.
@@ -167,10 +217,12 @@ func (d *device) exec(ctx context.Context, pc int, in *program.Instr) error {
 		out, err = kernels.Eval(in.Op, d.attrs[pc], d.prog.Buffers[in.Out].Type, d.args)
 	case program.Constant:
 		out = kernels.New(d.prog.Buffers[in.Out].Type)
-		if in.Value != 0 {
-			for i := range out.Len() {
-				out.Set(i, in.Value)
-			}
+		if in.Value != 0 && out.Len() > 0 {
+			// Set the first element as the dtype rounds it, then copy it to the rest.
+			out.Set(0, in.Value)
+			fillFirst(out.F32)
+			fillFirst(out.F64)
+			fillFirst(out.Int)
 		}
 	case program.Load:
 		out, err = d.load(in)
@@ -296,4 +348,13 @@ func (d *device) waitFailed(ctx context.Context, pc int, err error) error {
 		}
 	}
 	return d.fail(pc, err, nil)
+}
+
+// fillFirst sets every element of xs to its first (none for an empty slice).
+func fillFirst[T any](xs []T) {
+	if len(xs) > 0 {
+		for i := 1; i < len(xs); i *= 2 {
+			copy(xs[i:], xs[:i])
+		}
+	}
 }

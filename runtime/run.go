@@ -35,6 +35,14 @@ type Options struct {
 	Timeout time.Duration
 	// Trace records the start and end of every instruction in Result.Trace.
 	Trace bool
+	// CPUTime measures the instructions also in the CPU time of their device's thread
+	// (DeviceStats.CPU and CPUSpans; CPUStep replays them): each device's goroutine is
+	// locked to an OS thread for the run and its contractions run on that thread
+	// (kernels.OneCore), so what an instruction computed is on its device's clock whatever
+	// else the machine runs. Time a device spends waiting uses no CPU; work a transport
+	// does on other goroutines (any transport but InProc runs its calls on goroutines of
+	// their own) is not counted. Linux only (CPUTimeSupported); elsewhere it is 0.
+	CPUTime bool
 }
 
 // Result is what a run produced.
@@ -76,6 +84,14 @@ type DeviceStats struct {
 	// Count and Time are per instruction kind, indexed by program.Kind.
 	Count [program.NumKinds]int
 	Time  [program.NumKinds]time.Duration
+	// Under Options.CPUTime (zero and nil otherwise), CPU is Time in the CPU time of the
+	// device's thread, and CPUSpans that time as the device ran: for each communication
+	// instruction (collective, send, recv) in run order (program.Execution), the CPU time
+	// of the work since the previous one, then its own; last, the work after the last one.
+	// The clock is read around communication only (a read is a system call), so CPU splits
+	// each span of work over its kinds in proportion to their wall time.
+	CPU      [program.NumKinds]time.Duration
+	CPUSpans []time.Duration
 }
 
 // Run executes one program per device, each on its own goroutine with its own buffers,
@@ -131,6 +147,9 @@ func prepare(programs []*program.Program, opts Options) (Options, *InProc) {
 func runDevices(ctx context.Context, devs []*device, inproc *InProc, opts Options) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if opts.CPUTime {
+		defer kernels.OneCore()()
+	}
 	var wg sync.WaitGroup
 	for i := range devs {
 		wg.Add(1)

@@ -115,7 +115,7 @@ func TestCalibrateWritesACluster(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cpu.json")
 	var out bytes.Buffer
 	require.NoError(t, runCalibrate(context.Background(), &out, calibrateFlags{cluster: "cpu:2", out: path, quick: true}))
-	assert.Contains(t, out.String(), "instruction overhead")
+	assert.Contains(t, out.String(), "runtime instruction")
 	assert.Contains(t, out.String(), "all_reduce     2 devices")
 	c, err := mesh.ParseCluster(path)
 	require.NoError(t, err)
@@ -125,8 +125,8 @@ func TestCalibrateWritesACluster(t *testing.T) {
 	f := runFlags{compileFlags: compileFlags{cluster: path, microbatches: "1", schedule: "1f1b", optimizer: "sgd"},
 		steps: 2, seed: 1, timeout: 10e9, tol: 1e-4}
 	require.NoError(t, runRun(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f))
-	assert.Regexp(t, `step time: predicted [0-9.]+ .s, measured [0-9.]+ .s \(measured/predicted [0-9.]+; median of 1 steps`, out.String())
-	assert.Contains(t, out.String(), "stage  predicted compute  predicted communication  measured compute")
+	assert.Regexp(t, `step time: predicted [0-9.]+ .s, measured [0-9.]+ .s CPU time \(measured/predicted [0-9.]+; median of 1 steps: one core per device.*\); wall clock [0-9.]+ .s`, out.String())
+	assert.Contains(t, out.String(), "stage  predicted compute  predicted communication  CPU compute  CPU communication  CPU other")
 }
 
 func TestCompilePrecision(t *testing.T) {

@@ -82,7 +82,8 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 	if err := o.validate(); err != nil {
 		return err
 	}
-	opts := autopar.TrainerOptions{Seed: o.seed, CheckSerial: o.check, Tolerance: o.tolerance(), Timeout: o.timeout, Programs: o.programs, Group: o.group}
+	opts := autopar.TrainerOptions{Seed: o.seed, CheckSerial: o.check, Tolerance: o.tolerance(), Timeout: o.timeout, Programs: o.programs, Group: o.group,
+		CPUTime: runtime.CPUTimeSupported && o.group == nil}
 	opts.Checkpoint = o.checkpoint
 	if o.resume != "" && o.checkpoint == nil {
 		ck, err := autopar.LoadCheckpoint(o.resume)
@@ -130,7 +131,11 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 		}
 		step := tr.Steps()
 		if r := tr.LastResult(); r != nil {
-			measured = append(measured, autopar.Measure(plan, r))
+			m, err := tr.Measured()
+			if err != nil {
+				m = autopar.Measure(plan, r) // the wall clock still holds
+			}
+			measured = append(measured, m)
 		}
 		fmt.Fprintf(out, "step %4d  loss %.6f  (%v)\n", step, loss, time.Since(start).Round(time.Millisecond))
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
@@ -170,6 +175,15 @@ func trainLoop(ctx context.Context, out io.Writer, plan *autopar.Plan, o loopOpt
 // printMeasured sets the plan's predicted step time beside the measured one, and each
 // stage's predicted compute and communication beside what its devices spent. The first
 // step warms up (allocations, caches) and is left out when there are others.
+//
+// What is compared with the prediction is the step in CPU time (autopar.MeasuredStep's
+// CPUStep: one core per device, each instruction taking what its device's thread spent on
+// it, replayed along the programs' dependencies), which is what a prediction describes and
+// holds still on a shared machine; the wall clock is shown beside it, labelled, and is what
+// this machine took with whatever else ran (and with fewer cores than devices, if so).
+// Without CPU times (not Linux, or over MPI), or on a cluster whose devices share cores
+// (host_cores: the cpu preset prices this machine's wall clock), the wall clock is
+// compared.
 func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 	if len(steps) == 0 {
 		return
@@ -177,24 +191,51 @@ func printMeasured(w io.Writer, p *autopar.Plan, steps []autopar.MeasuredStep) {
 	if len(steps) > 1 {
 		steps = steps[1:]
 	}
-	m := autopar.MedianStep(steps)
-	pr := p.Predicted
-	ratio := "-"
-	if pr.StepTime > 0 {
-		ratio = fmt.Sprintf("%.2f", m.Step/pr.StepTime)
+	// A cluster whose devices share cores (host_cores, the cpu preset) prices the wall
+	// clock of this machine; a calibrated one, a core per device: the CPU-time step.
+	cpu := p.Cluster.HostCores == 0
+	for _, s := range steps {
+		cpu = cpu && s.CPUStages != nil && s.CPUStep > 0
 	}
-	fmt.Fprintf(w, "\nstep time: predicted %s, measured %s (measured/predicted %s; median of %d steps, on the runtime's counters)\n",
-		units.Seconds(pr.StepTime), units.Seconds(m.Step), ratio, len(steps))
+	pr := p.Predicted
+	ratio := func(x float64) string {
+		if pr.StepTime > 0 {
+			return fmt.Sprintf("%.2f", x/pr.StepTime)
+		}
+		return "-"
+	}
+	var m autopar.MeasuredStep
+	if cpu {
+		m = autopar.MedianCPUStep(steps)
+		wall := autopar.MedianStep(steps)
+		fmt.Fprintf(w, "\nstep time: predicted %s, measured %s CPU time (measured/predicted %s; median of %d steps: one core per device, each device's thread CPU time replayed along the programs' dependencies); wall clock %s (busiest device, on this machine as loaded)\n",
+			units.Seconds(pr.StepTime), units.Seconds(m.CPUStep), ratio(m.CPUStep), len(steps), units.Seconds(wall.Step))
+	} else {
+		m = autopar.MedianStep(steps)
+		fmt.Fprintf(w, "\nstep time: predicted %s, measured %s wall clock (measured/predicted %s; median of %d steps, busiest device on the runtime's counters)\n",
+			units.Seconds(pr.StepTime), units.Seconds(m.Step), ratio(m.Step), len(steps))
+		if c := autopar.MedianCPUStep(steps); c.CPUStep > 0 {
+			fmt.Fprintf(w, "  (in CPU time, one core per device: %s)\n", units.Seconds(c.CPUStep))
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tpredicted compute\tpredicted communication\tmeasured compute\tmeasured communication\tmeasured other")
+	what, stages := "wall", m.Stages
+	if cpu {
+		what, stages = "CPU", m.CPUStages
+	}
+	fmt.Fprintf(tw, "stage\tpredicted compute\tpredicted communication\t%s compute\t%s communication\t%s other\n", what, what, what)
 	B := float64(p.Microbatches)
 	for i, s := range p.Stages {
 		compute, comm := s.MicrobatchSplit()
 		compute, comm = B*compute+s.StepTime-s.StepComm, B*comm+s.StepComm // and the once-per-step part
-		t := m.Stages[i]
+		t := stages[i]
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i, units.Seconds(compute), units.Seconds(comm),
 			units.Seconds(t.Compute), units.Seconds(t.Communication), units.Seconds(t.Other))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "per step (its micro-batches and the once-per-step part), mean over each stage's devices; measured communication includes waiting for peers; other: loads, stores, frees")
+	if cpu {
+		fmt.Fprintln(w, "per step (its micro-batches and the once-per-step part), mean over each stage's devices, in their threads' CPU time (waiting costs none; a span of work is split over its kinds by wall time); other: loads, stores, frees")
+	} else {
+		fmt.Fprintln(w, "per step (its micro-batches and the once-per-step part), mean over each stage's devices; measured communication includes waiting for peers; other: loads, stores, frees")
+	}
 }

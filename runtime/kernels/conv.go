@@ -41,13 +41,13 @@ func newGeom(x ir.Shape, kh, kw int, at ir.Attrs) geom {
 	return g
 }
 
-// im2col unfolds one image x [C, H, W] into cols [C·KH·KW, Ho·Wo], zero where the window
-// reads padding.
-func im2col[T float](g geom, x, cols []T) {
+// im2col unfolds one image x [C, H, W] into cols [C·KH·KW, Ho·Wo] (rows ld apart), zero
+// where the window reads padding.
+func im2col[T float](g geom, x, cols []T, ld int) {
 	for c := range g.c {
 		for ki := range g.kh {
 			for kj := range g.kw {
-				row := cols[((c*g.kh+ki)*g.kw+kj)*g.nout:][:g.nout]
+				row := cols[((c*g.kh+ki)*g.kw+kj)*ld:][:g.nout]
 				for oi := range g.ho {
 					i := oi*g.sh - g.ph + ki
 					dst := row[oi*g.wo : (oi+1)*g.wo]
@@ -70,12 +70,13 @@ func im2col[T float](g geom, x, cols []T) {
 	}
 }
 
-// col2im adds cols [C·KH·KW, Ho·Wo] back into one image dx [C, H, W]: im2col's adjoint.
-func col2im[T float](g geom, cols, dx []T) {
+// col2im adds cols [C·KH·KW, Ho·Wo] (rows ld apart) back into one image dx [C, H, W]:
+// im2col's adjoint.
+func col2im[T float](g geom, cols, dx []T, ld int) {
 	for c := range g.c {
 		for ki := range g.kh {
 			for kj := range g.kw {
-				row := cols[((c*g.kh+ki)*g.kw+kj)*g.nout:][:g.nout]
+				row := cols[((c*g.kh+ki)*g.kw+kj)*ld:][:g.nout]
 				for oi := range g.ho {
 					i := oi*g.sh - g.ph + ki
 					if i < 0 || i >= g.h {
@@ -106,27 +107,52 @@ func evalConv(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error {
 func conv[T float](op ir.Op, at ir.Attrs, ds ir.Shape, d []T, as ir.Shape, a []T, bs ir.Shape, b []T) {
 	switch op {
 	case ir.OpConv2D: // a = x [N,C,H,W], b = f [O,C,KH,KW]
+		// The images side by side, cols [C·KH·KW, N·Ho·Wo], and one GEMM for all: on
+		// small images a GEMM per image would be a matrix-vector product that reads the
+		// filter once per image. Each output is the same sum in the same order either way.
 		g := newGeom(as, bs[2], bs[3], at)
-		cols := make([]T, g.ncol*g.nout)
-		o := bs[0]
-		for n := range as[0] {
-			im2col(g, a[n*g.c*g.h*g.w:], cols)
-			gemm(false, false, view(b, o, g.ncol), view(cols, g.ncol, g.nout), 0, view(d[n*o*g.nout:], o, g.nout))
+		n, o := as[0], bs[0]
+		ld := n * g.nout
+		cols := make([]T, g.ncol*ld)
+		for i := range n {
+			im2col(g, a[i*g.c*g.h*g.w:], cols[i*g.nout:], ld)
+		}
+		y := d
+		if n > 1 {
+			y = make([]T, o*ld)
+		}
+		gemm(false, false, view(b, o, g.ncol), mat[T]{data: cols, rows: g.ncol, cols: ld, stride: ld}, 0, view(y, o, ld))
+		if n > 1 { // y [O, N, Ho·Wo] to d [N, O, Ho·Wo]
+			for i := range n {
+				for c := range o {
+					copy(d[(i*o+c)*g.nout:][:g.nout], y[c*ld+i*g.nout:])
+				}
+			}
 		}
 	case ir.OpConv2DInputGrad: // a = dy [N,O,Ho,Wo], b = f [O,C,KH,KW], d = dx
 		g := newGeom(ds, bs[2], bs[3], at)
-		cols := make([]T, g.ncol*g.nout)
-		o := bs[0]
-		for n := range ds[0] {
-			gemm(true, false, view(b, o, g.ncol), view(a[n*o*g.nout:], o, g.nout), 0, view(cols, g.ncol, g.nout))
-			col2im(g, cols, d[n*g.c*g.h*g.w:])
+		n, o := ds[0], bs[0]
+		ld := n * g.nout
+		dy := a
+		if n > 1 { // dy [N, O, Ho·Wo] to [O, N, Ho·Wo], one GEMM for every image
+			dy = make([]T, o*ld)
+			for i := range n {
+				for c := range o {
+					copy(dy[c*ld+i*g.nout:][:g.nout], a[(i*o+c)*g.nout:])
+				}
+			}
+		}
+		cols := make([]T, g.ncol*ld)
+		gemm(true, false, view(b, o, g.ncol), mat[T]{data: dy, rows: o, cols: ld, stride: ld}, 0, mat[T]{data: cols, rows: g.ncol, cols: ld, stride: ld})
+		for i := range n {
+			col2im(g, cols[i*g.nout:], d[i*g.c*g.h*g.w:], ld)
 		}
 	default: // filter grad: a = x [N,C,H,W], b = dy [N,O,Ho,Wo], d = df [O,C,KH,KW]
 		g := newGeom(as, ds[2], ds[3], at)
 		cols := make([]T, g.ncol*g.nout)
 		o := ds[0]
 		for n := range as[0] {
-			im2col(g, a[n*g.c*g.h*g.w:], cols)
+			im2col(g, a[n*g.c*g.h*g.w:], cols, g.nout)
 			gemm(false, true, view(b[n*o*g.nout:], o, g.nout), view(cols, g.ncol, g.nout), 1, view(d, o, g.ncol))
 		}
 	}

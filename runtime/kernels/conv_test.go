@@ -128,3 +128,33 @@ func TestPoolGradsAreAdjoints(t *testing.T) {
 		require.InDelta(t, dot(m, g), dot(x, dm), 1e-10) // max is linear in x at fixed argmax
 	}
 }
+
+// The convolution and its input gradient run every image of the batch in one GEMM; each
+// image's result equals, bit for bit, the op on that image alone.
+func TestConvBatchEqualsImageByImage(t *testing.T) {
+	at := ir.Attrs{}.With("stride", []int{2, 2}).With("pad", []int{1, 1})
+	n, c, hw, o := 3, 8, 2, 16
+	xs, fs := ir.Shape{n, c, hw, hw}, ir.Shape{o, c, 3, 3}
+	g := newGeom(xs, 3, 3, at)
+	ys := ir.Shape{n, o, g.ho, g.wo}
+	fill := func(k int64, seed int) []float32 {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = float32((i*7+seed)%13)/13 - 0.4
+		}
+		return x
+	}
+	x, f, dy := fill(xs.NumElements(), 1), fill(fs.NumElements(), 2), fill(ys.NumElements(), 3)
+	y, dx := make([]float32, ys.NumElements()), make([]float32, xs.NumElements())
+	conv(ir.OpConv2D, at, ys, y, xs, x, fs, f)
+	conv(ir.OpConv2DInputGrad, at, xs, dx, ys, dy, fs, f)
+	xi, yi := c*hw*hw, o*g.ho*g.wo
+	one := func(s ir.Shape) ir.Shape { return append(ir.Shape{1}, s[1:]...) }
+	for i := range n {
+		y1, dx1 := make([]float32, yi), make([]float32, xi)
+		conv(ir.OpConv2D, at, one(ys), y1, one(xs), x[i*xi:(i+1)*xi], fs, f)
+		conv(ir.OpConv2DInputGrad, at, one(xs), dx1, one(ys), dy[i*yi:(i+1)*yi], fs, f)
+		require.Equal(t, y1, y[i*yi:(i+1)*yi], "image %d", i)
+		require.Equal(t, dx1, dx[i*xi:(i+1)*xi], "image %d", i)
+	}
+}
