@@ -471,7 +471,7 @@ func weightBytes(g *ir.Graph, res *sharding.Result) int64 {
 		}
 		sum += b
 	}
-	return sum
+	return sum + res.Gathered // the copies in other layouts, held once per step too
 }
 
 // stage cuts layers [start, end) out of the step, once per range.

@@ -15,8 +15,8 @@
 //     operand, Alpa's simplification: a follower takes the layout its leader produces, so
 //     the ILP has one node per group rather than per op. A constant or iota read by one op
 //     joins that op's group (fill), with its Pareto-optimal layouts.
-//   - einsumcut.go: in attention's 4-D einsums an axis a batch label can take splits no
-//     other label (not exact; Options.FullEinsums turns it off).
+//   - einsumcut.go: in attention's 4-D einsums and MoE's expert einsums an axis a batch
+//     label can take splits no other label (not exact; Options.FullEinsums turns it off).
 //   - dominance.go: exact dominance pruning of each node's strategies (own cost, memory,
 //     the layouts read and the resharding of what it writes; Options.NoPrune).
 //   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge

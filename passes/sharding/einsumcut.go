@@ -19,7 +19,8 @@ import (
 // collective and reads less. What the cut gives up is the plans whose neighbours prefer
 // the non-batch layout (sequence-parallel attention), which the measured plans never
 // chose: docs/DECISIONS.md and BENCHMARKS.md (issue 13, smaller ILPs) give the effect.
-// Replicating an axis stays allowed (the tiny models' plans replicate attention).
+// Replicating an axis stays allowed (the tiny models' plans replicate attention). The same
+// rule covers GShard's expert einsums, whose weights are 3-D (cutLabels below).
 
 // cutEinsums drops, in every group without a forced member, the group strategies that
 // pick a cut strategy of a 4-D einsum member, unless that would drop them all.
@@ -60,33 +61,17 @@ func (p *planner) cutEinsums() {
 	}
 }
 
-// einsumAllowed returns, for a 4-D einsum, which of its candidates the cut keeps; nil for
-// any other value.
+// einsumAllowed returns, for a value the cut applies to (a 4-D einsum or an expert einsum),
+// which of its candidates the cut keeps; nil for any other value.
 func (p *planner) einsumAllowed(v ir.ValueID) []bool {
-	val := p.g.Value(v)
-	if val.Op.Def().Category != ir.CatContraction || val.Type.Shape.Rank() < 4 {
+	d, batch, lead, ok := p.cutLabels(v)
+	if !ok {
 		return nil
 	}
-	d := p.g.Dims(v)
-	if len(d.Operands) < 2 {
-		return nil
-	}
-	for _, op := range d.Operands {
-		if len(op) < 4 {
-			return nil
-		}
-	}
-	batch := make([]bool, d.NumLabels())
-	for l := range batch {
-		batch[l] = has(d.Result, l) && !d.Fixed[l]
-		for _, op := range d.Operands {
-			batch[l] = batch[l] && has(op, l)
-		}
-	}
-	// takeable[a]: some batch label's size is divisible by axis a.
+	// takeable[a]: some leading label's size is divisible by axis a.
 	var takeable mesh.AxisSet
 	for a := range 2 {
-		for l, b := range batch {
+		for l, b := range lead {
 			if b && p.lm.Shape[a] > 1 && d.Sizes[l]%p.lm.Shape[a] == 0 {
 				takeable |= 1 << a
 			}
@@ -110,6 +95,64 @@ func (p *planner) einsumAllowed(v ir.ValueID) []bool {
 		out[k] = bad&takeable == 0
 	}
 	return out
+}
+
+// cutLabels classifies the labels of a value the cut applies to: batch labels may take any
+// axis; an axis some lead label's size is divisible by splits no label that is not batch.
+// ok is false for a value the cut leaves alone.
+//
+//   - A contraction with a result of rank ≥ 3 and an operand of rank ≥ 4. Its operands of
+//     rank ≥ 4 are activations, the others weights (the experts' ehf and efh) or small
+//     activations (the gates). Batch labels are the result's labels in every 4-D operand;
+//     lead labels the result's labels in every operand. Attention's einsums (every operand
+//     4-D) have b and h for both, as before. GShard's expert einsums: egch,ehf→egcf and
+//     egcf,efh→gech have batch e, g, c and lead e: on an axis the experts can take,
+//     splitting e splits the weights as a split of f or h does, with no collective inside
+//     the op (f or the contracted h would need the activation whole on that axis, or
+//     leave an all-reduce of the output), so f and h are cut there; g and c stay (data-
+//     parallel experts, weights whole, trade an all-to-all for the weights' all-reduce).
+//     gsec,gsh→egch has batch g, e, c and lead g, and gsec,gech→gsh batch and lead g:
+//     where the groups can go, the contracted labels (a partial result to reduce) and
+//     the labels of one operand (the other whole on that axis) are cut. The gradients
+//     follow the same rule (the gates' gsec,gsc→gse: batch g, s, e, lead g, s; c is cut),
+//     the experts' weight gradients egcf,egch→ehf included: batch and lead e, so on an
+//     axis the experts can take g and c (contracted: the data-parallel all-reduce of the
+//     weight gradient) are cut too — a trade-off, not a dominance, kept because the
+//     measured plans are equal (BENCHMARKS.md). Contractions with no 4-D operand (the
+//     gate logits gsh,he→gse, every GPT projection) and 2-D results are not cut.
+//
+// Convolutions are not cut: a batch-first rule for them (an axis the batch can take splits
+// no channel) changed the tiny Wide-ResNet's plan (2×2: 3962 → 4036 µs, +1.9 %), whose
+// optimum splits the early convolutions' output channels from a replicated input.
+func (p *planner) cutLabels(v ir.ValueID) (d ir.Dims, batch, lead []bool, ok bool) {
+	val := p.g.Value(v)
+	if val.Op.Def().Category != ir.CatContraction || val.Type.Shape.Rank() < 3 {
+		return d, nil, nil, false
+	}
+	d = p.g.Dims(v)
+	if len(d.Operands) < 2 {
+		return d, nil, nil, false
+	}
+	act := false
+	for _, op := range d.Operands {
+		act = act || len(op) >= 4
+	}
+	if !act {
+		return d, nil, nil, false
+	}
+	batch = make([]bool, d.NumLabels())
+	lead = make([]bool, d.NumLabels())
+	for l := range batch {
+		batch[l] = has(d.Result, l) && !d.Fixed[l]
+		lead[l] = batch[l]
+		for _, op := range d.Operands {
+			lead[l] = lead[l] && has(op, l)
+			if len(op) >= 4 {
+				batch[l] = batch[l] && has(op, l)
+			}
+		}
+	}
+	return d, batch, lead, true
 }
 
 func has(labels []int, l int) bool {

@@ -41,6 +41,12 @@ type planner struct {
 	numOneHot int // and their one-hot rows, RowIDs 0..numOneHot-1
 
 	first, last []int // per value: its live range (memory.go)
+	// gath are the layouts params and state may be read in besides their stored one
+	// (memory.go, gatheredLayouts); gathDone says they are computed; hMain are their
+	// holding variables in prob, once the memory rows need them.
+	gath     []gathered
+	gathDone bool
+	hMain    []ilp.VarID
 
 	edgeRecs   []edgeRec
 	sharedRecs []sharedRec
@@ -661,6 +667,11 @@ func (p *planner) assignment(choice []int) []float64 {
 			x[r.y] = max(x[r.y], x[r.z])
 		} else if r.colOf[choice[r.m]] == r.c {
 			x[r.y] = 1
+		}
+	}
+	for i, h := range p.hMain {
+		if p.holds(&p.gath[i], choice) {
+			x[h] = 1
 		}
 	}
 	return x

@@ -10,6 +10,7 @@ import (
 
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/units"
 )
 
@@ -20,6 +21,19 @@ import (
 // or after t, so an op's operands and its result are counted together. A device holds
 // Strategy.Memory bytes of each under its chosen layout. Peak memory is the maximum over
 // points; the budget row of point t bounds the sum at t.
+//
+// A param or state read in a layout other than its stored one is held in that layout too,
+// for the whole step, as codegen holds it: its prologue loads every param and state the
+// forward and backward ops read, in each layout they read it in (one copy per distinct
+// layout), and keeps every copy until the update's last use of the value. So each
+// distinct consumer layout L ≠ stored of value v adds its bytes at every point (v lives
+// from 0 to the end). In the ILP, a continuous h(v, L) ∈ [0, 1] holds it: for each
+// consumer slot that may read v in L, h ≥ Σ(consumer strategies reading L) − Σ(v's
+// strategies storing L), so h is 1 exactly when some chosen consumer reads L and v is not
+// stored in L (h has no cost, and the memory rows only push it down). A layout that only
+// update ops read is made at the op, not in the prologue; it is counted from 0 all the
+// same, an overcount of the forward and backward points by that copy (the update ops read
+// params and state in their stored layouts unless the plan pays a resharding for it).
 
 // liveness returns each value's first and last live point.
 func (p *planner) liveness() (first, last []int) {
@@ -77,11 +91,151 @@ func argmax(xs []float64) (int, float64) {
 	return best, xs[best]
 }
 
-// peakOf returns the peak memory and its point under a choice of group strategies.
+// peakOf returns the peak memory and its point under a choice of group strategies,
+// gathered copies included.
 func (p *planner) peakOf(choice []int) (int, float64) {
-	return argmax(p.sweep(func(v ir.ValueID) float64 {
+	t, peak := argmax(p.sweep(func(v ir.ValueID) float64 {
 		return float64(p.cands[v][p.pick(v, choice[p.groupOf[v]])].Memory)
 	}))
+	return t, peak + p.gatheredBytes(choice)
+}
+
+// gathered is one layout a param or state may be read in, besides its stored one.
+type gathered struct {
+	v       ir.ValueID
+	key     uint64 // specBits of the layout
+	bytes   float64
+	readers []reader // the consumer slots with a strategy that reads v in it
+}
+
+// reader is one operand slot of a consumer.
+type reader struct {
+	u    ir.ValueID
+	slot int
+}
+
+// gatheredLayouts returns, in value order, every (param or state, layout) pair some
+// candidate consumer strategy reads and some strategy of the value does not store.
+func (p *planner) gatheredLayouts() []gathered {
+	if p.gathDone {
+		return p.gath
+	}
+	p.gathDone = true
+	idx := map[[2]uint64]int{}
+	for id := range p.g.Values {
+		u := ir.ValueID(id)
+		ks := p.s[p.rep[p.groupOf[u]]]
+		for slot, a := range p.g.Values[id].Args {
+			if op := p.g.Value(a).Op; op != ir.OpParam && op != ir.OpState {
+				continue
+			}
+			t := p.g.Value(a).Type
+			for k := range ks {
+				in := p.cands[u][p.pick(u, k)].In
+				if slot >= len(in) || p.storedOnlyIn(a, in[slot]) {
+					continue
+				}
+				key := specBits(in[slot])
+				i, ok := idx[[2]uint64{uint64(a), key}]
+				if !ok {
+					b, err := p.lm.LocalBytes(t.Shape, t.DType.Size(), in[slot])
+					if err != nil {
+						panic(fmt.Sprintf("sharding: %s read as %s: %v", p.g.Value(a).Name, in[slot], err))
+					}
+					i = len(p.gath)
+					idx[[2]uint64{uint64(a), key}] = i
+					p.gath = append(p.gath, gathered{v: a, key: key, bytes: float64(b)})
+				}
+				gl := &p.gath[i]
+				if n := len(gl.readers); n == 0 || gl.readers[n-1] != (reader{u, slot}) {
+					gl.readers = append(gl.readers, reader{u, slot})
+				}
+			}
+		}
+	}
+	// Sorted by value, then first reading: deterministic, and each value's layouts together.
+	sort.SliceStable(p.gath, func(i, j int) bool { return p.gath[i].v < p.gath[j].v })
+	return p.gath
+}
+
+// storedOnlyIn reports whether every strategy of v stores it in layout s: reading s then
+// never needs a copy.
+func (p *planner) storedOnlyIn(v ir.ValueID, s mesh.Spec) bool {
+	key := specBits(s)
+	for k := range p.s[p.rep[p.groupOf[v]]] {
+		if specBits(p.cands[v][p.pick(v, k)].Out) != key {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether a choice holds gathered layout gl: v is not stored in it and a
+// chosen consumer strategy reads v in it.
+func (p *planner) holds(gl *gathered, choice []int) bool {
+	if specBits(p.cands[gl.v][p.pick(gl.v, choice[p.groupOf[gl.v]])].Out) == gl.key {
+		return false
+	}
+	for _, r := range gl.readers {
+		in := p.cands[r.u][p.pick(r.u, choice[p.groupOf[r.u]])].In
+		if r.slot < len(in) && specBits(in[r.slot]) == gl.key {
+			return true
+		}
+	}
+	return false
+}
+
+// gatheredBytes is what a choice holds per device in gathered layouts.
+func (p *planner) gatheredBytes(choice []int) float64 {
+	sum := 0.0
+	for i := range p.gatheredLayouts() {
+		if gl := &p.gath[i]; p.holds(gl, choice) {
+			sum += gl.bytes
+		}
+	}
+	return sum
+}
+
+// addHolds adds to q, whose node variables are p's, a holding variable per gathered
+// layout and its rows (see the model above), and returns the variables.
+func (p *planner) addHolds(q *ilp.Problem) []ilp.VarID {
+	gls := p.gatheredLayouts()
+	hs := make([]ilp.VarID, len(gls))
+	for i := range gls {
+		gl := &gls[i]
+		name := p.g.Value(gl.v).Name
+		hs[i] = q.AddContinuous(fmt.Sprintf("h.%s.%d", name, i), 0, 1)
+		stored := map[ilp.VarID]float64{}
+		for k, sv := range p.s[p.rep[p.groupOf[gl.v]]] {
+			if specBits(p.cands[gl.v][p.pick(gl.v, k)].Out) == gl.key {
+				stored[sv]++
+			}
+		}
+		for ri, r := range gl.readers {
+			coef := map[ilp.VarID]float64{hs[i]: 1}
+			for v, c := range stored {
+				coef[v] += c
+			}
+			for k, sv := range p.s[p.rep[p.groupOf[r.u]]] {
+				if in := p.cands[r.u][p.pick(r.u, k)].In; r.slot < len(in) && specBits(in[r.slot]) == gl.key {
+					coef[sv]--
+				}
+			}
+			q.AddRow(fmt.Sprintf("hold.%s.%d.%d", name, i, ri), sortedTerms(coef), ilp.GE, 0)
+		}
+	}
+	return hs
+}
+
+func sortedTerms(coef map[ilp.VarID]float64) []ilp.Term {
+	terms := make([]ilp.Term, 0, len(coef))
+	for v, c := range coef {
+		if c != 0 {
+			terms = append(terms, ilp.Term{Var: v, Coef: c})
+		}
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i].Var < terms[j].Var })
+	return terms
 }
 
 // boundPeak returns, per point, the memory with every value at its smallest (lo) and
@@ -104,8 +258,9 @@ func (p *planner) boundPeak() (lo, hi []float64) {
 }
 
 // memoryTerms returns Σ over values alive at t of Σ_k s_k·bytes(v, k), merged per variable
-// (tied groups share variables) and sorted by variable.
-func (p *planner) memoryTerms(t int) []ilp.Term {
+// (tied groups share variables), plus Σ h·bytes over the gathered layouts (hs, as addHolds
+// made them: alive at every point), sorted by variable.
+func (p *planner) memoryTerms(t int, hs []ilp.VarID) []ilp.Term {
 	coef := map[ilp.VarID]float64{}
 	for id := range p.g.Values {
 		if p.first[id] > t || p.last[id] < t {
@@ -119,12 +274,10 @@ func (p *planner) memoryTerms(t int) []ilp.Term {
 			}
 		}
 	}
-	terms := make([]ilp.Term, 0, len(coef))
-	for v, c := range coef {
-		terms = append(terms, ilp.Term{Var: v, Coef: c})
+	for i, h := range hs {
+		coef[h] += p.gath[i].bytes
 	}
-	sort.Slice(terms, func(i, j int) bool { return terms[i].Var < terms[j].Var })
-	return terms
+	return sortedTerms(coef)
 }
 
 // topPoints returns up to k points with the largest values among those where a value dies
@@ -159,19 +312,19 @@ func (p *planner) minPeak(ctx context.Context) (peak float64, exact bool, err er
 		Rows: append([]ilp.Row(nil), p.prob.Rows[:p.numOneHot]...)}
 	m := q.AddContinuous("peak", 0, math.Inf(1))
 	q.SetObjective([]ilp.Term{{Var: m, Coef: 1}}, 0)
+	hs := p.addHolds(q)
 	lo, _ := p.boundPeak()
 	pts := p.topPoints(lo, 4, -1)
 	for round := 0; ; round++ {
 		for _, t := range pts {
-			terms := append([]ilp.Term{{Var: m, Coef: 1}}, negate(p.memoryTerms(t))...)
+			terms := append([]ilp.Term{{Var: m, Coef: 1}}, negate(p.memoryTerms(t, hs))...)
 			q.AddRow("peak.t"+strconv.Itoa(t), terms, ilp.GE, 0)
 		}
 		sol, err := ilp.Solve(ctx, q, ilp.Options{TimeLimit: p.opts.timeLimit()})
 		if sol == nil {
 			return 0, false, err
 		}
-		vals := append(append([]float64(nil), sol.Values...), make([]float64, len(p.prob.Vars)-p.numS)...)
-		t, got := p.peakOf(p.choiceFrom(vals))
+		t, got := p.peakOf(p.choiceFrom(sol.Values))
 		if err != nil || got <= sol.Values[m]*(1+1e-9)+1e-6 || round > 50 {
 			return got, err == nil && round <= 50, nil
 		}

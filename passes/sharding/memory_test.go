@@ -14,9 +14,10 @@ import (
 
 // The MLP step at batch 1024, hidden 256 on 1×4 (α = β = 1) is data parallel when memory
 // is free; the smallest-memory data-parallel plan peaks at 2,097,164 bytes per device.
-// Under 1.95 MB the plan must shard: ZeRO-style, a weight is held sharded over the data
-// axis, its gradient reduce-scattered, its update done on the shard, and the weight
-// all-gathered where the forward uses it. Under 1 MiB no plan fits, and the error names the
+// Under 1.95 MB the plan must shard: a weight is held sharded over the data axis, its
+// gradient reduce-scattered, its update done on the shard. (Gathering the weight for its
+// use, ZeRO-style, saves nothing now that the gathered copy is counted: the plan reads it
+// sharded instead, and only a counted copy may be all-gathered.) Under 1 MiB no plan fits, and the error names the
 // exact minimum, which is itself a feasible budget.
 func TestMemoryBudgetShardsThePlan(t *testing.T) {
 	g := mlpStep(t, 1024, 256, 2)
@@ -44,7 +45,9 @@ func TestMemoryBudgetShardsThePlan(t *testing.T) {
 			kinds[g.Value(c.Value).Name] = c.Kind
 		}
 		assert.Equal(t, mesh.ReduceScatter, kinds["grad."+w], "gradient of %s reduce-scattered", w)
-		assert.Equal(t, mesh.AllGather, kinds[w], "%s all-gathered for its use", w)
+		if kinds[w] == mesh.AllGather {
+			assert.Positive(t, r.Gathered, "%s all-gathered for its use: the copy is counted", w)
+		}
 		assert.Equal(t, r.Specs[id], r.Specs[lookup(t, g, w+"_new")], "update of %s sharded like it", w)
 	}
 	assert.Positive(t, sharded, "some weight is sharded: %v", describe(g, r.Collectives))
@@ -74,5 +77,80 @@ func TestBadOptions(t *testing.T) {
 		_, err := Solve(context.Background(), g, lm, tc.opts)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+// TestGatheredParamCounted: a param stored sharded and read replicated is held in both
+// layouts for the whole step (codegen's prologue gathers it once and keeps the copy until
+// the update), so the plan's peak counts the gathered copy: Result.Gathered is the bytes
+// of every distinct layout the chosen consumers read a param in beyond its stored one,
+// and a budget one byte under the peak is refused or met by another plan, never by this
+// one.
+func TestGatheredParamCounted(t *testing.T) {
+	g := mlpStep(t, 1024, 256, 2)
+	lm := uniform(t, 1, 4)
+	ctx := context.Background()
+	w := lookup(t, g, "l1.w")
+	opts := Options{AlpaCompute: true}
+	cands, err := CandidatesWith(g, lm, opts)
+	require.NoError(t, err)
+	shard := mesh.Spec{Dims: []mesh.AxisSet{mesh.Axis1, mesh.AxesNone}}
+	rep := mesh.Replicated(2)
+	// Force w's first consumer to read it replicated, w itself stored sharded.
+	u, slot := g.Users()[w][0], -1
+	for i, a := range g.Value(u).Args {
+		if a == w {
+			slot = i
+		}
+	}
+	k := -1
+	for i, s := range cands[u] {
+		if s.In[slot].Equal(rep) {
+			k = i
+			break
+		}
+	}
+	require.GreaterOrEqual(t, k, 0, "%s has a strategy reading %s replicated", g.Value(u).Name, "l1.w")
+	opts.Force = map[ir.ValueID]int{u: k}
+	opts.ForceSpec = map[ir.ValueID]mesh.Spec{w: shard}
+	r, err := Solve(ctx, g, lm, opts)
+	require.NoError(t, err)
+	require.True(t, r.Specs[w].Equal(shard))
+	require.True(t, r.Strategies[u].In[slot].Equal(rep))
+
+	// Independently of the planner: the distinct layouts the chosen consumers read each
+	// param or state in, less the stored one.
+	var want int64
+	users := g.Users()
+	for id := range g.Values {
+		v := ir.ValueID(id)
+		if op := g.Value(v).Op; op != ir.OpParam && op != ir.OpState {
+			continue
+		}
+		seen := map[string]bool{r.Specs[v].String(): true}
+		for _, c := range users[v] {
+			for i, a := range g.Value(c).Args {
+				if in := r.Strategies[c].In[i]; a == v && !seen[in.String()] {
+					seen[in.String()] = true
+					b, err := lm.LocalBytes(g.Value(v).Type.Shape, g.Value(v).Type.DType.Size(), in)
+					require.NoError(t, err)
+					want += b
+				}
+			}
+		}
+	}
+	require.GreaterOrEqual(t, want, int64(256*256*4), "l1.w gathered: 256×256 f32")
+	assert.Equal(t, want, r.Gathered)
+	assert.GreaterOrEqual(t, r.PeakMemory, r.Gathered+int64(256*256*4/4), "the shard and the copy, at least")
+
+	// A budget under the peak: this plan no longer fits (the rows count the copy).
+	opts.MemoryBudget = r.PeakMemory - 1
+	tight, err := Solve(ctx, g, lm, opts)
+	if err == nil {
+		assert.LessOrEqual(t, tight.PeakMemory, opts.MemoryBudget)
+	} else {
+		var me *MemoryError
+		require.ErrorAs(t, err, &me)
+		assert.Equal(t, r.PeakMemory, me.Minimum, "the minimum is the forced plan's own peak, copy included")
 	}
 }

@@ -40,8 +40,11 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 	}
 	start := time.Now()
 	for round := 1; ; round++ {
+		if len(pts) > 0 && p.hMain == nil {
+			p.hMain = p.addHolds(p.prob)
+		}
 		for _, t := range pts {
-			p.prob.AddRow("mem.t"+strconv.Itoa(t), p.memoryTerms(t), ilp.LE, budget)
+			p.prob.AddRow("mem.t"+strconv.Itoa(t), p.memoryTerms(t, p.hMain), ilp.LE, budget)
 			stats.MemoryRows++
 		}
 		sol, err := ilp.Solve(ctx, p.prob, ilp.Options{TimeLimit: p.opts.timeLimit()})
@@ -69,6 +72,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		stats.Objective = sol.Objective
 		res := p.result(choice, stats)
 		res.PeakMemory = int64(peak)
+		res.Gathered = int64(p.gatheredBytes(choice))
 		return res, nil
 	}
 }

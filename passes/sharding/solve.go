@@ -38,7 +38,7 @@ type Options struct {
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
 	// which cannot change the optimum; the tests compare against it.
 	NoPrune bool
-	// FullEinsums keeps every strategy of the 4-D einsums (attention's): no cut
+	// FullEinsums keeps every strategy of the 4-D einsums (attention's, the experts'): no cut
 	// (einsumcut.go), which may change the optimum.
 	FullEinsums bool
 	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
@@ -126,9 +126,13 @@ type Result struct {
 	Cost        Cost         `json:"cost"`
 	// PeakMemory is bytes per device at the worst point of the step; Budget the limit used
 	// (0: none).
-	PeakMemory int64    `json:"peak_memory"`
-	Budget     int64    `json:"memory_budget"`
-	ILP        ILPStats `json:"ilp"`
+	PeakMemory int64 `json:"peak_memory"`
+	// Gathered is the part of PeakMemory that the params and state take in the layouts
+	// their consumers read beyond their stored ones: copies codegen makes once per step
+	// and keeps for the whole step (memory.go).
+	Gathered int64    `json:"gathered_memory,omitempty"`
+	Budget   int64    `json:"memory_budget"`
+	ILP      ILPStats `json:"ilp"`
 }
 
 // Cost is the predicted time of one step on the mesh, in seconds, split by kind.
