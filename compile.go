@@ -28,8 +28,15 @@ type Options struct {
 	// which must then be "" or the same.
 	Precision string
 	// Microbatches is B; 0 searches the divisors of the batch up to MaxAutoMicrobatches.
-	// A model with an op that couples the samples of its batch (batch_norm) takes only 1.
+	// A model with an op that couples the samples of its batch (batch_norm under BatchNorm
+	// "step") takes only 1.
 	Microbatches int
+	// BatchNorm is what batch_norm's statistics run over: "step" (the default) the whole
+	// batch of the step, as the model says, which allows only one micro-batch; "microbatch"
+	// each micro-batch, as GPipe and Alpa compute them (passes.PerMicrobatchStats), so
+	// that the model can be pipelined. Either way they are synchronized across the
+	// data-parallel devices that share a (micro-)batch.
+	BatchNorm string
 	// Schedule is "1f1b" (default) or "gpipe".
 	Schedule string
 	// Layers is the number of layers the step is clustered into; 0 picks min(8, devices).
@@ -117,6 +124,7 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 		}
 		opts.Constraints, opts.Manual = ConstraintsOf(p), nil
 		opts.Layers, opts.Microbatches, opts.Schedule = len(p.Layers), p.Microbatches, p.Schedule
+		opts.BatchNorm = p.BatchNorm
 	}
 	opts = opts.withDefaults()
 	if err := checkSearch(opts.Search); err != nil {
@@ -134,6 +142,9 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	if err := checkRemat(opts.Remat); err != nil {
 		return nil, nil, err
 	}
+	if err := checkBatchNorm(opts.BatchNorm); err != nil {
+		return nil, nil, err
+	}
 	sched, err := program.ParseSchedule(opts.Schedule)
 	if err != nil {
 		return nil, nil, err
@@ -146,17 +157,68 @@ func prepare(ctx context.Context, g *ir.Graph, c *mesh.Cluster, opts Options) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	if id, ok := passes.BatchCoupled(g); ok {
-		// Micro-batches would change what the model computes: a plan must equal the step.
-		if opts.Microbatches > 1 {
-			v := g.Value(id)
-			return nil, nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch",
-				opts.Microbatches, v.Name, v.Op)
-		}
-		counts = []int{1}
+	if counts, err = uncoupled(g, counts, opts); err != nil {
+		return nil, nil, err
 	}
 	s := &Compilation{Model: g, Cluster: c, Options: opts, Schedule: sched, Batch: batch, ctx: ctx, shared: newShared()}
 	return s, counts, nil
+}
+
+// uncoupled returns the micro-batch counts that keep what the model computes: those of
+// which no op takes statistics across micro-batches (passes.BatchCoupled) in the forward
+// graph the plan computes (Compilation.Forward). Asked for one that does not, it is an
+// error naming the op.
+func uncoupled(g *ir.Graph, counts []int, opts Options) ([]int, error) {
+	var out []int
+	for _, b := range counts {
+		f, err := forwardFor(g, opts.BatchNorm, b)
+		switch {
+		case err != nil && opts.Microbatches == 0:
+			continue // its statistics cannot be split so; 1 always can
+		case err != nil:
+			return nil, fmt.Errorf("compile: %w", err)
+		}
+		id, ok := passes.BatchCoupled(f, b)
+		if !ok {
+			out = append(out, b)
+			continue
+		}
+		if opts.Microbatches == 0 {
+			continue // a count the search cannot take; 1 always can
+		}
+		// Micro-batches would change what the model computes: a plan must equal the step.
+		v := f.Value(id)
+		hint := ""
+		if v.Op == ir.OpBatchNorm && opts.BatchNorm != BatchNormMicrobatch {
+			hint = " (or --batch-norm microbatch: statistics per micro-batch, as GPipe and Alpa take them)"
+		}
+		return nil, ir.Errorf(v.Pos, "compile: %d micro-batches would change what %s (%s) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch%s",
+			b, v.Name, v.Op, hint)
+	}
+	return out, nil
+}
+
+// forwardFor is the forward graph a plan of forward graph g in b micro-batches computes
+// under batch-norm mode bn (plan.Computed without its coupling check): g itself, or, under
+// "microbatch", g with its batch norms' statistics per micro-batch.
+func forwardFor(g *ir.Graph, bn string, b int) (*ir.Graph, error) {
+	if bn != BatchNormMicrobatch {
+		return g, nil
+	}
+	return passes.PerMicrobatchStats(g, b)
+}
+
+// The values Options.BatchNorm takes.
+const (
+	BatchNormStep       = "step"
+	BatchNormMicrobatch = plan.BatchNormMicrobatch
+)
+
+func checkBatchNorm(s string) error {
+	if s != "" && s != BatchNormStep && s != BatchNormMicrobatch {
+		return fmt.Errorf("compile: batch norm %q: expected step (statistics over the step's batch) or microbatch (over each micro-batch)", s)
+	}
+	return nil
 }
 
 // worse picks the error to report of two: a memory error, which names the memory that
@@ -190,6 +252,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Search == "" {
 		o.Search = DefaultSearch
+	}
+	if o.BatchNorm == "" {
+		o.BatchNorm = BatchNormStep
 	}
 	return o
 }

@@ -1,35 +1,16 @@
 package autopar
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/autopar/autopar/passes"
-	"github.com/autopar/autopar/runtime"
-	"github.com/autopar/autopar/runtime/interp"
 )
 
 // measuredPeaks runs p's programs once on the runtime and returns every device's measured
 // peak memory, by device.
 func measuredPeaks(t *testing.T, p *Plan) map[int]int64 {
 	t.Helper()
-	progs, err := p.Programs()
-	require.NoError(t, err)
-	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
-	require.NoError(t, err)
-	data := runtime.Data{}
-	for k, v := range interp.InitParams(full, 1) {
-		data[k] = v
-	}
-	in, err := interp.GenerateInputs(full, 2)
-	require.NoError(t, err)
-	for k, v := range in {
-		data[k] = v
-	}
-	got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
-	require.NoError(t, err)
+	_, got := runOnce(t, p)
 	out := map[int]int64{}
 	for _, d := range got.Devices {
 		out[int(d.Device)] = d.PeakBytes

@@ -351,8 +351,12 @@ func (r *runner) run(s *Compilation, scope Scope) error {
 	return nil
 }
 
-func runRebatch(s *Compilation) (err error) {
-	s.MicroBatch, err = passes.Rebatch(s.Model, s.Batch/s.Microbatches)
+func runRebatch(s *Compilation) error {
+	f, err := forwardFor(s.Model, s.Options.BatchNorm, s.Microbatches)
+	if err != nil {
+		return err
+	}
+	s.MicroBatch, err = passes.Rebatch(f, s.Batch/s.Microbatches)
 	return err
 }
 

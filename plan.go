@@ -95,7 +95,14 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 	text := g.String()
 	p := &Plan{Plan: plan.Plan{Version: PlanVersion, Model: g.Name, ModelHash: plan.HashText(text), ModelIR: text, Cluster: *c,
 		Batch: batch, Microbatches: b, Schedule: sched.String(), Optimizer: plan.SpecOf(opts.Optimizer)}}
-	p.AttachGraphs(g, step)
+	fwd, err := forwardFor(g, opts.BatchNorm, b)
+	if err != nil {
+		return nil, err
+	}
+	if fwd != g && fwd.String() != text { // some statistics are per micro-batch
+		p.BatchNorm = plan.BatchNormMicrobatch
+	}
+	p.AttachGraphs(fwd, step)
 	if opts.Manual != nil {
 		p.Manual = opts.Manual.String()
 	}

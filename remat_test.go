@@ -12,6 +12,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/passes"
+	"github.com/autopar/autopar/program"
 	"github.com/autopar/autopar/runtime"
 	"github.com/autopar/autopar/runtime/interp"
 )
@@ -117,9 +118,8 @@ func TestRematOptionErrors(t *testing.T) {
 	require.EqualError(t, err, `compile: unknown recomputation "some", expected auto, none or full`)
 }
 
-// checkCounters runs p's programs once and checks every device's measured peak memory and
-// traffic against codegen.Predict.
-func checkCounters(t *testing.T, p *Plan) {
+// runOnce runs p's programs once on the serial step's initial params and inputs of 2.
+func runOnce(t *testing.T, p *Plan) ([]*program.Program, *runtime.Result) {
 	t.Helper()
 	progs, err := p.Programs()
 	require.NoError(t, err)
@@ -136,6 +136,14 @@ func checkCounters(t *testing.T, p *Plan) {
 	}
 	got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
 	require.NoError(t, err)
+	return progs, got
+}
+
+// checkCounters runs p's programs once and checks every device's measured peak memory and
+// traffic against codegen.Predict.
+func checkCounters(t *testing.T, p *Plan) {
+	t.Helper()
+	progs, got := runOnce(t, p)
 	cp, err := p.CodegenPlan()
 	require.NoError(t, err)
 	pred := codegen.Predict(cp, progs)

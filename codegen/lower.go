@@ -41,12 +41,8 @@ func Lower(p *Plan) (progs []*program.Program, err error) {
 		return nil, err
 	}
 	defer func() {
-		if r := recover(); r != nil {
-			le, ok := r.(lowerError)
-			if !ok {
-				panic(r)
-			}
-			progs, err = nil, le.err
+		if caught(recover(), &err) {
+			progs = nil
 		}
 	}()
 	l := newLowerer(p, an)
@@ -160,6 +156,20 @@ func (em *stageEm) freeMicrobatch() {
 
 // lowerError carries a user-facing error out of the emitter's depths to Lower.
 type lowerError struct{ err error }
+
+// caught reports whether r, a recovered panic, is a lowerError, and sets *err to its
+// error; any other panic goes on.
+func caught(r any, err *error) bool {
+	if r == nil {
+		return false
+	}
+	le, ok := r.(lowerError)
+	if !ok {
+		panic(r)
+	}
+	*err = le.err
+	return true
+}
 
 func fail(format string, args ...any) {
 	panic(lowerError{fmt.Errorf("codegen: "+format, args...)})

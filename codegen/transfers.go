@@ -28,12 +28,8 @@ func Transfers(p *Plan) (out []Transfer, err error) {
 		return nil, err
 	}
 	defer func() {
-		if r := recover(); r != nil {
-			le, ok := r.(lowerError)
-			if !ok {
-				panic(r)
-			}
-			out, err = nil, le.err
+		if caught(recover(), &err) {
+			out = nil
 		}
 	}()
 	l := newLowerer(p, an)

@@ -146,11 +146,24 @@ func dimsNorm(channelDim func(Shape) int, fixAllButChannel bool) func([]Type, At
 
 // dimsBatchNorm is batch_norm's "n c h* w*, c, c -> n c h* w*": a channel is normalized
 // over the batch and the spatial dims. The spatial dims stay whole; the batch may be split,
-// its statistics then all-reduced inside the op (OpDef.SyncStats).
+// its statistics then all-reduced inside the op (OpDef.SyncStats). A batch_norm whose
+// statistics run over groups of rows (BatchNormGroup) keeps its batch whole: "n*".
 func dimsBatchNorm(args []Type, at Attrs, res Type) Dims {
 	d := dimsNorm(batchNormChannel, true)(args, at, res)
-	d.Fixed[d.Result[0]] = false
+	d.Fixed[d.Result[0]] = BatchNormGroup(args[0].Shape, at) > 0
 	return d
+}
+
+// BatchNormGroup returns the rows of dim 0 of x (shaped s) that one set of a batch_norm's
+// statistics runs over when they are fewer than the whole dim (attribute group), or 0 when
+// the statistics run over the whole dim 0.
+func BatchNormGroup(s Shape, at Attrs) int {
+	v, _ := at.Get("group")
+	k, _ := v.(int)
+	if k <= 0 || len(s) == 0 || k >= s[0] {
+		return 0
+	}
+	return k
 }
 
 func dimsTranspose(args []Type, at Attrs, _ Type) Dims {

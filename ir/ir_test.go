@@ -140,3 +140,25 @@ func TestTableFacts(t *testing.T) {
 		assert.Equal(t, free > 0, c.op.Def().Partial != PartialNone, "%s: dims %s, partial %s", c.op, dims, c.op.Def().Partial)
 	}
 }
+
+// batch_norm's group: statistics per block of rows of dim 0. A block smaller than the batch
+// keeps the batch dim whole (its blocks are not synchronized across devices); the whole dim,
+// or 0, is the plain batch_norm, whose batch may be split. A group that does not divide the
+// batch is refused.
+func TestBatchNormGroup(t *testing.T) {
+	g := NewGraph("")
+	x, _ := g.Declare(OpInput, "x", Type{F32, Shape{8, 3, 2, 2}}, 0, Pos{})
+	c, _ := g.Declare(OpParam, "c", Type{F32, Shape{3}}, -1, Pos{})
+	plain := mustAppend(t, g, OpBatchNorm, "plain", []ValueID{x, c, c}, nil)
+	assert.Equal(t, "a b c* d*, b, b -> a b c* d*", g.Dims(plain).String())
+	grouped := mustAppend(t, g, OpBatchNorm, "grouped", []ValueID{x, c, c}, Attrs{}.With("group", 4))
+	assert.Equal(t, "a* b c* d*, b, b -> a* b c* d*", g.Dims(grouped).String())
+	whole := mustAppend(t, g, OpBatchNorm, "whole", []ValueID{x, c, c}, Attrs{}.With("group", 8))
+	assert.Equal(t, "a b c* d*, b, b -> a b c* d*", g.Dims(whole).String())
+	assert.Contains(t, g.String(), "grouped = batch_norm x, c, c group=4\n")
+	assert.Contains(t, g.String(), "plain = batch_norm x, c, c\n")
+	_, err := g.Append(OpBatchNorm, "bad", []ValueID{x, c, c}, Attrs{}.With("group", 3), Pos{"t.ir", 9, 1})
+	require.EqualError(t, err, "t.ir:9:1: batch_norm: group 3 must be a positive divisor of dim 0 of x (f32[8,3,2,2]), or 0 for the whole dim")
+	_, err = g.Append(OpBatchNorm, "neg", []ValueID{x, c, c}, Attrs{}.With("group", -1), Pos{"t.ir", 10, 1})
+	require.ErrorContains(t, err, "group -1 must be a positive divisor")
+}

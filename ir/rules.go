@@ -299,6 +299,11 @@ func inferNorm(name string, channelDim func(Shape) int) func([]Arg, Attrs) (Type
 		if at.Float("eps") <= 0 {
 			return Type{}, errf(name, "eps must be positive")
 		}
+		if v, ok := at.Get("group"); ok { // batch_norm's (ir.BatchNormGroup)
+			if k := v.(int); k < 0 || k > 0 && x.Type.Shape[0]%k != 0 {
+				return Type{}, errf(name, "group %d must be a positive divisor of dim 0 of %s (%s), or 0 for the whole dim", k, x.Name, x.Type)
+			}
+		}
 		return x.Type, nil
 	}
 }

@@ -92,10 +92,14 @@ var (
 	// data to [0, limit) (labels, token ids), 0 meaning no bound is known.
 	inputAttrs = []AttrSpec{{Name: "type", Kind: AttrType}, {Name: "batch", Kind: AttrInt, Default: -1}, {Name: "limit", Kind: AttrInt, Default: 0}}
 	eps        = []AttrSpec{{Name: "eps", Kind: AttrFloat, Default: 1e-5}}
-	axisAttr   = []AttrSpec{{Name: "axis", Kind: AttrInt}}
-	axesAttr   = []AttrSpec{{Name: "axes", Kind: AttrInts}}
-	convAttrs  = []AttrSpec{{Name: "stride", Kind: AttrInts, Default: []int{1, 1}}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
-	poolAttrs  = []AttrSpec{{Name: "window", Kind: AttrInts}, {Name: "stride", Kind: AttrInts}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+	// batch_norm's group: the rows of dim 0 one set of statistics runs over, in blocks of
+	// consecutive rows (ghost batch norm; per micro-batch statistics); 0, the default, is
+	// the whole dim 0.
+	bnAttrs   = withAttrs(eps, AttrSpec{Name: "group", Kind: AttrInt, Default: 0})
+	axisAttr  = []AttrSpec{{Name: "axis", Kind: AttrInt}}
+	axesAttr  = []AttrSpec{{Name: "axes", Kind: AttrInts}}
+	convAttrs = []AttrSpec{{Name: "stride", Kind: AttrInts, Default: []int{1, 1}}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
+	poolAttrs = []AttrSpec{{Name: "window", Kind: AttrInts}, {Name: "stride", Kind: AttrInts}, {Name: "pad", Kind: AttrInts, Default: []int{0, 0}}}
 )
 
 func withAttrs(base []AttrSpec, more ...AttrSpec) []AttrSpec {
@@ -174,7 +178,7 @@ var opTable = [numOps]OpDef{
 	OpLogSoftmax: alongAxis("log_softmax", 5),
 	OpCumsum:     alongAxis("cumsum", 1),
 	OpLayerNorm:  {Name: "layer_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("layer_norm", layerNormChannel), Dims: dimsNorm(layerNormChannel, false), FLOPs: perResult(8), Follower: true},
-	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: eps, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsBatchNorm, FLOPs: perResult(8), Follower: true, SyncStats: 2},
+	OpBatchNorm:  {Name: "batch_norm", Category: CatReduce, Arity: 3, Attrs: bnAttrs, Infer: inferNorm("batch_norm", batchNormChannel), Dims: dimsBatchNorm, FLOPs: perResult(8), Follower: true, SyncStats: 2},
 
 	OpReshape:   {Name: "reshape", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts}}, Infer: inferReshape, Dims: dimsReshape, FLOPs: noFLOPs, Follower: true},
 	OpTranspose: {Name: "transpose", Category: CatLayout, Arity: 1, Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}}, Infer: inferTranspose, Dims: dimsTranspose, FLOPs: noFLOPs, Follower: true},

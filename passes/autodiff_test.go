@@ -116,6 +116,13 @@ var gradCases = []gradCase{
 	{name: "batch_norm_4d", op: ir.OpBatchNorm, build: func(c *caseGraph) ir.ValueID {
 		return c.op(ir.OpBatchNorm, nil, c.param("x", normal, 2, 3, 2, 2), c.param("gamma", normal, 3), c.param("beta", normal, 3))
 	}},
+	// Statistics per group of rows of dim 0 (per micro-batch; ghost batch norm).
+	{name: "batch_norm_2d_group", op: ir.OpBatchNorm, build: func(c *caseGraph) ir.ValueID {
+		return c.op(ir.OpBatchNorm, at("group", 3), c.param("x", normal, 6, 2), c.param("gamma", normal, 2), c.param("beta", normal, 2))
+	}},
+	{name: "batch_norm_4d_group", op: ir.OpBatchNorm, build: func(c *caseGraph) ir.ValueID {
+		return c.op(ir.OpBatchNorm, at("group", 2), c.param("x", normal, 4, 3, 2, 2), c.param("gamma", normal, 3), c.param("beta", normal, 3))
+	}},
 	onX("reshape", ir.OpReshape, at("shape", []int{3, 4}), normal, 2, 6),
 	onX("transpose", ir.OpTranspose, at("perm", []int{2, 0, 1}), normal, 2, 3, 4),
 	onX("broadcast", ir.OpBroadcast, at("dims", []int{1, 2}, "shape", []int{2, 3, 4}), normal, 3, 1),

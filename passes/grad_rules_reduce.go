@@ -57,8 +57,16 @@ var reduceRules = map[ir.Op]gradRule{
 		return gradNorm(c, []int{r - 1}, r-1)
 	}},
 	ir.OpBatchNorm: {fn: func(c *gctx) []ir.ValueID {
-		r := c.v.Type.Shape.Rank()
-		return gradNorm(c, keptAxes(r, []int{1}), 1)
+		s := c.v.Type.Shape
+		k := ir.BatchNormGroup(s, c.v.Attrs)
+		if k == 0 {
+			return gradNorm(c, keptAxes(s.Rank(), []int{1}), 1)
+		}
+		// Statistics per group of k rows: the same rule on the view [n/k, k, c, ...], whose
+		// statistics run over every axis but the group (0) and the channel (2).
+		gs := append(ir.Shape{s[0] / k, k}, s[1:]...)
+		x, dy := c.reshape("xg", c.x(0), gs), c.reshape("dyg", c.dy, gs)
+		return gradNormView(c, x, dy, gs, keptAxes(gs.Rank(), []int{0, 2}), 2, s)
 	}},
 }
 
@@ -108,8 +116,16 @@ func gradEinsum(c *gctx) []ir.ValueID {
 //
 //	dβ = Σ dy, dγ = Σ dy·x̂ (over every axis but ch)
 //	dx = rstd·(g - mean(g) - x̂·mean(g·x̂)) (means over stat)
+//
+// A batch_norm with a group (ir.BatchNormGroup) is differentiated on its [n/k, k, c, ...]
+// view, with the statistics over each group.
 func gradNorm(c *gctx, stat []int, ch int) []ir.ValueID {
-	x, s := c.x(0), c.v.Type.Shape
+	return gradNormView(c, c.x(0), c.dy, c.v.Type.Shape, stat, ch, nil)
+}
+
+// gradNormView is gradNorm on a view of x and dy of shape s (a reshape of the op's
+// operand and result); dx is reshaped to back when it is not nil.
+func gradNormView(c *gctx, x, dy ir.ValueID, s ir.Shape, stat []int, ch int, back ir.Shape) []ir.ValueID {
 	param := keptAxes(s.Rank(), []int{ch})
 	var xhat, rstd ir.ValueID
 	if c.need[0] || c.need[1] {
@@ -121,15 +137,19 @@ func gradNorm(c *gctx, stat []int, ch int) []ir.ValueID {
 	return c.per(func(i int) ir.ValueID {
 		switch i {
 		case 1:
-			return c.reduceSum("dgamma", c.mul("dyxhat", c.dy, xhat), param)
+			return c.reduceSum("dgamma", c.mul("dyxhat", dy, xhat), param)
 		case 2:
-			return c.reduceSum("dbeta", c.dy, param)
+			return c.reduceSum("dbeta", dy, param)
 		}
 		gb := c.op("gammab", ir.OpBroadcast, ir.Attrs{}.With("dims", []int{ch}).With("shape", s), c.x(1))
-		gx := c.mul("g", c.dy, gb)
+		gx := c.mul("g", dy, gb)
 		m1 := c.expand("m1b", c.reduceMean("m1", gx, stat), stat, s)
 		m2 := c.expand("m2b", c.reduceMean("m2", c.mul("gxhat", gx, xhat), stat), stat, s)
 		inner := c.sub("inner", c.sub("gc", gx, m1), c.mul("xm2", xhat, m2))
-		return c.mul("dx", inner, c.expand("rstdx", rstd, stat, s))
+		dx := c.mul("dx", inner, c.expand("rstdx", rstd, stat, s))
+		if back != nil {
+			return c.reshape("dxr", dx, back)
+		}
+		return dx
 	})
 }

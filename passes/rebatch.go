@@ -213,6 +213,19 @@ func rebatchAttrs(g *ir.Graph, id ir.ValueID, at []batchAt, old, batch int) (ir.
 		shape := slices.Clone(v.Attrs.Ints("shape"))
 		shape[ba.Dim] = n
 		return v.Attrs.With("shape", shape), nil
+	case v.Op == ir.OpBatchNorm && at[v.Args[0]].Dim == 0 && batchNormGroup(v) > 0:
+		// Statistics over groups of k rows: the groups stay k rows, so the batch must hold
+		// whole groups; a batch of one group is the plain batch_norm (group 0).
+		k := batchNormGroup(v)
+		n, ok := scaled(g.Values[v.Args[0]].Type.Shape[0], at[v.Args[0]], old, batch)
+		if !ok || n%k != 0 {
+			return nil, ir.Errorf(v.Pos, "cannot micro-batch: batch_norm %s takes its statistics over groups of %d rows of %s, which a batch of %d does not hold whole",
+				v.Name, k, g.Values[v.Args[0]].Name, batch)
+		}
+		if n == k {
+			return v.Attrs.With("group", 0), nil
+		}
+		return v.Attrs, nil
 	case v.Op == ir.OpSlice && fullBatchSlice(g, v, at):
 		// A slice that keeps the whole batch (Split of an imported model's fused qkv) takes
 		// the micro-batch whole: its limit on the batch dim is rescaled like a reshape's.
@@ -257,14 +270,25 @@ func checkRebatched(old, now *ir.Value, ba batchAt, oldB, newB int) error {
 	return nil
 }
 
-// BatchCoupled returns the first op of g that couples the samples of its batch: one whose
-// dims signature fixes (must not split) the dim an operand carries the batch in, or one
-// that takes statistics over the batch its first operand carries in dim 0 (the row's
-// SyncStats: batch_norm, which a data-parallel split keeps exact by all-reducing them).
-// Splitting such a graph into micro-batches changes what it computes; ok is false when no
-// op does.
-func BatchCoupled(g *ir.Graph) (id ir.ValueID, ok bool) {
-	dims := BatchDims(g)
+// BatchCoupled returns the first op of g that couples the samples of different
+// micro-batches when its batch is split into b: one whose dims signature fixes (must not
+// split) the dim an operand carries the batch in, or a batch_norm (the op table's
+// SyncStats: statistics over its batch, dim 0, which a data-parallel split keeps exact by
+// all-reducing them) whose statistics run over the whole batch, or over groups of rows
+// (attribute group) that a micro-batch does not hold whole. Splitting such a graph into b
+// micro-batches changes what it computes; ok is false when no op does (always for b = 1).
+func BatchCoupled(g *ir.Graph, b int) (id ir.ValueID, ok bool) {
+	if b <= 1 {
+		return 0, false
+	}
+	size, err := BatchSize(g)
+	if err != nil {
+		return 0, false
+	}
+	at := make([]batchAt, len(g.Values))
+	for i := range g.Values {
+		at[i] = followBatch(g, ir.ValueID(i), at, size)
+	}
 	for i := range g.Values {
 		v := &g.Values[i]
 		if v.Op.IsLeaf() || v.Op == ir.OpReshape || len(v.Args) == 0 {
@@ -272,12 +296,77 @@ func BatchCoupled(g *ir.Graph) (id ir.ValueID, ok bool) {
 		}
 		d := g.Dims(ir.ValueID(i))
 		for k, a := range v.Args {
-			if bd := dims[a]; bd >= 0 && bd < len(d.Operands[k]) {
-				if l := d.Operands[k][bd]; l >= 0 && d.Fixed[l] || k == 0 && bd == 0 && v.Op.Def().SyncStats > 0 {
+			bd := at[a].Dim
+			if bd < 0 || bd >= len(d.Operands[k]) {
+				continue
+			}
+			if k == 0 && bd == 0 && v.Op.Def().SyncStats > 0 {
+				if statsCoupled(g, v, at[a], size, b) {
 					return ir.ValueID(i), true
 				}
+				continue
+			}
+			if l := d.Operands[k][bd]; l >= 0 && d.Fixed[l] {
+				return ir.ValueID(i), true
 			}
 		}
 	}
 	return 0, false
+}
+
+// statsCoupled reports whether batch_norm v, whose first operand carries the batch (of
+// size) in dim 0 as ba says, takes statistics across the samples of different micro-batches
+// when the batch is split into b: over the whole batch, or over groups of rows that are not
+// each inside one micro-batch (a micro-batch's rows are contiguous only when dim 0 holds the
+// batch alone).
+func statsCoupled(g *ir.Graph, v *ir.Value, ba batchAt, size, b int) bool {
+	k := batchNormGroup(v)
+	n := g.Values[v.Args[0]].Type.Shape[0]
+	return k == 0 || ba.Part != size || ba.Inner*ba.Part != n || size%b != 0 || (n/b)%k != 0
+}
+
+// batchNormGroup is v's group attribute (0: the whole batch).
+func batchNormGroup(v *ir.Value) int {
+	x, _ := v.Attrs.Get("group")
+	k, _ := x.(int)
+	return k
+}
+
+// PerMicrobatchStats returns g with the statistics of every batch_norm that takes them over
+// the whole batch taken per micro-batch of the batch split into b instead (attribute group:
+// the rows of one micro-batch): what GPipe and Alpa compute when they pipeline a model with
+// batch norm. It is what a plan with b micro-batches under Options.BatchNorm "microbatch"
+// computes, and its serial reference. A batch_norm whose dim 0 holds more than the batch
+// (the batch merged with another dim) cannot be split so and is an error; one with a group
+// of its own, or whose dim 0 does not carry the batch, is left as it is.
+func PerMicrobatchStats(g *ir.Graph, b int) (*ir.Graph, error) {
+	size, err := BatchSize(g)
+	if err != nil {
+		return nil, err
+	}
+	if b < 1 || size%b != 0 {
+		return nil, fmt.Errorf("the batch %d of graph %s is not divisible by %d micro-batches", size, g.Name, b)
+	}
+	out := g.Clone()
+	if b == 1 {
+		return out, nil
+	}
+	at := make([]batchAt, len(g.Values))
+	for i := range g.Values {
+		at[i] = followBatch(g, ir.ValueID(i), at, size)
+		v := &out.Values[i]
+		if v.Op != ir.OpBatchNorm || batchNormGroup(v) != 0 || at[v.Args[0]].Dim != 0 {
+			continue
+		}
+		ba, n := at[v.Args[0]], g.Values[v.Args[0]].Type.Shape[0]
+		if ba.Part != size || ba.Inner*ba.Part != n {
+			return nil, ir.Errorf(v.Pos, "cannot take the statistics of batch_norm %s per micro-batch: dim 0 of %s (%d) holds the batch %d merged with other dims",
+				v.Name, g.Values[v.Args[0]].Name, n, size)
+		}
+		v.Attrs = v.Attrs.With("group", n/b)
+	}
+	if err := ir.Verify(out); err != nil {
+		return nil, fmt.Errorf("per-micro-batch statistics: %w", err)
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 )
 
@@ -104,4 +105,89 @@ func TestRebatchSplitBatch(t *testing.T) {
 	}
 	_, err = Rebatch(g, 3)
 	require.ErrorContains(t, err, "splits the batch into groups of 2, which batch 3 does not fill")
+}
+
+// Per-micro-batch batch norm: PerMicrobatchStats gives every batch_norm the rows of one
+// micro-batch as its group; the graph of one micro-batch is then the plain one (group 0,
+// the text Rebatch made before groups existed), and BatchCoupled says which splits keep
+// what the graph computes.
+func TestPerMicrobatchStats(t *testing.T) {
+	g := model(t, "wresnet-tiny")
+	n, err := BatchSize(g)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	id, coupled := BatchCoupled(g, 2)
+	require.True(t, coupled)
+	assert.Equal(t, ir.OpBatchNorm, g.Value(id).Op)
+	_, coupled = BatchCoupled(g, 1)
+	assert.False(t, coupled, "one micro-batch is the step")
+
+	per, err := PerMicrobatchStats(g, 2)
+	require.NoError(t, err)
+	bns := 0
+	for i := range per.Values {
+		if v := &per.Values[i]; v.Op == ir.OpBatchNorm {
+			bns++
+			assert.Equal(t, 4, v.Attrs.Int("group"), v.Name)
+			assert.Equal(t, 0, g.Values[i].Attrs.Int("group"), "the input graph is not modified")
+		}
+	}
+	require.Positive(t, bns)
+	assert.Contains(t, per.String(), "group=4")
+	again, err := frontend.Parse("per.ir", []byte(per.String()))
+	require.NoError(t, err)
+	assert.Equal(t, per.String(), again.String(), "the group prints and parses back")
+
+	for b, want := range map[int]bool{2: false, 4: true, 8: true} {
+		_, coupled := BatchCoupled(per, b)
+		assert.Equal(t, want, coupled, "groups of 4 in %d micro-batches", b)
+	}
+	fine, err := PerMicrobatchStats(g, 4)
+	require.NoError(t, err)
+	_, coupled = BatchCoupled(fine, 2)
+	assert.False(t, coupled, "micro-batches of 4 hold two whole groups of 2")
+
+	// The micro-batch of the grouped graph is the micro-batch of the plain one.
+	mb, err := Rebatch(per, 4)
+	require.NoError(t, err)
+	plain, err := Rebatch(g, 4)
+	require.NoError(t, err)
+	assert.Equal(t, plain.String(), mb.String())
+	// A bigger batch keeps groups of 4; a micro-batch that cuts a group is refused.
+	big, err := Rebatch(per, 16)
+	require.NoError(t, err)
+	assert.Contains(t, big.String(), "group=4")
+	_, err = Rebatch(per, 2)
+	require.ErrorContains(t, err, "takes its statistics over groups of 4 rows")
+
+	one, err := PerMicrobatchStats(g, 1)
+	require.NoError(t, err)
+	assert.Equal(t, g.String(), one.String())
+	_, err = PerMicrobatchStats(g, 3)
+	require.ErrorContains(t, err, "not divisible by 3 micro-batches")
+
+	_, coupled = BatchCoupled(model(t, "gpt-tiny"), 4)
+	assert.False(t, coupled, "a transformer's samples are independent")
+}
+
+// A batch_norm whose dim 0 interleaves the batch with another dim holds no micro-batch in
+// one block of rows: PerMicrobatchStats refuses it, naming it.
+func TestPerMicrobatchStatsMixedBatch(t *testing.T) {
+	g := ir.NewGraph("mixed")
+	must := func(id ir.ValueID, err error) ir.ValueID {
+		t.Helper()
+		require.NoError(t, err)
+		return id
+	}
+	x := must(g.Declare(ir.OpInput, "x", ir.Type{DType: ir.F32, Shape: ir.Shape{8, 2, 3}}, 0, ir.Pos{}))
+	c := must(g.Declare(ir.OpParam, "c", ir.Type{DType: ir.F32, Shape: ir.Shape{3}}, -1, ir.Pos{}))
+	tr := must(g.Append(ir.OpTranspose, "tr", []ir.ValueID{x}, ir.Attrs{}.With("perm", []int{1, 0, 2}), ir.Pos{}))
+	flat := must(g.Append(ir.OpReshape, "flat", []ir.ValueID{tr}, ir.Attrs{}.With("shape", []int{16, 3}), ir.Pos{}))
+	bn := must(g.Append(ir.OpBatchNorm, "bn", []ir.ValueID{flat, c, c}, nil, ir.Pos{File: "m.ir", Line: 5, Col: 1}))
+	loss := must(g.Append(ir.OpReduceMean, "loss", []ir.ValueID{bn}, ir.Attrs{}.With("axes", []int{0, 1}), ir.Pos{}))
+	g.AddOutput(loss, ir.Pos{})
+	_, err := PerMicrobatchStats(g, 2)
+	require.EqualError(t, err, "m.ir:5:1: cannot take the statistics of batch_norm bn per micro-batch: dim 0 of flat (16) holds the batch 8 merged with other dims")
+	_, coupled := BatchCoupled(g, 2)
+	assert.True(t, coupled)
 }

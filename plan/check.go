@@ -40,6 +40,9 @@ func (p *Plan) checkMeaning() error {
 	if !finite(p.ILPTimeLimit) {
 		return fmt.Errorf("plan: ilp_time_limit_s %v, expected a finite number of seconds ≥ 0", p.ILPTimeLimit)
 	}
+	if p.BatchNorm != "" && p.BatchNorm != BatchNormMicrobatch {
+		return fmt.Errorf("plan: batch_norm %q, expected %q or none", p.BatchNorm, BatchNormMicrobatch)
+	}
 	if p.Batch < 1 || p.Microbatches < 1 || p.Batch%p.Microbatches != 0 {
 		return fmt.Errorf("plan: batch %d in %d micro-batches, expected a positive batch the micro-batch count divides", p.Batch, p.Microbatches)
 	}

@@ -25,13 +25,17 @@ const PlanVersion = 1
 // Plan is a compiled training plan: what plan.json holds. It is plain data, written and
 // read back byte for byte; Programs lowers it to one program per device.
 type Plan struct {
-	Version      int           `json:"version"`
-	Model        string        `json:"model"`
-	ModelHash    string        `json:"model_hash"` // sha256 of ModelIR
-	ModelIR      string        `json:"model_ir"`   // the forward graph, so the plan stands alone
-	Cluster      mesh.Cluster  `json:"cluster"`
-	Batch        int           `json:"batch"`
-	Microbatches int           `json:"microbatches"`
+	Version      int          `json:"version"`
+	Model        string       `json:"model"`
+	ModelHash    string       `json:"model_hash"` // sha256 of ModelIR
+	ModelIR      string       `json:"model_ir"`   // the forward graph, so the plan stands alone
+	Cluster      mesh.Cluster `json:"cluster"`
+	Batch        int          `json:"batch"`
+	Microbatches int          `json:"microbatches"`
+	// BatchNorm is "microbatch" when batch_norm's statistics run over each micro-batch
+	// (passes.PerMicrobatchStats; the compiler's Options.BatchNorm), "" when over the step's
+	// batch, as the model says.
+	BatchNorm    string        `json:"batch_norm,omitempty"`
 	Schedule     string        `json:"schedule"`
 	Optimizer    OptimizerSpec `json:"optimizer"`
 	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
@@ -288,12 +292,38 @@ func (p *Plan) CheckCluster(c *mesh.Cluster) error {
 	return nil
 }
 
-// AttachGraphs gives a plan the compiler just made its forward graph and the training step
-// of one micro-batch it sharded (ReadPlan rebuilds them from ModelIR instead).
+// AttachGraphs gives a plan the compiler just made the forward graph it computes (Computed)
+// and the training step of one micro-batch it sharded (ReadPlan rebuilds them from ModelIR
+// instead).
 func (p *Plan) AttachGraphs(model, step *ir.Graph) { p.model, p.step = model, step }
 
-// Forward returns the forward graph the plan was compiled from.
+// Forward returns the forward graph the plan computes: the model it was compiled from
+// (ModelIR), with its batch norms' statistics per micro-batch under BatchNorm
+// "microbatch". Its training step, run serially, is the reference the plan's programs
+// equal.
 func (p *Plan) Forward() *ir.Graph { return p.model }
+
+// BatchNormMicrobatch is Plan.BatchNorm for statistics per micro-batch.
+const BatchNormMicrobatch = "microbatch"
+
+// Computed returns the forward graph a plan of model in b micro-batches computes under
+// batch-norm mode bn ("" or "step": model itself; "microbatch": its batch norms' statistics
+// per micro-batch, passes.PerMicrobatchStats), after checking that the micro-batches do not
+// change it (passes.BatchCoupled).
+func Computed(model *ir.Graph, bn string, b int) (*ir.Graph, error) {
+	f := model
+	if bn == BatchNormMicrobatch {
+		var err error
+		if f, err = passes.PerMicrobatchStats(model, b); err != nil {
+			return nil, err
+		}
+	}
+	if id, ok := passes.BatchCoupled(f, b); ok {
+		v := f.Value(id)
+		return nil, ir.Errorf(v.Pos, "%d micro-batches would change what %s (%s) computes: it couples the samples of the batch", b, v.Name, v.Op)
+	}
+	return f, nil
+}
 
 // rebuild recomputes the micro-batch step the plan was made for and checks the plan's
 // values against it.
@@ -305,7 +335,11 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 	if batch != p.Batch {
 		return fmt.Errorf("plan: batch %d, but its model %s has batch %d", p.Batch, model.Name, batch)
 	}
-	mb, err := passes.Rebatch(model, p.Batch/p.Microbatches)
+	fwd, err := Computed(model, p.BatchNorm, p.Microbatches)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	mb, err := passes.Rebatch(fwd, p.Batch/p.Microbatches)
 	if err != nil {
 		return err
 	}
@@ -321,7 +355,7 @@ func (p *Plan) rebuild(model *ir.Graph) error {
 			}
 		}
 	}
-	p.model, p.step = model, step
+	p.model, p.step = fwd, step
 	return p.checkStep()
 }
 

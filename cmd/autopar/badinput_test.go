@@ -139,6 +139,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --schedule zigzag`, 1, `--schedule "zigzag": expected 1f1b or gpipe`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --schedule ''`, 1, `--schedule "": expected 1f1b or gpipe`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --remat some`, 1, `--remat "some": expected auto, none or full`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --batch-norm ghost`, 1, `--batch-norm "ghost": expected step (statistics over the step's batch) or microbatch`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --layers -1`, 1, `--layers -1: expected 0 (automatic) or more`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --dump nope`, 1, `--dump "nope": no such phase`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --optimizer lamb`, 1, `unknown optimizer "lamb"`},
@@ -212,7 +213,7 @@ var badInputs = []badInput{
 	{`compile $M/gpt-tiny.ir --cluster cpu:4 --plan $P/mlp-tiny-cpu4.json`, 1, `the plan belongs to model mlp`},
 	{`run $M/mlp-tiny.ir --cluster cpu:8 --plan $P/mlp-tiny-cpu4.json --steps 1`, 1, `devices_per_host 4, not 8`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:4 --batch 32 --plan $P/mlp-tiny-cpu4.json`, 1, `with batch 16, not batch 32`},
-	{`compile $M/wresnet-tiny.ir --cluster cpu:2 --microbatches 2`, 1, `2 micro-batches would change what stem.bn.batch_norm`},
+	{`compile $M/wresnet-tiny.ir --cluster cpu:2 --microbatches 2`, 1, `2 micro-batches would change what stem.bn.batch_norm (batch_norm) computes: it couples the samples of the batch (statistics over it); expected 1 micro-batch (or --batch-norm microbatch`},
 	{`compile $M/mlp-tiny.ir --cluster $C/16m-hosts.json --microbatches 1 --max-devices 16777216`, 1, `dp.MaxSearchStates`},
 	// flags shared by compile and run
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --microbatch-size 3`, 1, `--microbatch-size 3: expected a divisor of the batch`},

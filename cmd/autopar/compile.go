@@ -23,7 +23,7 @@ import (
 type compileFlags struct {
 	cluster, microbatches, schedule, memory, plan, out, emit string
 	search                                                   string
-	optimizer, dump, remat, precision                        string
+	optimizer, dump, remat, precision, batchNorm             string
 	batch, layers, microbatchSize                            int
 	lr, lossScale                                            float64
 	timePasses, checkPhases                                  bool
@@ -82,6 +82,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.microbatches, "microbatches", "auto", "micro-batches per step, or auto to search the divisors of the batch")
 	fl.IntVar(&f.microbatchSize, "microbatch-size", 0, "samples per micro-batch of the whole batch, across data-parallel replicas (instead of --microbatches; Megatron-LM's --micro-batch-size counts per replica: multiply it by dp)")
 	fl.StringVar(&f.schedule, "schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	fl.StringVar(&f.batchNorm, "batch-norm", autopar.BatchNormStep, "what batch_norm's statistics run over: step (the step's whole batch, as the model says: one micro-batch) or microbatch (each micro-batch, as GPipe and Alpa take them)")
 	fl.StringVar(&f.remat, "remat", "auto", "activation recomputation: auto (per stage, where memory forces it), none, or full (every stage)")
 	fl.StringVar(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
 	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
@@ -197,6 +198,12 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 	default:
 		return o, fmt.Errorf("--remat %q: expected auto, none or full", f.remat)
 	}
+	switch f.batchNorm {
+	case "", autopar.BatchNormStep, autopar.BatchNormMicrobatch:
+		o.BatchNorm = f.batchNorm
+	default:
+		return o, fmt.Errorf("--batch-norm %q: expected step (statistics over the step's batch) or microbatch (over each micro-batch)", f.batchNorm)
+	}
 	o.Layers = f.layers
 	if f.layers < 0 {
 		return o, fmt.Errorf("--layers %d: expected 0 (automatic) or more", f.layers)
@@ -310,6 +317,9 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	precision := ""
 	if p.Optimizer.Precision != "" {
 		precision = ", precision " + p.Optimizer.Precision
+	}
+	if p.BatchNorm == autopar.BatchNormMicrobatch {
+		precision += fmt.Sprintf(", batch norm over each micro-batch of %d", p.Batch/p.Microbatches)
 	}
 	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s)%s, cluster %s\n\n",
 		p.Model, p.Batch, p.Microbatches, p.Schedule, precision, p.Cluster.String())

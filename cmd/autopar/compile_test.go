@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -138,4 +139,32 @@ func TestCompilePrecision(t *testing.T) {
 	f.precision = "fp8"
 	require.EqualError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/mlp-tiny.ir", f),
 		`--precision: unknown precision "fp8", want one of [f32 f16 bf16 mixed mixed-f16]`)
+}
+
+// --batch-norm microbatch lets a Wide-ResNet be pipelined in micro-batches; the summary
+// says over what its statistics run.
+func TestCompileBatchNormMicrobatch(t *testing.T) {
+	var out, errOut bytes.Buffer
+	f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", plan: "tp=1,pp=2,dp=1", batchNorm: "microbatch"}
+	require.NoError(t, runCompile(context.Background(), &out, &errOut, "../../testdata/models/wresnet-tiny.ir", f))
+	assert.Contains(t, out.String(), "batch 8 in 2 micro-batches (1f1b), batch norm over each micro-batch of 4,")
+}
+
+// `run --check` under --batch-norm microbatch checks the programs against the serial step
+// of the per-micro-batch model, and a saved plan carries the choice to exec.
+func TestRunBatchNormMicrobatch(t *testing.T) {
+	model := "../../testdata/models/wresnet-tiny.ir"
+	out, err := execute(newRunCmd(), model, "--cluster", "cpu:2", "--microbatches", "2",
+		"--batch-norm", "microbatch", "--plan", "tp=1,pp=2,dp=1", "--steps", "2", "--check")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "batch norm over each micro-batch of 4")
+	assert.Equal(t, 2, strings.Count(out, "check: loss max abs"))
+
+	dir := t.TempDir()
+	f := compileFlags{cluster: "cpu:2", microbatches: "2", schedule: "1f1b", optimizer: "sgd", plan: "tp=1,pp=2,dp=1",
+		batchNorm: "microbatch", out: dir, emit: "programs"}
+	require.NoError(t, runCompile(context.Background(), &bytes.Buffer{}, &bytes.Buffer{}, model, f))
+	out, err = execute(newExecCmd(), dir, "--steps", "1", "--check")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "check: loss max abs")
 }

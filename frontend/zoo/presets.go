@@ -81,6 +81,7 @@ var presets = []Preset{
 	moePreset("70b", 70e9, 32, 2048, 64),
 
 	wresnetPreset("250m", 250e6, 50, 160, 2),
+	wresnetPreset("500m", 500e6, 50, 224, 2), // Alpa's suite_paper_wresnet.py: (224, 50, 224, 2, fp32)
 	wresnetPreset("1b", 1e9, 50, 320, 2),
 	wresnetPreset("2b", 2e9, 50, 448, 2),
 	wresnetPreset("4b", 4e9, 50, 640, 2),

@@ -29,7 +29,7 @@ func TestNamesAndNew(t *testing.T) {
 
 func TestPresets(t *testing.T) {
 	names := PresetNames()
-	assert.Len(t, names, 4+7+7+6)
+	assert.Len(t, names, 4+7+7+7)
 	seen := map[string]bool{}
 	for _, p := range Presets() {
 		assert.False(t, seen[p.Name], "preset %s listed twice", p.Name)

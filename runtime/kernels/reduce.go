@@ -201,7 +201,7 @@ func softmaxLine[T float](logOut bool, d, x []T, base, n, inner int) {
 
 // evalNorm is layer_norm (normalize each last-dim row, gamma and beta per column) and
 // batch_norm in training mode (normalize each channel, dim 1, over the batch and spatial
-// dims with the batch's statistics). Both use the biased variance and
+// dims with the batch's statistics, or each group's: ir.BatchNormGroup). Both use the biased variance and
 // y = (x - mean) / sqrt(var + eps) · gamma + beta.
 func evalNorm(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error {
 	s := args[0].Type.Shape
@@ -210,10 +210,22 @@ func evalNorm(op ir.Op, at ir.Attrs, out *Tensor, args []*Tensor) error {
 		outer, c, inner = axisView(s, 1)
 	}
 	eps := at.Float("eps")
-	if out.F32 != nil {
-		norm(op == ir.OpBatchNorm, out.F32, args[0].F32, args[1].F32, args[2].F32, outer, c, inner, eps)
-	} else {
-		norm(op == ir.OpBatchNorm, out.F64, args[0].F64, args[1].F64, args[2].F64, outer, c, inner, eps)
+	// A batch_norm with a group takes its statistics over each block of group rows of dim 0
+	// on its own (ir.BatchNormGroup): the blocks are normalized one after the other.
+	rows := outer
+	if op == ir.OpBatchNorm {
+		if k := ir.BatchNormGroup(s, at); k > 0 {
+			rows = k
+		}
+	}
+	n := rows * c * inner
+	for b := 0; b < outer; b += rows {
+		lo, hi := b*c*inner, b*c*inner+n
+		if out.F32 != nil {
+			norm(op == ir.OpBatchNorm, out.F32[lo:hi], args[0].F32[lo:hi], args[1].F32, args[2].F32, rows, c, inner, eps)
+		} else {
+			norm(op == ir.OpBatchNorm, out.F64[lo:hi], args[0].F64[lo:hi], args[1].F64, args[2].F64, rows, c, inner, eps)
+		}
 	}
 	return nil
 }

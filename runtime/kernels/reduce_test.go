@@ -135,3 +135,33 @@ func TestBatchNorm(t *testing.T) {
 	got2 := eval(t, ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-5), x2, vals(typ(ir.F32, 2), 1, 1), vals(typ(ir.F32, 2), 0, 0))
 	requireClose(t, []float64{-1 / math.Sqrt(1+1e-5), 0, 1 / math.Sqrt(1+1e-5), 0}, got2, 1e-6)
 }
+
+// A batch_norm with a group takes each block of group rows' own statistics: it equals
+// batch_norm over each block alone (the micro-batches of a pipeline).
+func TestBatchNormGroup(t *testing.T) {
+	r := rngFor(6)
+	for _, dt := range []ir.DType{ir.F64, ir.F32} {
+		x := randT(r, typ(dt, 6, 2, 2, 3))
+		g, b := vals(typ(dt, 2), 2, 0.5), vals(typ(dt, 2), 1, -1)
+		got := eval(t, ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-3).With("group", 2), x, g, b)
+		block := x.Len() / 3
+		for blk := range 3 {
+			part := make([]float64, block)
+			for i := range part {
+				part[i] = x.At(blk*block + i)
+			}
+			want := eval(t, ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-3), vals(typ(dt, 2, 2, 2, 3), part...), g, b)
+			for i := range block {
+				require.InDelta(t, want.At(i), got.At(blk*block+i), 1e-5, "%s block %d element %d", dt, blk, i)
+			}
+		}
+		// The whole dim as the group is the plain batch_norm.
+		whole := eval(t, ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-3).With("group", 6), x, g, b)
+		plain := eval(t, ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-3), x, g, b)
+		for i := range x.Len() {
+			require.Equal(t, plain.At(i), whole.At(i))
+		}
+	}
+	_, err := evalInfer(ir.OpBatchNorm, ir.Attrs{}.With("eps", 1e-3).With("group", 4), randT(r, typ(ir.F64, 6, 2)), vals(typ(ir.F64, 2), 1, 1), vals(typ(ir.F64, 2), 0, 0))
+	require.ErrorContains(t, err, "group 4 must be a positive divisor of dim 0")
+}
