@@ -10,7 +10,9 @@ import (
 // peak memory, by device.
 func measuredPeaks(t *testing.T, p *Plan) map[int]int64 {
 	t.Helper()
-	_, got := runOnce(t, p)
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	got := runStep(t, p, progs)
 	out := map[int]int64{}
 	for _, d := range got.Devices {
 		out[int(d.Device)] = d.PeakBytes

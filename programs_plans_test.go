@@ -1,7 +1,6 @@
 package autopar
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,11 +14,8 @@ import (
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
-	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
-	"github.com/autopar/autopar/runtime"
-	"github.com/autopar/autopar/runtime/interp"
 )
 
 // commTally is, per collective kind, how many a device runs in one step and the bytes
@@ -223,19 +219,7 @@ func TestProgramsEqualPlans(t *testing.T) {
 // the programs' tallies.
 func runCounts(t *testing.T, p *Plan, progs []*program.Program) {
 	t.Helper()
-	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
-	require.NoError(t, err)
-	feeds := runtime.Data{}
-	for k, v := range interp.InitParams(full, 1) {
-		feeds[k] = v
-	}
-	data, err := interp.GenerateInputs(full, 2)
-	require.NoError(t, err)
-	for k, v := range data {
-		feeds[k] = v
-	}
-	res, err := runtime.Run(context.Background(), progs, feeds, runtime.Options{})
-	require.NoError(t, err)
+	res := runStep(t, p, progs)
 	for i, st := range res.Devices {
 		for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll, program.Send, program.Recv} {
 			assert.Equal(t, programTally(progs[i], false)[k].N, st.Count[k], "device %d: %s", progs[i].Device, k)

@@ -118,11 +118,10 @@ func TestRematOptionErrors(t *testing.T) {
 	require.EqualError(t, err, `compile: unknown recomputation "some", expected auto, none or full`)
 }
 
-// runOnce runs p's programs once on the serial step's initial params and inputs of 2.
-func runOnce(t *testing.T, p *Plan) ([]*program.Program, *runtime.Result) {
+// runStep runs progs, p's programs, for one step on the serial step's initial params and
+// inputs of 2.
+func runStep(t *testing.T, p *Plan, progs []*program.Program) *runtime.Result {
 	t.Helper()
-	progs, err := p.Programs()
-	require.NoError(t, err)
 	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
 	require.NoError(t, err)
 	data := runtime.Data{}
@@ -136,14 +135,16 @@ func runOnce(t *testing.T, p *Plan) ([]*program.Program, *runtime.Result) {
 	}
 	got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
 	require.NoError(t, err)
-	return progs, got
+	return got
 }
 
 // checkCounters runs p's programs once and checks every device's measured peak memory and
 // traffic against codegen.Predict.
 func checkCounters(t *testing.T, p *Plan) {
 	t.Helper()
-	progs, got := runOnce(t, p)
+	progs, err := p.Programs()
+	require.NoError(t, err)
+	got := runStep(t, p, progs)
 	cp, err := p.CodegenPlan()
 	require.NoError(t, err)
 	pred := codegen.Predict(cp, progs)
