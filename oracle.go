@@ -41,6 +41,9 @@ type oracle struct {
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
+	// leastPlans: a one-layer stage that cannot fit is priced by its plan of least memory,
+	// solved, not by hopeless's bound (explain shows what each mesh would need).
+	leastPlans bool
 	// remat is the recomputation mode (RematAuto, RematNone, RematFull); pinned, when set,
 	// fixes the choice per layer range [start, end) (a saved plan's stages; see choice).
 	remat  string
@@ -89,6 +92,7 @@ type stageGraph struct {
 	ids     []ir.ValueID // the step's values the stage computes, in graph order
 	remat   *stageRemat
 	hash    string
+	single  bool    // the stage is one layer
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
@@ -343,6 +347,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
 	var me *sharding.MemoryError
+	if errors.As(err, &me) && sg.single && !o.leastPlans && float64(me.Minimum) > float64(o.memory) {
+		return hopeless(o.c, sg, n, me.Minimum)
+	}
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
@@ -368,6 +375,30 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		ActBytes:    float64(max(0, res.PeakMemory-weights)),
 	}
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+}
+
+// hopeless is the price of a one-layer stage whose least footprint on its mesh, minimum
+// (the sharding pass's MemoryError: exact, or a lower bound), exceeds the device memory:
+// no sharding of it fits one micro-batch, and recomputation cannot make it fit either —
+// recomputing a single layer, whole or layer by layer, holds its weights, its inputs kept
+// and, once, the activations of one micro-batch (remat.go: OnceBytes is the plain
+// ActBytes), which is the plain peak, at least minimum; and a composed range holds each of
+// its layers' weights plus at least one layer's activations (compose.go's withRemat). So
+// the plan of least memory the fallback solves would find (two more ILPs, the dearest of
+// a Wide-ResNet compile: its micro-batch counts of up to 768 images need hundreds of GiB
+// per layer) can only be rejected; this prices it without them, as a pruned stage: time
+// and weights are lower bounds (the compute spread perfectly, the weights spread evenly),
+// the activations make up the footprint, so that every way to run it, and every range
+// holding it, needs at least minimum.
+func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum int64) *stageSolution {
+	floor := float64(sg.weights) / n
+	act := max(0, float64(minimum)-floor)
+	plain := dp.StageCost{Time: c.ComputeTime(sg.flops) / n, WeightBytes: floor, ActBytes: act}
+	whole := plain
+	whole.Recompute, whole.ActBytes, whole.OnceBytes = true, 0, act
+	layered := whole
+	layered.Checkpoints = true
+	return &stageSolution{ok: true, cost: plain, remats: []dp.StageCost{whole, layered}}
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
@@ -498,7 +529,7 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
+	sg := &stageGraph{g: g, ids: ids, single: end-start == 1, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
 		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on
 	for i := range g.Values {
