@@ -347,8 +347,10 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
 	var me *sharding.MemoryError
-	if errors.As(err, &me) && sg.single && !o.leastPlans && float64(me.Minimum) > float64(o.memory) {
-		return hopeless(o.c, sg, n, me.Minimum)
+	if errors.As(err, &me) && !o.leastPlans {
+		if sol := hopeless(o.c, sg, n, me.Minimum, o.memory); sol != nil {
+			return sol
+		}
 	}
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
@@ -377,28 +379,56 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
-// hopeless is the price of a one-layer stage whose least footprint on its mesh, minimum
-// (the sharding pass's MemoryError: exact, or a lower bound), exceeds the device memory:
-// no sharding of it fits one micro-batch, and recomputation cannot make it fit either —
-// recomputing a single layer, whole or layer by layer, holds its weights, its inputs kept
-// and, once, the activations of one micro-batch (remat.go: OnceBytes is the plain
-// ActBytes), which is the plain peak, at least minimum; and a composed range holds each of
-// its layers' weights plus at least one layer's activations (compose.go's withRemat). So
-// the plan of least memory the fallback solves would find (two more ILPs, the dearest of
-// a Wide-ResNet compile: its micro-batch counts of up to 768 images need hundreds of GiB
-// per layer) can only be rejected; this prices it without them, as a pruned stage: time
-// and weights are lower bounds (the compute spread perfectly, the weights spread evenly),
-// the activations make up the footprint, so that every way to run it, and every range
-// holding it, needs at least minimum.
-func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum int64) *stageSolution {
+// hopeless prices a stage that cannot fit the device memory, whatever its sharding and
+// recomputation, without the two more ILPs the fallback solves for its plan of least memory
+// (the dearest of a Wide-ResNet compile: its micro-batch counts of up to 768 images need
+// hundreds of GiB per layer); nil when it might fit. minimum is the sharding pass's least
+// footprint of the plain stage (MemoryError: exact, or a lower bound).
+//
+// Every plan of the stage, priced as solveStageBudget prices it (remat.go), needs at least
+// this much per device, W being its weights (at least floor, the weights spread evenly),
+// A = peak − W its activations: plain, W + k·A ≥ peak ≥ minimum; recomputing whole, W +
+// k·kept + A ≥ minimum; layer by layer, W + k·kept + min(A, temps + largest segment) ≥
+// min(minimum, floor + the largest segment's recomputed bytes spread evenly), and for a
+// one-layer stage, whose one segment is all it recomputes, temps + largest ≥ A, so minimum.
+// When each exceeds the memory, the stage is priced as a pruned one (res nil): time and
+// weights lower bounds (compute spread perfectly, weights spread evenly), activations
+// making up those footprints, so the DP rejects every way to run it; a composed range
+// holding a one-layer stage so priced holds its weights and activations too (compose.go's
+// withRemat) and is rejected as well.
+func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum, memory int64) *stageSolution {
+	m := float64(minimum)
+	if memory <= 0 || m <= float64(memory) {
+		return nil
+	}
 	floor := float64(sg.weights) / n
-	act := max(0, float64(minimum)-floor)
+	act := max(0, m-floor)
+	once := act // a one-layer stage recomputing layer by layer holds its activations
+	if !sg.single {
+		once = min(act, largestSegment(sg.g, sg.remat.layers)/n)
+		if floor+once <= float64(memory) {
+			return nil // layer by layer might fit: solve it
+		}
+	}
 	plain := dp.StageCost{Time: c.ComputeTime(sg.flops) / n, WeightBytes: floor, ActBytes: act}
 	whole := plain
 	whole.Recompute, whole.ActBytes, whole.OnceBytes = true, 0, act
 	layered := whole
-	layered.Checkpoints = true
+	layered.Checkpoints, layered.OnceBytes = true, once
 	return &stageSolution{ok: true, cost: plain, remats: []dp.StageCost{whole, layered}}
+}
+
+// largestSegment is the largest of the bytes way recomputes per segment, unsharded.
+func largestSegment(g *ir.Graph, way *rematWay) float64 {
+	segs := map[int]float64{}
+	largest := 0.0
+	for i := range g.Values {
+		if way.redo[i] {
+			segs[way.seg[i]] += float64(g.Values[i].Type.Bytes())
+			largest = max(largest, segs[way.seg[i]])
+		}
+	}
+	return largest
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
