@@ -379,7 +379,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
 }
 
-// hopeless prices a stage that cannot fit the device memory, whatever its sharding and
+// hopeless prices a stage that cannot come near the device memory, whatever its sharding and
 // recomputation, without the two more ILPs the fallback solves for its plan of least memory
 // (the dearest of a Wide-ResNet compile: its micro-batch counts of up to 768 images need
 // hundreds of GiB per layer); nil when it might fit. minimum is the sharding pass's least
@@ -391,23 +391,25 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 // k·kept + A ≥ minimum; layer by layer, W + k·kept + min(A, temps + largest segment) ≥
 // min(minimum, floor + the largest segment's recomputed bytes spread evenly), and for a
 // one-layer stage, whose one segment is all it recomputes, temps + largest ≥ A, so minimum.
-// When each exceeds the memory, the stage is priced as a pruned one (res nil): time and
+// When each exceeds pruneFactor times the memory (so that, as with the weights, a memory
+// error's least memory that would fit is exact up to that factor), the stage is priced as
+// a pruned one (res nil): time and
 // weights lower bounds (compute spread perfectly, weights spread evenly), activations
 // making up those footprints, so the DP rejects every way to run it; a composed range
 // holding a one-layer stage so priced holds its weights and activations too (compose.go's
 // withRemat) and is rejected as well.
 func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum, memory int64) *stageSolution {
-	m := float64(minimum)
-	if memory <= 0 || m <= float64(memory) {
-		return nil
+	m, limit := float64(minimum), pruneFactor*float64(memory)
+	if memory <= 0 || m <= limit {
+		return nil // priced exactly, so that a memory error names what would fit
 	}
 	floor := float64(sg.weights) / n
 	act := max(0, m-floor)
 	once := act // a one-layer stage recomputing layer by layer holds its activations
 	if !sg.single {
 		once = min(act, largestSegment(sg.g, sg.remat.layers)/n)
-		if floor+once <= float64(memory) {
-			return nil // layer by layer might fit: solve it
+		if floor+once <= limit {
+			return nil // layer by layer might fit, or come within pruneFactor: solve it
 		}
 	}
 	plain := dp.StageCost{Time: c.ComputeTime(sg.flops) / n, WeightBytes: floor, ActBytes: act}
