@@ -46,6 +46,9 @@ type oracle struct {
 	remat  string
 	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
+	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
+	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
+	mb int
 
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
@@ -331,7 +334,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: o.mb, Update: sg.once, Accumulated: sg.acc}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
@@ -507,6 +510,10 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
 	}
+	if o.mb > 1 && weighted(g, sg.once, sg.acc) {
+		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
+		fmt.Fprintf(&kinds, " B%d", o.mb)
+	}
 	k := sha256.Sum256([]byte(kinds.String()))
 	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
 	for i := range g.Values {
@@ -520,6 +527,19 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+// weighted reports whether a stage's ILP depends on the micro-batch count: whether some of
+// its costs run once per step (an update op, an accumulated value, a param or state's
+// resharding) while others run per micro-batch. A stage without them weighs every cost by
+// B alike, and its solution is the same at every count.
+func weighted(g *ir.Graph, once, acc []bool) bool {
+	for i := range g.Values {
+		if once[i] || acc[i] || g.Values[i].Op == ir.OpParam || g.Values[i].Op == ir.OpState {
+			return true
+		}
+	}
+	return false
 }
 
 func btoi(b bool) int {
