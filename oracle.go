@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ type oracle struct {
 	infos      []*layerInfo
 	composedAt map[rangeKey]composedCost
 	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+	recvAt     map[rangeKey]float64      // recvEstimate's
+	cross      []crossValue              // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -173,11 +176,59 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
+		recvAt: map[rangeKey]float64{},
 		remat: RematAuto, fwd: forwardValues(step)}
 }
 
-// StageCost implements dp.Oracle.
+// StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
+// its time per micro-batch.
 func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
+	c, ok := o.stageCost(start, end, s, l)
+	if !ok {
+		return c, ok
+	}
+	x := o.recvEstimate(start, end, s, l)
+	if x == 0 {
+		return c, ok
+	}
+	c.Time += x
+	c.Remat = append([]dp.StageCost(nil), c.Remat...) // the solution's own slice is shared
+	for i := range c.Remat {
+		c.Remat[i].Time += x
+	}
+	return c, ok
+}
+
+// recvEstimate is the search's price of what stage [start, end) on (s, l) receives per
+// micro-batch from other stages: before the stages are placed and their neighbours'
+// layouts known, each value it receives (sg.recv) as one piece per device of an even
+// share of the tensor (codegen lands a transfer on all of the receiver's devices, see
+// codegen's absorb), priced by the point-to-point cost on the stage's own mesh. It is a
+// lower bound on the plan's RecvTime (priceTransfers): a device receives at least one
+// piece of each value, the stage's slowest device at least the even share, and a link to
+// another host costs no less than one inside the stage's own. Under GPipe and 1F1B a
+// stage's receives are on its path per micro-batch (forward activations, backward
+// gradients): Σ over stages counts each boundary's transfer once, as one micro-batch's
+// fill and drain crosses it, and the slowest stage's count B times.
+func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	k := rangeKey{start, end, s, l}
+	if x, ok := o.recvAt[k]; ok {
+		return x
+	}
+	x := 0.0
+	if recv := o.received(start, end); len(recv) > 0 {
+		if lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1]); err == nil {
+			n := float64(lm.Size())
+			for _, b := range recv {
+				x += o.c.SendRecvCost(lm, lm, float64(b)/n)
+			}
+		}
+	}
+	o.recvAt[k] = x
+	return x
+}
+
+func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.mirrored(s, l) {
 		return dp.StageCost{}, false
 	}
@@ -527,6 +578,71 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+// crossValue is a value of the step that layers other than its own read per micro-batch.
+type crossValue struct {
+	bytes int64
+	layer int   // its producer's
+	users []int // the other layers that read it per micro-batch, ascending
+}
+
+// received lists the bytes of each value layers [start, end) receive per micro-batch from
+// other layers: made by an op of another layer (a constant or iota is filled where it is
+// read, not sent), not once per step (an update op's, an
+// accumulated gradient: codegen sends those from the update block), and read by an op of
+// the range that runs per micro-batch (not an update op). Activations from earlier
+// layers, gradients from later ones.
+func (o *oracle) received(start, end int) []int64 {
+	if o.cross == nil {
+		parts, err := codegen.Parts(o.step)
+		if err != nil {
+			return nil
+		}
+		o.cross = []crossValue{}
+		users := map[ir.ValueID]map[int]bool{}
+		for i := range o.step.Values {
+			if parts.Update[i] || parts.Dead[i] || o.step.Values[i].Op.IsLeaf() {
+				continue
+			}
+			for _, a := range o.step.Values[i].Args {
+				v := o.step.Value(a)
+				if v.Op.IsLeaf() || v.Op == ir.OpConstant || v.Op == ir.OpIota || parts.Update[a] || parts.Accumulated[a] ||
+					o.lay.Of[a] == o.lay.Of[i] {
+					continue
+				}
+				if users[a] == nil {
+					users[a] = map[int]bool{}
+				}
+				users[a][o.lay.Of[i]] = true
+			}
+		}
+		for i := range o.step.Values {
+			us := users[ir.ValueID(i)]
+			if us == nil {
+				continue
+			}
+			c := crossValue{bytes: o.step.Values[i].Type.Bytes(), layer: o.lay.Of[i]}
+			for l := range us {
+				c.users = append(c.users, l)
+			}
+			sort.Ints(c.users)
+			o.cross = append(o.cross, c)
+		}
+	}
+	var out []int64
+	for _, c := range o.cross {
+		if c.layer >= start && c.layer < end {
+			continue
+		}
+		for _, l := range c.users {
+			if l >= start && l < end {
+				out = append(out, c.bytes)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // weighted reports whether a stage's ILP depends on the micro-batch count: whether some of
