@@ -176,8 +176,7 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		recvAt: map[rangeKey]float64{},
-		remat:  RematAuto, fwd: forwardValues(step)}
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}}
 }
 
 // StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
