@@ -89,8 +89,9 @@ func (p layerPoint) memory() float64 { return p.weights + p.act }
 // and update are its layers' own, added up.
 func (p layerPoint) total(b float64) float64 { return b*p.time + p.step }
 
-// weight is B as the stage ILPs weigh a micro-batch's time (1 when unweighted).
-func (o *oracle) weight() float64 { return float64(max(o.mb, 1)) }
+// weight is B as the ILP of a range starting at layer start weighs a micro-batch's time
+// (oracle.weightOf; 1 when unweighted).
+func (o *oracle) weight(start int) float64 { return float64(max(o.weightOf(start), 1)) }
 
 // composedCost is the price of a range from its layers' points.
 type composedCost struct {
@@ -184,7 +185,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 		if !sol.ok || sol.res == nil {
 			continue
 		}
-		pts = paretoAdd(pts, pointOf(sg, sol), o.weight())
+		pts = paretoAdd(pts, pointOf(sg, sol), o.weight(k))
 	}
 	o.points[key] = pts
 	return pts
@@ -375,7 +376,7 @@ func (o *oracle) leanest(start int, pts [][]layerPoint) ([]int, composedCost) {
 // apart are priced on the chosen path. It returns the path (point index per layer) and its
 // true cost.
 func (o *oracle) chain(start int, pts [][]layerPoint, lam float64) ([]int, composedCost) {
-	n, b := len(pts), o.weight()
+	n, b := len(pts), o.weight(start)
 	best := make([][]float64, n)
 	from := make([][]int, n)
 	for i := range n {

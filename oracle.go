@@ -101,6 +101,9 @@ type stageGraph struct {
 	// value accumulated over the micro-batches (codegen.StepParts).
 	once, acc []bool
 	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
+	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
+	mb int
 }
 
 type solveKey struct {
@@ -384,7 +387,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: o.mb, Update: sg.once, Accumulated: sg.acc}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
@@ -560,9 +563,9 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
 	}
-	if o.mb > 1 && weighted(g, sg.once, sg.acc) {
+	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
 		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
-		fmt.Fprintf(&kinds, " B%d", o.mb)
+		fmt.Fprintf(&kinds, " B%d", sg.mb)
 	}
 	k := sha256.Sum256([]byte(kinds.String()))
 	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
@@ -642,6 +645,21 @@ func (o *oracle) received(start, end int) []int64 {
 		}
 	}
 	return out
+}
+
+// weightOf is the micro-batch count the ILP of a stage starting at layer start weighs
+// its per-micro-batch part by: B for a first stage (a one-stage plan, a pipeline's first
+// stage), whose step part u ends the step (dp: Σ t + (B−1)·max t + u₀); 1 for a later
+// stage, whose u the search takes as hidden behind the first stage's tail. For a later
+// stage t alone would be exact and B·t + u nearer than t + u, but a range ILP weighed so
+// trades per-step resharding for per-micro-batch time across its layer boundaries in ways
+// no composition of its layers' own solutions reaches, which the fast search then cannot
+// follow (docs/DECISIONS.md).
+func (o *oracle) weightOf(start int) int {
+	if start == 0 {
+		return o.mb
+	}
+	return 1
 }
 
 // weighted reports whether a stage's ILP depends on the micro-batch count: whether some of
