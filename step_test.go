@@ -106,19 +106,21 @@ func repriceAs(t *testing.T, src, dst *Plan) (time, step float64) {
 	return res.Cost.Total - step, step
 }
 
-// TestWeightedStageObjective: with B micro-batches a stage's ILP weighs its per-micro-batch
-// part B times and its gradient sync and update once (B·t + u), as the step runs them. On
-// one-stage plans of gpt-tiny, where B·t + u is the step exactly, the weights change the
-// sharding — they trade gradient-sync time, paid once, for micro-batch time, paid B times —
-// and the plan's predicted step (as the DP composes it) is no slower than the plan of the
-// unweighted objective t + u, which over-weights the sync.
+// TestWeightedStageObjective: with B micro-batches a first stage's ILP weighs its
+// per-micro-batch part B times and its gradient sync and update once (B·t + u), as the
+// step runs them. On one-stage plans of gpt-tiny and mlp-tiny, where B·t + u is the step
+// exactly, the weights change the sharding — they trade gradient-sync time, paid once, for
+// micro-batch time, paid B times — and the plan's predicted step (as the DP composes it)
+// is faster than the plan of the unweighted objective t + u, which over-weights the sync.
 func TestWeightedStageObjective(t *testing.T) {
-	g, c := model(t, "gpt-tiny"), cluster(t, "cpu:4")
+	c := cluster(t, "cpu:4")
 	for _, tc := range []struct {
-		b int
-		m *Manual
-	}{{2, &Manual{TP: 1, PP: 1, DP: 4}}, {4, &Manual{TP: 2, PP: 1, DP: 2}}} {
-		name := fmt.Sprintf("%s, %d micro-batches", tc.m, tc.b)
+		model string
+		b     int
+		m     *Manual
+	}{{"gpt-tiny", 2, &Manual{TP: 1, PP: 1, DP: 4}}, {"mlp-tiny", 4, &Manual{TP: 2, PP: 1, DP: 2}}} {
+		g := model(t, tc.model)
+		name := fmt.Sprintf("%s %s, %d micro-batches", tc.model, tc.m, tc.b)
 		w := compile(t, g, c, Options{Microbatches: tc.b, Manual: tc.m})
 		u := compile(t, g, c, Options{Microbatches: tc.b, Manual: tc.m, unweighted: true})
 		require.Len(t, w.Stages, 1, name)
