@@ -203,7 +203,7 @@ func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 
 // recvEstimate is the search's price of what stage [start, end) on (s, l) receives per
 // micro-batch from other stages: before the stages are placed and their neighbours'
-// layouts known, each value it receives (sg.recv) as one piece per device of an even
+// layouts known, each value it receives (received) as one piece per device of an even
 // share of the tensor (codegen lands a transfer on all of the receiver's devices, see
 // codegen's absorb), priced by the point-to-point cost on the stage's own mesh. It is a
 // lower bound on the plan's RecvTime (priceTransfers): a device receives at least one
@@ -591,10 +591,10 @@ type crossValue struct {
 
 // received lists the bytes of each value layers [start, end) receive per micro-batch from
 // other layers: made by an op of another layer (a constant or iota is filled where it is
-// read, not sent), not once per step (an update op's, an
-// accumulated gradient: codegen sends those from the update block), and read by an op of
-// the range that runs per micro-batch (not an update op). Activations from earlier
-// layers, gradients from later ones.
+// read, not sent), not once per step (an update op's, an accumulated gradient: codegen
+// sends those from the update block), and read by an op of the range that runs per
+// micro-batch (not an update op). Activations from earlier layers, gradients from later
+// ones.
 func (o *oracle) received(start, end int) []int64 {
 	if o.cross == nil {
 		parts, err := codegen.Parts(o.step)
