@@ -1,5 +1,5 @@
 """DTensor placements for PyTorch for model gpt, exported by autopar from gpt-tp2-pp2.plan.json.
-Plan: batch 8 in 4 micro-batches (1f1b), 2 pipeline stage(s):
+Plan: batch 8 in 2 micro-batches (1f1b), 2 pipeline stage(s):
   stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
   stage 1: layers 1-1 on devices 2-3 as logical mesh (1, 2)
 
@@ -38,15 +38,15 @@ PARAMS = {
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.qkv.w': (0, [Replicate(), Replicate()]),  # f32[32,96] RR
-    'l0.attn.qkv.b': (0, [Replicate(), Replicate()]),  # f32[96] R
-    'l0.attn.o.w': (0, [Replicate(), Replicate()]),  # f32[32,32] RR
+    'l0.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
+    'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w': (0, [Replicate(), Replicate()]),  # f32[32,128] RR
-    'l0.mlp.w1.b': (0, [Replicate(), Replicate()]),  # f32[128] R
-    'l0.mlp.w2.w': (0, [Replicate(), Replicate()]),  # f32[128,32] RR
+    'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
+    'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
     'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
@@ -66,8 +66,8 @@ PARAMS = {
 
 # the data inputs of one micro-batch: name -> (stage, placements)
 INPUTS = {
-    'tokens': (0, [Replicate(), Replicate()]),  # i32[2,16] RR
-    'labels': (1, [Replicate(), Replicate()]),  # i32[2,16] RR
+    'tokens': (0, [Replicate(), Replicate()]),  # i32[4,16] RR
+    'labels': (1, [Replicate(), Shard(0)]),  # i32[4,16] S1R
 }
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
@@ -76,15 +76,15 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.qkv.w.m': (0, [Replicate(), Replicate()]),  # f32[32,96] RR
-    'l0.attn.qkv.b.m': (0, [Replicate(), Replicate()]),  # f32[96] R
-    'l0.attn.o.w.m': (0, [Replicate(), Replicate()]),  # f32[32,32] RR
+    'l0.attn.qkv.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
+    'l0.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
+    'l0.attn.o.w.m': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
     'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w.m': (0, [Replicate(), Replicate()]),  # f32[32,128] RR
-    'l0.mlp.w1.b.m': (0, [Replicate(), Replicate()]),  # f32[128] R
-    'l0.mlp.w2.w.m': (0, [Replicate(), Replicate()]),  # f32[128,32] RR
+    'l0.mlp.w1.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
+    'l0.mlp.w1.b.m': (0, [Replicate(), Shard(0)]),  # f32[128] S1
+    'l0.mlp.w2.w.m': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
     'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R
