@@ -92,9 +92,10 @@ type stageGraph struct {
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
-	// value accumulated over the micro-batches (codegen.StepParts).
-	once, acc []bool
-	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// value accumulated over the micro-batches (codegen.StepParts); feed a data input of
+	// the step (loaded per micro-batch), not a value another stage sends.
+	once, acc, feed []bool
+	keys            []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
 }
 
 type solveKey struct {
@@ -338,7 +339,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		opts.TimeLimit = min(o.limit, leanTimeLimit)
 	}
 	o.solves.Add(1)
-	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
+	res, err := sg.solve(o.ctx, lm, opts)
 	if res != nil {
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
@@ -348,9 +349,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
 		// names the memory that would fit; failing that, the fastest plan.
 		opts.MemoryBudget = me.Minimum
-		if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+		if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 			opts.MemoryBudget = 1 << 62
-			if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+			if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 				err = me // the real budget's error: the fallback's own budget means nothing to the user
 			}
 		}
@@ -359,7 +360,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
-	stepCompute, stepComm := sg.stepPart(res)
+	stepCompute, stepComm := sg.stepPart(o.c, res)
 	step := stepCompute + stepComm
 	plain := dp.StageCost{
 		Time:        max(0, res.Cost.Total-step),
@@ -421,8 +422,9 @@ func (o *oracle) note(err error) {
 // every resharding into an update op or into a param's new value, and the reshardings of
 // params and state into the layouts their ops read (the prologue's, once). The rest of
 // res.Cost.Total is the forward and backward of one micro-batch. It returns the step
-// part's compute and its communication.
-func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
+// part's compute (with the step's data instructions, dataTime) and its communication.
+func (sg *stageGraph) stepPart(c *mesh.Cluster, res *sharding.Result) (compute, comm float64) {
+	_, compute = sg.dataTime(c, res)
 	for id := range sg.g.Values {
 		s := &res.Strategies[id]
 		switch {
@@ -499,13 +501,18 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		return nil, err
 	}
 	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
-		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), keys: make([]uint64, len(g.Values))}
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), feed: make([]bool, len(g.Values)),
+		keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on
 	for i := range g.Values {
 		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
 			sg.once[i], sg.acc[i], sg.keys[i] = o.parts.Update[id], o.parts.Accumulated[id], o.keys[id]
+			sg.feed[i] = g.Values[i].Op == ir.OpInput && o.step.Value(id).Op == ir.OpInput
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
+		if sg.feed[i] { // loaded per micro-batch, where a value of another stage is not
+			kinds.WriteByte('d')
+		}
 	}
 	k := sha256.Sum256([]byte(kinds.String()))
 	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])

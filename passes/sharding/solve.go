@@ -137,12 +137,16 @@ type Result struct {
 }
 
 // Cost is the predicted time of one step on the mesh, in seconds, split by kind.
-// Total equals the ILP's objective.
+// Total equals the ILP's objective, plus Data.
 type Cost struct {
 	Compute       float64 `json:"compute"`
 	Communication float64 `json:"communication"` // op-internal collectives
 	Resharding    float64 `json:"resharding"`
-	Total         float64 `json:"total"`
+	// Data is what a caller prices beside the ILP, which does not see it: the instructions
+	// that load, store, fill and accumulate tensors around the ops' kernels (autopar's
+	// stage prices). Solve leaves it 0.
+	Data  float64 `json:"data,omitempty"`
+	Total float64 `json:"total"`
 }
 
 // ILPStats describes the integer program solved.
