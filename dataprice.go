@@ -12,7 +12,8 @@ import (
 // or make data: loads (the params and optimizer state in the prologue, each micro-batch's
 // slice of the data inputs), stores (the step's outputs — the loss and the gradients —
 // and the new params and state), constants (each micro-batch's, the update's, the
-// accumulators' zeros and the 1/B factors of their mean) and the accumulation of each
+// accumulators' zeros and the 1/B factors of their mean; an iota, made from constants) and
+// the accumulation of each
 // gradient over the micro-batches (an add in place, and the mean's multiply once per
 // step). The sharding ILP does not see them (they do not depend on an op's strategy
 // beyond the bytes of its layout), so the stage's price adds them after the solve
@@ -62,6 +63,13 @@ func (sg *stageGraph) dataTimeOf(c *mesh.Cluster, bytes func(i int) float64) (pe
 		b := bytes(i)
 		return c.OpTime(mesh.ClassVector, precision(v.Type.DType), b/float64(max(1, v.Type.DType.Size())), 3*b)
 	}
+	// An iota is made as codegen makes it (in f64: ones, their cumsum, less one, a cast).
+	iota := func(i int, b float64) float64 {
+		n := b / float64(max(1, g.Values[i].Type.DType.Size()))
+		f := 8 * n
+		return fill(f) + c.OpTime(mesh.ClassReduce, mesh.F32, n, 2*f) + c.OpTime(mesh.ClassVector, mesh.F32, n, 3*f) +
+			c.OpTime(mesh.ClassVector, mesh.F32, 0, f+b)
+	}
 	perMBConst, stepConst := sg.constantUses()
 	for i := range g.Values {
 		v := &g.Values[i]
@@ -71,11 +79,15 @@ func (sg *stageGraph) dataTimeOf(c *mesh.Cluster, bytes func(i int) float64) (pe
 		case v.Op == ir.OpParam || v.Op == ir.OpState:
 			perStep += move(bytes(i))
 		case v.Op == ir.OpConstant || v.Op == ir.OpIota:
+			t := fill(bytes(i))
+			if v.Op == ir.OpIota {
+				t = iota(i, bytes(i))
+			}
 			if perMBConst[i] {
-				perMB += fill(bytes(i))
+				perMB += t
 			}
 			if stepConst[i] {
-				perStep += fill(bytes(i))
+				perStep += t
 			}
 		}
 		if sg.acc[i] {

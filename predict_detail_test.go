@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/autopar/autopar/ir"
@@ -152,9 +153,11 @@ func detailKey(p *program.Program, in *program.Instr) string {
 	return in.Kind.String()
 }
 
-// instrPrice is the roofline of one instruction as the sharding pass prices a compute
-// (class by category), and bytes at the memory bandwidth plus the kernel overhead for the
-// rest (collectives: 0 here).
+// instrPrice is the roofline of one instruction as the plan prices it: a compute as the
+// sharding pass prices its op (sharding.OpClass), the data instructions as dataTime does
+// (a load or store moves its block in and out, a constant writes its buffer, an
+// accumulation is an add), collectives and frees at nothing (priced by their fits, and in
+// the instruction whose result is freed).
 func instrPrice(c *mesh.Cluster, p *program.Program, in *program.Instr) float64 {
 	var args []ir.Type
 	bytes := 0.0
@@ -170,13 +173,47 @@ func instrPrice(c *mesh.Cluster, p *program.Program, in *program.Instr) float64 
 	switch in.Kind {
 	case program.Compute:
 		class := sharding.OpClass(in.Op, in.Op.Def().Dims(args, in.Attrs, out))
-		prec := mesh.F32
-		if out.DType == ir.F16 || out.DType == ir.BF16 {
-			prec = mesh.F16
+		dt := out.DType
+		if len(args) > 0 {
+			dt = args[0].DType
 		}
-		return c.OpTime(class, prec, in.Op.Def().FLOPs(args, in.Attrs, out), bytes)
-	case program.Load, program.Store, program.Constant, program.Accumulate:
-		return c.KernelOverhead + bytes/c.DeviceMemoryBandwidth
+		return c.OpTime(class, precision(dt), in.Op.Def().FLOPs(args, in.Attrs, out), bytes)
+	case program.Load, program.Store:
+		return c.OpTime(mesh.ClassVector, mesh.F32, 0, 2*bytes)
+	case program.Constant:
+		return c.OpTime(mesh.ClassVector, mesh.F32, 0, bytes)
+	case program.Accumulate:
+		t := args[0]
+		return c.OpTime(mesh.ClassVector, precision(t.DType), float64(t.Shape.NumElements()), 3*float64(t.Bytes()))
 	}
 	return 0
+}
+
+// TestPredictedStepPricesEveryInstruction: on one device, a plan's predicted step is its
+// programs' instructions priced one by one (instrPrice), each block as often as the
+// schedule runs it: the stage prices hold every kernel and every data instruction codegen
+// emits, once. The plan's own price differs only where it prices what the programs do
+// not run (the mean over the micro-batches' factor at B = 1; none here).
+func TestPredictedStepPricesEveryInstruction(t *testing.T) {
+	for _, name := range []string{"mlp-tiny", "gpt-tiny"} {
+		t.Run(name, func(t *testing.T) {
+			c := cluster(t, "cpu:1")
+			p := compile(t, model(t, name), c, Options{Microbatches: 2})
+			progs, err := p.Programs()
+			require.NoError(t, err)
+			require.Len(t, progs, 1)
+			prog := progs[0]
+			sum := 0.0
+			for _, b := range prog.Blocks {
+				n := 1.0
+				if b.PerMicrobatch {
+					n = float64(p.Microbatches)
+				}
+				for i := b.Start; i < b.End; i++ {
+					sum += n * instrPrice(c, prog, &prog.Instrs[i])
+				}
+			}
+			assert.InEpsilon(t, sum, p.Predicted.StepTime, 0.005, "the programs' instructions priced one by one: %.4g s; the plan: %.4g s", sum, p.Predicted.StepTime)
+		})
+	}
 }
