@@ -494,14 +494,18 @@ func (c *calibrator) vectorRate(dt ir.DType) float64 {
 }
 
 // reduceRate is the mean rate of the reductions and row normalizations the models use
-// (meanRate).
+// (meanRate): a transformer's along rows and columns, and a convolutional network's over
+// the batch and the image of each channel (strided, several times slower per element).
 func (c *calibrator) reduceRate(dt ir.DType) float64 {
 	return c.meanRate("reduce", dt, func(t, row ir.Type) []kernelCase {
+		img := ir.Type{DType: dt, Shape: ir.Shape{8, t.Shape[0] / 8, 4, 4}}
+		nchw := ir.Attrs{}.With("axes", []int{0, 2, 3})
 		return []kernelCase{newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0}), t),
 			newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{1}), t),
 			newCase(ir.OpReduceMean, ir.Attrs{}.With("axes", []int{1}), t),
 			newCase(ir.OpLayerNorm, ir.Attrs{}.With("eps", 1e-5), t, row, row),
-			newCase(ir.OpCumsum, ir.Attrs{}.With("axis", 1), t)}
+			newCase(ir.OpCumsum, ir.Attrs{}.With("axis", 1), t),
+			newCase(ir.OpReduceMean, nchw, img), newCase(ir.OpReduceSum, nchw, img)}
 	})
 }
 
