@@ -41,6 +41,8 @@ type planner struct {
 	numOneHot int // and their one-hot rows, RowIDs 0..numOneHot-1
 
 	first, last []int // per value: its live range (memory.go)
+	again       []int // per value: a recomputed value's second range [again, lastAgain]; −1 none
+	lastAgain   []int
 	// gath are the layouts params and state may be read in besides their stored one
 	// (memory.go, gatheredLayouts); gathDone says they are computed; hMain are their
 	// holding variables in prob, once the memory rows need them.

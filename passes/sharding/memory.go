@@ -35,39 +35,134 @@ import (
 // same, an overcount of the forward and backward points by that copy (the update ops read
 // params and state in their stored layouts unless the plan pays a resharding for it).
 
-// liveness returns each value's first and last live point.
-func (p *planner) liveness() (first, last []int) {
-	n := len(p.g.Values)
-	first, last = make([]int, n), make([]int, n)
+// Recompute describes, per value of the graph, a stage that recomputes its activations
+// (codegen's Stage.Recompute): the forward ops its backward runs again, by segment. The
+// memory model then holds a recomputed value in the forward only until its last use
+// outside the backward, and again from its segment's recomputation — before the first
+// backward op that reads a value of the segment, where codegen recomputes the whole
+// segment — to its last backward use. Every value a recomputed op reads that is not
+// itself recomputed (a checkpoint, a stage input, a constant codegen fills again) is held
+// until that recomputation at least. So the peak is the recomputing stage's for one
+// micro-batch: its checkpoints, and one segment's activations at a time.
+type Recompute struct {
+	Redo     []bool // a forward op the backward recomputes
+	Backward []bool // an op of the backward (or the update): it reads recomputed copies
+	Segment  []int  // the segment of each recomputed op
+}
+
+// check refuses marks that do not fit g.
+func (rc *Recompute) check(g *ir.Graph) error {
+	if rc == nil {
+		return nil
+	}
+	n := len(g.Values)
+	if len(rc.Redo) != n || len(rc.Backward) != n || len(rc.Segment) != n {
+		return fmt.Errorf("sharding: recomputation marks for %d, %d and %d values of the %d of %s",
+			len(rc.Redo), len(rc.Backward), len(rc.Segment), n, g.Name)
+	}
 	for id := range n {
-		first[id], last[id] = id, id
-		if p.g.Values[id].Op.IsLeaf() {
+		if rc.Redo[id] && (rc.Backward[id] || g.Values[id].Op.IsLeaf()) {
+			return fmt.Errorf("sharding: %s of %s is marked recomputed but is a backward op or a leaf", g.Values[id].Name, g.Name)
+		}
+	}
+	return nil
+}
+
+// liveness returns each value's first and last live point and, for a value rc recomputes,
+// its second range [again, lastAgain] (again −1: none; see Recompute).
+func liveness(g *ir.Graph, rc *Recompute) (first, last, again, lastAgain []int) {
+	n := len(g.Values)
+	first, last = make([]int, n), make([]int, n)
+	again, lastAgain = make([]int, n), make([]int, n)
+	for id := range n {
+		first[id], last[id], again[id], lastAgain[id] = id, id, -1, -1
+		if g.Values[id].Op.IsLeaf() {
 			first[id] = 0
 		}
-		if op := p.g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
+		if op := g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
 			last[id] = n - 1
 		}
-		for _, a := range p.g.Values[id].Args {
+		for _, a := range g.Values[id].Args {
 			last[a] = max(last[a], id)
 		}
 	}
-	for _, o := range p.g.Outputs {
+	for _, o := range g.Outputs {
 		last[o.Value] = n - 1
 	}
-	for _, u := range p.g.Updates {
+	for _, u := range g.Updates {
 		last[u.Value] = n - 1
 	}
-	return first, last
+	if rc == nil {
+		return first, last, again, lastAgain
+	}
+	// at: per segment, the first backward op reading one of its recomputed values.
+	at := map[int]int{}
+	lastF, lastB := make([]int, n), make([]int, n)
+	for id := range n {
+		lastF[id], lastB[id] = id, -1
+		for _, a := range g.Values[id].Args {
+			if !rc.Backward[id] {
+				lastF[a] = max(lastF[a], id)
+				continue
+			}
+			lastB[a] = max(lastB[a], id)
+			if _, ok := at[rc.Segment[a]]; rc.Redo[a] && !ok {
+				at[rc.Segment[a]] = id
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		lastF[o.Value] = n - 1
+	}
+	for _, u := range g.Updates {
+		lastF[u.Value] = n - 1
+	}
+	for id := range n {
+		r, ok := at[rc.Segment[id]]
+		if !rc.Redo[id] || !ok {
+			continue // not recomputed, or no backward op needs its segment: its range stands
+		}
+		last[id], again[id], lastAgain[id] = lastF[id], r, max(r, lastB[id])
+		if again[id] <= last[id]+1 {
+			last[id], again[id], lastAgain[id] = max(last[id], lastAgain[id]), -1, -1
+		}
+	}
+	for id := range n {
+		r, ok := at[rc.Segment[id]]
+		if !rc.Redo[id] || !ok {
+			continue
+		}
+		for _, a := range g.Values[id].Args {
+			switch {
+			case again[a] >= 0 && again[a] <= r && r <= lastAgain[a]:
+				// recomputed with id's segment: held from the recomputation on
+			case again[a] >= 0:
+				// another segment's (codegen keeps such a value instead): hold it throughout
+				last[a], again[a], lastAgain[a] = max(last[a], lastAgain[a], r), -1, -1
+			default:
+				last[a] = max(last[a], r)
+			}
+		}
+	}
+	return first, last, again, lastAgain
 }
 
 // sweep returns the memory at every point when value v holds bytes(v).
 func (p *planner) sweep(bytes func(ir.ValueID) float64) []float64 {
-	n := len(p.g.Values)
+	return sweep(p.first, p.last, p.again, p.lastAgain, bytes)
+}
+
+func sweep(first, last, again, lastAgain []int, bytes func(ir.ValueID) float64) []float64 {
+	n := len(first)
 	diff := make([]float64, n+1)
 	for id := range n {
 		b := bytes(ir.ValueID(id))
-		diff[p.first[id]] += b
-		diff[p.last[id]+1] -= b
+		diff[first[id]] += b
+		diff[last[id]+1] -= b
+		if again[id] >= 0 {
+			diff[again[id]] += b
+			diff[lastAgain[id]+1] -= b
+		}
 	}
 	out := make([]float64, n)
 	cur := 0.0
@@ -76,6 +171,21 @@ func (p *planner) sweep(bytes func(ir.ValueID) float64) []float64 {
 		out[t] = cur
 	}
 	return out
+}
+
+// PeakWith is the peak per-device memory of r's plan of g, gathered copies included, when
+// the stage recomputes as rc says (nil: it does not). With the Options.Recompute r was
+// solved under, it is r.PeakMemory.
+func (r *Result) PeakWith(g *ir.Graph, rc *Recompute) (int64, error) {
+	if len(r.Strategies) != len(g.Values) {
+		return 0, fmt.Errorf("sharding: a result of %d values for %s of %d", len(r.Strategies), g.Name, len(g.Values))
+	}
+	if err := rc.check(g); err != nil {
+		return 0, err
+	}
+	first, last, again, lastAgain := liveness(g, rc)
+	_, peak := argmax(sweep(first, last, again, lastAgain, func(v ir.ValueID) float64 { return float64(r.Strategies[v].Memory) }))
+	return int64(peak) + r.Gathered, nil
 }
 
 func argmax(xs []float64) (int, float64) {
@@ -263,7 +373,7 @@ func (p *planner) boundPeak() (lo, hi []float64) {
 func (p *planner) memoryTerms(t int, hs []ilp.VarID) []ilp.Term {
 	coef := map[ilp.VarID]float64{}
 	for id := range p.g.Values {
-		if p.first[id] > t || p.last[id] < t {
+		if (p.first[id] > t || p.last[id] < t) && (p.again[id] < 0 || p.again[id] > t || p.lastAgain[id] < t) {
 			continue
 		}
 		v := ir.ValueID(id)
@@ -288,6 +398,9 @@ func (p *planner) topPoints(vals []float64, k int, above float64) []int {
 	dies[n-1] = true
 	for id := range n {
 		dies[p.last[id]] = true
+		if p.again[id] >= 0 {
+			dies[p.lastAgain[id]] = true
+		}
 	}
 	var pts []int
 	for t := range n {
