@@ -37,13 +37,14 @@ import (
 
 // Recompute describes, per value of the graph, a stage that recomputes its activations
 // (codegen's Stage.Recompute): the forward ops its backward runs again, by segment. The
-// memory model then holds a recomputed value in the forward only until its last use
-// outside the backward, and again from its segment's recomputation — before the first
-// backward op that reads a value of the segment, where codegen recomputes the whole
-// segment — to its last backward use. Every value a recomputed op reads that is not
-// itself recomputed (a checkpoint, a stage input, a constant codegen fills again) is held
-// until that recomputation at least. So the peak is the recomputing stage's for one
-// micro-batch: its checkpoints, and one segment's activations at a time.
+// memory model then follows codegen's order: its points are the graph's ops and, before
+// the first backward op that reads a recomputed value of a segment, the recomputation of
+// that whole segment (its recomputed ops again, in graph order). A recomputed value lives
+// in the forward until its last use there, and again from its recomputation to its last
+// use by a backward op or a recomputed one; every other value a recomputed op reads (a
+// checkpoint, a stage input, a constant codegen fills again) lives until that read at
+// least. So the peak is the recomputing stage's for one micro-batch: what it keeps from
+// the forward for the backward, and one segment's activations at a time.
 type Recompute struct {
 	Redo     []bool // a forward op the backward recomputes
 	Backward []bool // an op of the backward (or the update): it reads recomputed copies
@@ -68,109 +69,112 @@ func (rc *Recompute) check(g *ir.Graph) error {
 	return nil
 }
 
-// liveness returns each value's first and last live point and, for a value rc recomputes,
-// its second range [again, lastAgain] (again −1: none; see Recompute).
-func liveness(g *ir.Graph, rc *Recompute) (first, last, again, lastAgain []int) {
+// liveRanges are the values' live ranges over the memory model's points: each value's
+// [first, last] and, for a recomputed value, [again, lastAgain] (again −1: none).
+type liveRanges struct {
+	first, last, again, lastAgain []int
+	points                        int
+}
+
+// liveness returns the live ranges of g's values, recomputing as rc says (nil: not
+// recomputing, and the points are the values).
+func liveness(g *ir.Graph, rc *Recompute) liveRanges {
 	n := len(g.Values)
-	first, last = make([]int, n), make([]int, n)
-	again, lastAgain = make([]int, n), make([]int, n)
+	lr := liveRanges{first: make([]int, n), last: make([]int, n), again: make([]int, n), lastAgain: make([]int, n)}
+	// pos: each op's point; redo: a recomputed op's point in its recomputation (−1: none).
+	pos, redo := make([]int, n), make([]int, n)
+	done := map[int]bool{}
 	for id := range n {
-		first[id], last[id], again[id], lastAgain[id] = id, id, -1, -1
+		redo[id] = -1
+		if rc != nil && rc.Backward[id] {
+			for _, a := range g.Values[id].Args {
+				if s := rc.Segment[a]; rc.Redo[a] && !done[s] {
+					done[s] = true
+					for u := range id {
+						if rc.Redo[u] && rc.Segment[u] == s {
+							redo[u] = lr.points
+							lr.points++
+						}
+					}
+				}
+			}
+		}
+		pos[id] = lr.points
+		lr.points++
+	}
+	end := lr.points - 1
+	// A recomputed value's last read in the forward, and in a recomputation or the backward;
+	// its first read in a recomputation.
+	lastF, lastB, firstR := make([]int, n), make([]int, n), make([]int, n)
+	for id := range n {
+		lr.first[id], lr.last[id], lr.again[id], lr.lastAgain[id] = pos[id], pos[id], -1, -1
+		lastF[id], lastB[id], firstR[id] = pos[id], redo[id], lr.points
 		if g.Values[id].Op.IsLeaf() {
-			first[id] = 0
+			lr.first[id] = 0
 		}
 		if op := g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
-			last[id] = n - 1
+			lr.last[id] = end
 		}
 		for _, a := range g.Values[id].Args {
-			last[a] = max(last[a], id)
-		}
-	}
-	for _, o := range g.Outputs {
-		last[o.Value] = n - 1
-	}
-	for _, u := range g.Updates {
-		last[u.Value] = n - 1
-	}
-	if rc == nil {
-		return first, last, again, lastAgain
-	}
-	// at: per segment, the first backward op reading one of its recomputed values.
-	at := map[int]int{}
-	lastF, lastB := make([]int, n), make([]int, n)
-	for id := range n {
-		lastF[id], lastB[id] = id, -1
-		for _, a := range g.Values[id].Args {
-			if !rc.Backward[id] {
-				lastF[a] = max(lastF[a], id)
-				continue
+			lr.last[a] = max(lr.last[a], pos[id], redo[id])
+			if rc != nil && rc.Backward[id] {
+				lastB[a] = max(lastB[a], pos[id])
+			} else {
+				lastF[a] = max(lastF[a], pos[id])
 			}
-			lastB[a] = max(lastB[a], id)
-			if _, ok := at[rc.Segment[a]]; rc.Redo[a] && !ok {
-				at[rc.Segment[a]] = id
+			if redo[id] >= 0 {
+				lastB[a], firstR[a] = max(lastB[a], redo[id]), min(firstR[a], redo[id])
 			}
 		}
 	}
 	for _, o := range g.Outputs {
-		lastF[o.Value] = n - 1
+		lr.last[o.Value], lastF[o.Value] = end, end
 	}
 	for _, u := range g.Updates {
-		lastF[u.Value] = n - 1
+		lr.last[u.Value], lastF[u.Value] = end, end
 	}
 	for id := range n {
-		r, ok := at[rc.Segment[id]]
-		if !rc.Redo[id] || !ok {
-			continue // not recomputed, or no backward op needs its segment: its range stands
+		if redo[id] < 0 {
+			continue // not recomputed (or no backward op needs its segment): one range
 		}
-		last[id], again[id], lastAgain[id] = lastF[id], r, max(r, lastB[id])
-		if again[id] <= last[id]+1 {
-			last[id], again[id], lastAgain[id] = max(last[id], lastAgain[id]), -1, -1
-		}
-	}
-	for id := range n {
-		r, ok := at[rc.Segment[id]]
-		if !rc.Redo[id] || !ok {
-			continue
-		}
-		for _, a := range g.Values[id].Args {
-			switch {
-			case again[a] >= 0 && again[a] <= r && r <= lastAgain[a]:
-				// recomputed with id's segment: held from the recomputation on
-			case again[a] >= 0:
-				// another segment's (codegen keeps such a value instead): hold it throughout
-				last[a], again[a], lastAgain[a] = max(last[a], lastAgain[a], r), -1, -1
-			default:
-				last[a] = max(last[a], r)
-			}
+		lr.last[id], lr.again[id], lr.lastAgain[id] = lastF[id], redo[id], lastB[id]
+		// Overlapping ranges are one; so are they when another segment's recomputation
+		// reads the value before its own (codegen keeps such a value instead).
+		if lr.again[id] <= lr.last[id]+1 || firstR[id] < redo[id] {
+			lr.last[id], lr.again[id], lr.lastAgain[id] = max(lr.last[id], lr.lastAgain[id]), -1, -1
 		}
 	}
-	return first, last, again, lastAgain
+	return lr
 }
 
 // sweep returns the memory at every point when value v holds bytes(v).
 func (p *planner) sweep(bytes func(ir.ValueID) float64) []float64 {
-	return sweep(p.first, p.last, p.again, p.lastAgain, bytes)
+	return p.live.sweep(bytes)
 }
 
-func sweep(first, last, again, lastAgain []int, bytes func(ir.ValueID) float64) []float64 {
-	n := len(first)
-	diff := make([]float64, n+1)
-	for id := range n {
+func (lr *liveRanges) sweep(bytes func(ir.ValueID) float64) []float64 {
+	diff := make([]float64, lr.points+1)
+	for id := range lr.first {
 		b := bytes(ir.ValueID(id))
-		diff[first[id]] += b
-		diff[last[id]+1] -= b
-		if again[id] >= 0 {
-			diff[again[id]] += b
-			diff[lastAgain[id]+1] -= b
+		diff[lr.first[id]] += b
+		diff[lr.last[id]+1] -= b
+		if lr.again[id] >= 0 {
+			diff[lr.again[id]] += b
+			diff[lr.lastAgain[id]+1] -= b
 		}
 	}
-	out := make([]float64, n)
+	out := make([]float64, lr.points)
 	cur := 0.0
-	for t := range n {
+	for t := range out {
 		cur += diff[t]
 		out[t] = cur
 	}
 	return out
+}
+
+// alive reports whether value id is alive at point t.
+func (lr *liveRanges) alive(id, t int) bool {
+	return lr.first[id] <= t && t <= lr.last[id] || lr.again[id] >= 0 && lr.again[id] <= t && t <= lr.lastAgain[id]
 }
 
 // PeakWith is the peak per-device memory of r's plan of g, gathered copies included, when
@@ -183,8 +187,8 @@ func (r *Result) PeakWith(g *ir.Graph, rc *Recompute) (int64, error) {
 	if err := rc.check(g); err != nil {
 		return 0, err
 	}
-	first, last, again, lastAgain := liveness(g, rc)
-	_, peak := argmax(sweep(first, last, again, lastAgain, func(v ir.ValueID) float64 { return float64(r.Strategies[v].Memory) }))
+	lr := liveness(g, rc)
+	_, peak := argmax(lr.sweep(func(v ir.ValueID) float64 { return float64(r.Strategies[v].Memory) }))
 	return int64(peak) + r.Gathered, nil
 }
 
@@ -373,7 +377,7 @@ func (p *planner) boundPeak() (lo, hi []float64) {
 func (p *planner) memoryTerms(t int, hs []ilp.VarID) []ilp.Term {
 	coef := map[ilp.VarID]float64{}
 	for id := range p.g.Values {
-		if (p.first[id] > t || p.last[id] < t) && (p.again[id] < 0 || p.again[id] > t || p.lastAgain[id] < t) {
+		if !p.live.alive(id, t) {
 			continue
 		}
 		v := ir.ValueID(id)
@@ -396,10 +400,10 @@ func (p *planner) topPoints(vals []float64, k int, above float64) []int {
 	n := len(vals)
 	dies := make([]bool, n)
 	dies[n-1] = true
-	for id := range n {
-		dies[p.last[id]] = true
-		if p.again[id] >= 0 {
-			dies[p.lastAgain[id]] = true
+	for id := range p.live.last {
+		dies[p.live.last[id]] = true
+		if p.live.again[id] >= 0 {
+			dies[p.live.lastAgain[id]] = true
 		}
 	}
 	var pts []int

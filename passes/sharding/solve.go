@@ -245,7 +245,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p.first, p.last, p.again, p.lastAgain = liveness(g, opts.Recompute)
+	p.live = liveness(g, opts.Recompute)
 	return p, nil
 }
 
