@@ -18,7 +18,8 @@ import (
 // data-parallel stage on cpu:2: its fastest plan recomputing layer by layer peaks at M
 // bytes per device, and no plan of the stage fits M keeping its activations (the budget
 // the ILP checked before, under which the oracle could only price the plan of least plain
-// memory, 3 % slower). With M per device, --remat none finds nothing; --remat full finds a
+// memory, 3 % slower). With M per device, --remat none finds nothing; --remat full (and
+// auto) finds a
 // plan of the fastest one's ILP cost within M, whose programs equal the serial step and
 // whose measured peak equals codegen's prediction. (Its step time may differ from the
 // fastest plan's by the recomputed ops' time, which the ILP's objective does not see:
@@ -64,6 +65,12 @@ func TestRematFullFitsOnlyRecomputing(t *testing.T) {
 	require.True(t, p.Stages[0].Recompute)
 	checkAgainstSerial(t, p, 1e-4)
 	checkCounters(t, p)
+	// --remat auto, finding no plain plan that fits one micro-batch, solves the stage
+	// recomputing too.
+	auto := compile(t, g, c, opts(RematAuto, budget))
+	require.True(t, auto.Stages[0].Recompute)
+	require.Equal(t, p.priced[0].res.Cost.Total, auto.priced[0].res.Cost.Total)
+
 	copies := activationCopies(t, p.priced[0])
 	peaks := measuredPeaks(t, p)
 	require.Len(t, peaks, 2)
