@@ -387,8 +387,16 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		l.Checkpoints = true
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
+	// A stage that will recompute has its budget checked against its recomputing peak
+	// (layer by layer, the leaner way at one micro-batch): under full always, under auto
+	// when no plain plan fits one micro-batch, so that the stage must recompute.
+	var marks *sharding.Recompute
+	if o.remat == RematFull {
+		marks = sg.remat.layers.marks
+	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		Recompute: marks}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
@@ -400,6 +408,14 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
 	var me *sharding.MemoryError
+	if errors.As(err, &me) && o.remat == RematAuto && memory == o.memory {
+		opts.Recompute = sg.remat.layers.marks
+		o.solves.Add(1)
+		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		if res != nil {
+			atomicMax(&o.maxVars, int64(res.ILP.Variables))
+		}
+	}
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
@@ -418,13 +434,23 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	weights := weightBytes(sg.g, res)
 	stepCompute, stepComm := sg.stepPart(o.c, res)
 	step := stepCompute + stepComm
+	peak := res.PeakMemory // the plain stage's, unless solved recomputing
+	if opts.Recompute != nil {
+		if peak, err = res.PeakWith(sg.g, nil); err != nil {
+			return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+		}
+	}
 	plain := dp.StageCost{
 		Time:        max(0, res.Cost.Total-step),
 		Step:        step,
 		WeightBytes: float64(weights),
-		ActBytes:    float64(max(0, res.PeakMemory-weights)),
+		ActBytes:    float64(max(0, peak-weights)),
 	}
-	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+	remats, err := sg.remat.costs(sg.g, res, plain)
+	if err != nil {
+		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+	}
+	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: remats}
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
