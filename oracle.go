@@ -102,9 +102,10 @@ type stageGraph struct {
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
-	// value accumulated over the micro-batches (codegen.StepParts).
-	once, acc []bool
-	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// value accumulated over the micro-batches (codegen.StepParts); feed a data input of
+	// the step (loaded per micro-batch), not a value another stage sends.
+	once, acc, feed []bool
+	keys            []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
@@ -390,20 +391,38 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		l.Checkpoints = true
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
+	// A stage that will recompute has its budget checked against its recomputing peak
+	// (layer by layer, the leaner way at one micro-batch): under full always, under auto
+	// when no plain plan fits one micro-batch, so that the stage must recompute.
+	var marks *sharding.Recompute
+	if o.remat == RematFull {
+		marks = sg.remat.layers.marks
+	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		Recompute: marks}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
 		opts.TimeLimit = min(o.limit, leanTimeLimit)
 	}
 	o.solves.Add(1)
-	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
+	res, err := sg.solve(o.ctx, lm, opts)
 	if res != nil {
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
 	var me *sharding.MemoryError
+	if errors.As(err, &me) && o.remat == RematAuto && memory == o.memory {
+		opts.Recompute = sg.remat.layers.marks
+		o.solves.Add(1)
+		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		if res != nil {
+			atomicMax(&o.maxVars, int64(res.ILP.Variables))
+		}
+	}
 	if errors.As(err, &me) && !o.leastPlans {
+		// me.Minimum: the least footprint as the stage would run, recomputing where the
+		// mode lets it (the solve above).
 		if sol := hopeless(o.c, sg, n, me.Minimum, o.memory); sol != nil {
 			return sol
 		}
@@ -413,9 +432,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
 		// names the memory that would fit; failing that, the fastest plan.
 		opts.MemoryBudget = me.Minimum
-		if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+		if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 			opts.MemoryBudget = 1 << 62
-			if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+			if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 				err = me // the real budget's error: the fallback's own budget means nothing to the user
 			}
 		}
@@ -424,69 +443,58 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
-	stepCompute, stepComm := sg.stepPart(res)
+	stepCompute, stepComm := sg.stepPart(o.c, res)
 	step := stepCompute + stepComm
+	peak := res.PeakMemory // the plain stage's, unless solved recomputing
+	if opts.Recompute != nil {
+		if peak, err = res.PeakWith(sg.g, nil); err != nil {
+			return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+		}
+	}
 	plain := dp.StageCost{
 		Time:        max(0, res.Cost.Total-step),
 		Step:        step,
 		WeightBytes: float64(weights),
-		ActBytes:    float64(max(0, res.PeakMemory-weights)),
+		ActBytes:    float64(max(0, peak-weights)),
 	}
-	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+	remats, err := sg.remat.costs(sg.g, res, plain)
+	if err != nil {
+		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+	}
+	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: remats}
 }
 
-// hopeless prices a stage that cannot come near the device memory, whatever its sharding and
-// recomputation, without the two more ILPs the fallback solves for its plan of least memory
-// (the dearest of a Wide-ResNet compile: its micro-batch counts of up to 768 images need
-// hundreds of GiB per layer); nil when it might fit. minimum is the sharding pass's least
-// footprint of the plain stage (MemoryError: exact, or a lower bound).
+// hopeless prices a one-layer stage that cannot come near the device memory, whatever its
+// sharding and recomputation, without the ILPs the fallback solves for its plan of least
+// memory (the dearest of a Wide-ResNet compile: its micro-batch counts of up to 768 images
+// need hundreds of GiB per layer); nil when it might. minimum is the sharding pass's least
+// footprint of the stage as it would run (MemoryError of solveStageBudget's last solve:
+// recomputing layer by layer under RematAuto and RematFull, plain under RematNone; exact,
+// or a lower bound).
 //
 // Every plan of the stage, priced as solveStageBudget prices it (remat.go), needs at least
-// this much per device, W being its weights (at least floor, the weights spread evenly),
-// A = peak − W its activations: plain, W + k·A ≥ peak ≥ minimum; recomputing whole, W +
-// k·kept + A ≥ minimum; layer by layer, W + k·kept + min(A, temps + largest segment) ≥
-// min(minimum, floor + the largest segment's recomputed bytes spread evenly), and for a
-// one-layer stage, whose one segment is all it recomputes, temps + largest ≥ A, so minimum.
-// When each exceeds pruneFactor times the memory (so that, as with the weights, a memory
-// error's least memory that would fit is exact up to that factor), the stage is priced as
-// a pruned one (res nil): time and
+// that with one micro-batch in flight: plain, its peak, which recomputation only lowers;
+// recomputing, Memory(1) is the plan's recomputing peak, and a one-layer stage recomputes
+// the same one segment either way (whole or layer by layer). Past pruneFactor times the
+// memory only (so that, as with the weights, a memory error's least memory that would fit
+// is exact up to that factor), the stage is priced as a pruned one (res nil): time and
 // weights lower bounds (compute spread perfectly, weights spread evenly), activations
-// making up those footprints, so the DP rejects every way to run it; a composed range
-// holding a one-layer stage so priced holds its weights and activations too (compose.go's
-// withRemat) and is rejected as well.
+// making up the footprint, so that the DP rejects every way to run it; a composed range
+// holding it holds its weights and activations too (compose.go's withRemat) and is
+// rejected as well. TestHopelessStage checks these premises against the solved plans.
 func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum, memory int64) *stageSolution {
-	m, limit := float64(minimum), pruneFactor*float64(memory)
-	if memory <= 0 || m <= limit {
-		return nil // priced exactly, so that a memory error names what would fit
+	m := float64(minimum)
+	if !sg.single || memory <= 0 || m <= pruneFactor*float64(memory) {
+		return nil // solved, so that a memory error names what would fit
 	}
 	floor := float64(sg.weights) / n
 	act := max(0, m-floor)
-	once := act // a one-layer stage recomputing layer by layer holds its activations
-	if !sg.single {
-		once = min(act, largestSegment(sg.g, sg.remat.layers)/n)
-		if floor+once <= limit {
-			return nil // layer by layer might fit, or come within pruneFactor: solve it
-		}
-	}
 	plain := dp.StageCost{Time: c.ComputeTime(sg.flops) / n, WeightBytes: floor, ActBytes: act}
 	whole := plain
 	whole.Recompute, whole.ActBytes, whole.OnceBytes = true, 0, act
 	layered := whole
-	layered.Checkpoints, layered.OnceBytes = true, once
+	layered.Checkpoints = true
 	return &stageSolution{ok: true, cost: plain, remats: []dp.StageCost{whole, layered}}
-}
-
-// largestSegment is the largest of the bytes way recomputes per segment, unsharded.
-func largestSegment(g *ir.Graph, way *rematWay) float64 {
-	segs := map[int]float64{}
-	largest := 0.0
-	for i := range g.Values {
-		if way.redo[i] {
-			segs[way.seg[i]] += float64(g.Values[i].Type.Bytes())
-			largest = max(largest, segs[way.seg[i]])
-		}
-	}
-	return largest
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
@@ -540,8 +548,9 @@ func (o *oracle) note(err error) {
 // every resharding into an update op or into a param's new value, and the reshardings of
 // params and state into the layouts their ops read (the prologue's, once). The rest of
 // res.Cost.Total is the forward and backward of one micro-batch. It returns the step
-// part's compute and its communication.
-func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
+// part's compute (with the step's data instructions, dataTime) and its communication.
+func (sg *stageGraph) stepPart(c *mesh.Cluster, res *sharding.Result) (compute, comm float64) {
+	_, compute = sg.dataTime(c, res)
 	for id := range sg.g.Values {
 		s := &res.Strategies[id]
 		switch {
@@ -618,13 +627,18 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		return nil, err
 	}
 	sg := &stageGraph{g: g, ids: ids, single: end-start == 1, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
-		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), keys: make([]uint64, len(g.Values))}
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), feed: make([]bool, len(g.Values)),
+		keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on
 	for i := range g.Values {
 		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
 			sg.once[i], sg.acc[i], sg.keys[i] = o.parts.Update[id], o.parts.Accumulated[id], o.keys[id]
+			sg.feed[i] = g.Values[i].Op == ir.OpInput && o.step.Value(id).Op == ir.OpInput
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
+		if sg.feed[i] { // loaded per micro-batch, where a value of another stage is not
+			kinds.WriteByte('d')
+		}
 	}
 	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
 		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
