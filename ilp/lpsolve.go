@@ -52,6 +52,17 @@ static void ap_arm(lprec *lp, ap_ctrl *c, long long limit_ns) {
 	put_abortfunc(lp, ap_abort, c);
 }
 
+// ap_solve runs solve() and reports the CPU time of the calling thread it took: lp_solve
+// runs on that one thread, so this is the solve's own CPU time whatever else the process does.
+static int ap_solve(lprec *lp, long long *cpu_ns) {
+	struct timespec a, b;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+	int code = solve(lp);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+	*cpu_ns = (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+	return code;
+}
+
 static void ap_cancel(ap_ctrl *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED); }
 static int ap_timedout(ap_ctrl *c) { return c->timedout; }
 */
@@ -102,6 +113,8 @@ type lpModel struct {
 	stamp []int32    // stamp[col] == rowSeq when col is already in idx
 	pos   []int32    // pos[col] is col's index in idx while stamped
 	seq   int32
+
+	cpu time.Duration // thread CPU time of the last solve
 }
 
 // newLPModel makes an lprec with ncols columns, no rows, quiet, minimizing.
@@ -232,6 +245,34 @@ func (m *lpModel) addRow(r *Row) error {
 	return nil
 }
 
+// tune applies solver settings; a negative field keeps lp_solve's default.
+func (m *lpModel) tune(t tuning) {
+	if t.presolve >= 0 {
+		C.set_presolve(m.lp, C.int(t.presolve), C.get_presolveloops(m.lp))
+	}
+	if t.scaling >= 0 {
+		C.set_scaling(m.lp, C.int(t.scaling))
+	}
+	if t.bbRule >= 0 {
+		C.set_bb_rule(m.lp, C.int(t.bbRule))
+	}
+	if t.floor >= 0 {
+		C.set_bb_floorfirst(m.lp, C.int(t.floor))
+	}
+	if t.improve >= 0 {
+		C.set_improve(m.lp, C.int(t.improve))
+	}
+	if t.depth != 0 {
+		C.set_bb_depthlimit(m.lp, C.int(t.depth))
+	}
+	if t.simplex >= 0 {
+		C.set_simplextype(m.lp, C.int(t.simplex))
+	}
+	if t.pivoting >= 0 {
+		C.set_pivoting(m.lp, C.int(t.pivoting))
+	}
+}
+
 // solve runs lp_solve with a time limit (0: none) and returns its code.
 // lp_solve's own whole-second timeout backs up the abort callback.
 func (m *lpModel) solve(limit time.Duration) int {
@@ -239,7 +280,16 @@ func (m *lpModel) solve(limit time.Duration) int {
 		C.set_timeout(m.lp, C.long(limit/time.Second+2))
 	}
 	C.ap_arm(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()))
-	return int(C.solve(m.lp))
+	var cpu C.longlong
+	code := int(C.ap_solve(m.lp, &cpu))
+	m.cpu = time.Duration(cpu)
+	return code
+}
+
+// effort returns the last solve's thread CPU time, simplex iterations and branch-and-bound
+// nodes (lp_solve's get_total_iter and get_total_nodes).
+func (m *lpModel) effort() (cpu time.Duration, iters, nodes int64) {
+	return m.cpu, int64(C.get_total_iter(m.lp)), int64(C.get_total_nodes(m.lp))
 }
 
 // cancel makes the running solve stop at lp_solve's next abort check. It is

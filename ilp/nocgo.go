@@ -32,18 +32,20 @@ var lpCodeNames = map[int]string{}
 
 type lpModel struct{}
 
-func newLPModel(int) (*lpModel, error)         { return nil, ErrNoSolver }
-func (*lpModel) free()                         {}
-func (*lpModel) setColumn(int, Var) error      { return ErrNoSolver }
-func (*lpModel) load([]Term)                   {}
-func (*lpModel) setObjective([]Term) error     { return ErrNoSolver }
-func (*lpModel) setRowMode(bool) error         { return ErrNoSolver }
-func (*lpModel) addRow(*Row) error             { return ErrNoSolver }
-func (*lpModel) solve(time.Duration) int       { return lpNoMemory }
-func (*lpModel) cancel()                       {}
-func (*lpModel) timedOut() bool                { return false }
-func (*lpModel) solutionCount() int            { return 0 }
-func (*lpModel) variables() ([]float64, error) { return nil, ErrNoSolver }
+func newLPModel(int) (*lpModel, error)                 { return nil, ErrNoSolver }
+func (*lpModel) free()                                 {}
+func (*lpModel) setColumn(int, Var) error              { return ErrNoSolver }
+func (*lpModel) load([]Term)                           {}
+func (*lpModel) setObjective([]Term) error             { return ErrNoSolver }
+func (*lpModel) setRowMode(bool) error                 { return ErrNoSolver }
+func (*lpModel) addRow(*Row) error                     { return ErrNoSolver }
+func (*lpModel) solve(time.Duration) int               { return lpNoMemory }
+func (*lpModel) cancel()                               {}
+func (*lpModel) tune(tuning)                           {}
+func (*lpModel) timedOut() bool                        { return false }
+func (*lpModel) solutionCount() int                    { return 0 }
+func (*lpModel) effort() (time.Duration, int64, int64) { return 0, 0, 0 }
+func (*lpModel) variables() ([]float64, error)         { return nil, ErrNoSolver }
 
 // Available reports whether this build can solve ILPs: ErrNoSolver without cgo.
 func Available() error { return ErrNoSolver }

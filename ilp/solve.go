@@ -95,13 +95,21 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	if len(p.Vars) == 0 {
 		return solveConstant(p) // lp_solve refuses a model without columns
 	}
+	start := time.Now()
 	m, err := build(p)
 	if err != nil {
 		return nil, err
 	}
 	defer m.free()
+	m.tune(defaultTuning)
+	built := time.Now()
 	code := solveWatched(ctx, m, opts.TimeLimit)
-	return result(ctx, p, m, code, opts.TimeLimit)
+	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Build: built.Sub(start), Wall: time.Since(built)}
+	st.CPU, st.Iterations, st.Nodes = m.effort()
+	sol, err := result(ctx, p, m, code, opts.TimeLimit)
+	st.Err = err
+	traced(p, st)
+	return sol, err
 }
 
 // build loads p into a fresh lp_solve model. On error the model is already

@@ -1,0 +1,100 @@
+package ilp
+
+import (
+	"context"
+	"encoding/gob"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The replay harness: `go test ./ilp -run TestReplay -ilp-corpus DIR [-ilp-tune k=v,...]`
+// solves every problem of a corpus written by the root package's -ilp-dump and prints one
+// line per problem (objective, CPU, iterations, nodes), to compare solver settings on real
+// sharding ILPs. Without -ilp-corpus it is skipped.
+var (
+	replayCorpus = flag.String("ilp-corpus", "", "directory of gob-encoded ILPs to replay (TestReplay)")
+	replayTune   = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
+)
+
+func TestReplay(t *testing.T) {
+	if *replayCorpus == "" {
+		t.Skip("no -ilp-corpus")
+	}
+	tu := defaultTuning
+	for _, kv := range strings.Split(*replayTune, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch k {
+		case "presolve":
+			tu.presolve = n
+		case "scaling":
+			tu.scaling = n
+		case "bbrule":
+			tu.bbRule = n
+		case "floor":
+			tu.floor = n
+		case "improve":
+			tu.improve = n
+		case "depth":
+			tu.depth = n
+		case "simplex":
+			tu.simplex = n
+		case "pivoting":
+			tu.pivoting = n
+		default:
+			t.Fatalf("unknown setting %q", k)
+		}
+	}
+	old := defaultTuning
+	defaultTuning = tu
+	defer func() { defaultTuning = old }()
+	files, _ := filepath.Glob(filepath.Join(*replayCorpus, "*.gob"))
+	sort.Strings(files)
+	var cpu time.Duration
+	var iters, nodes int64
+	for _, f := range files {
+		var rec struct {
+			P     *Problem
+			Limit time.Duration
+		}
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = gob.NewDecoder(r).Decode(&rec)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st Stats
+		restore := Trace(func(_ *Problem, s Stats) { st = s })
+		sol, err := Solve(context.Background(), rec.P, Options{TimeLimit: rec.Limit})
+		restore()
+		obj := "-"
+		if sol != nil {
+			obj = fmt.Sprintf("%.9g", sol.Objective)
+		}
+		status := "ok"
+		if err != nil {
+			status = err.Error()
+		}
+		fmt.Printf("%s\t%d\t%d\t%s\t%.3f\t%d\t%d\t%s\n", filepath.Base(f), st.Vars, st.Rows, obj, st.CPU.Seconds(), st.Iterations, st.Nodes, status)
+		cpu += st.CPU
+		iters += st.Iterations
+		nodes += st.Nodes
+	}
+	fmt.Printf("TOTAL\t%d problems\tcpu %.2f s\titers %d\tnodes %d\n", len(files), cpu.Seconds(), iters, nodes)
+}
