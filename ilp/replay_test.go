@@ -52,6 +52,8 @@ func TestReplay(t *testing.T) {
 			tu.depth = n
 		case "simplex":
 			tu.simplex = n
+		case "rowscale":
+			tu.scaleRows = n != 0
 		case "pivoting":
 			tu.pivoting = n
 		default:
@@ -86,6 +88,9 @@ func TestReplay(t *testing.T) {
 		obj := "-"
 		if sol != nil {
 			obj = fmt.Sprintf("%.9g", sol.Objective)
+			if ev := Evaluate(rec.P, sol.Values); !ev.Feasible() {
+				obj += fmt.Sprintf("(VIOLATES %d)", len(ev.Rows)+len(ev.Bounds)+len(ev.Integrality))
+			}
 		}
 		status := "ok"
 		if err != nil {
@@ -97,4 +102,22 @@ func TestReplay(t *testing.T) {
 		nodes += st.Nodes
 	}
 	fmt.Printf("TOTAL\t%d problems\tcpu %.2f s\titers %d\tnodes %d\n", len(files), cpu.Seconds(), iters, nodes)
+}
+
+// TestReplayWriteLP prints the first problem of -ilp-corpus in LP format.
+func TestReplayWriteLP(t *testing.T) {
+	if *replayCorpus == "" {
+		t.Skip("no -ilp-corpus")
+	}
+	files, _ := filepath.Glob(filepath.Join(*replayCorpus, "*.gob"))
+	var rec struct {
+		P     *Problem
+		Limit time.Duration
+	}
+	r, _ := os.Open(files[0])
+	defer r.Close()
+	if err := gob.NewDecoder(r).Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.P.WriteLP(os.Stdout)
 }

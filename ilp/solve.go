@@ -14,8 +14,9 @@ var (
 	ErrInfeasible = errors.New("ilp: problem is infeasible")
 	// ErrUnbounded: the objective decreases without bound.
 	ErrUnbounded = errors.New("ilp: problem is unbounded")
-	// ErrTimeout: the time limit ran out before optimality was proven. Solve
-	// may return a feasible Solution alongside it (see Solve).
+	// ErrTimeout: the time limit or the iteration limit ran out before
+	// optimality was proven. Solve may return a feasible Solution alongside it
+	// (see Solve).
 	ErrTimeout = errors.New("ilp: time limit reached")
 )
 
@@ -24,6 +25,13 @@ type Options struct {
 	// TimeLimit bounds lp_solve's search (model building, linear in the
 	// model's size, is not counted); zero or negative means no limit.
 	TimeLimit time.Duration
+	// Iterations bounds the search by effort instead: lp_solve stops once it has
+	// made this many simplex iterations (branch and bound included); zero or
+	// negative means no limit. Unlike a time limit, the point where it stops,
+	// and so the answer, depends on the problem alone, not on the machine or
+	// its load: the same problem gives the same Solution and error every time.
+	// With both limits, the first reached stops the search.
+	Iterations int64
 }
 
 // Status says how good a returned Solution is.
@@ -74,9 +82,9 @@ const snapTol = 1e-6
 //   - proven optimum: a Solution with Status Optimal and a nil error;
 //   - infeasible or unbounded: nil and an error wrapping ErrInfeasible or
 //     ErrUnbounded;
-//   - time limit reached: an error wrapping ErrTimeout, with a Solution of
-//     Status Feasible when lp_solve had found a feasible point (its best
-//     one), nil otherwise;
+//   - time or iteration limit reached: an error wrapping ErrTimeout, with a
+//     Solution of Status Feasible when lp_solve had found a feasible point
+//     (its best one), nil otherwise;
 //   - ctx done before the search: nil and ctx.Err(); ctx done during it:
 //     ctx.Err() (wrapped) and, like a timeout, the best feasible Solution
 //     found so far or nil;
@@ -96,17 +104,16 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 		return solveConstant(p) // lp_solve refuses a model without columns
 	}
 	start := time.Now()
-	m, err := build(p)
+	m, err := build(p, defaultTuning)
 	if err != nil {
 		return nil, err
 	}
 	defer m.free()
-	m.tune(defaultTuning)
 	built := time.Now()
-	code := solveWatched(ctx, m, opts.TimeLimit)
+	code := solveWatched(ctx, m, opts)
 	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Build: built.Sub(start), Wall: time.Since(built)}
 	st.CPU, st.Iterations, st.Nodes = m.effort()
-	sol, err := result(ctx, p, m, code, opts.TimeLimit)
+	sol, err := result(ctx, p, m, code, opts)
 	st.Err = err
 	traced(p, st)
 	return sol, err
@@ -114,10 +121,14 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 
 // build loads p into a fresh lp_solve model. On error the model is already
 // freed.
-func build(p *Problem) (*lpModel, error) {
+func build(p *Problem, t tuning) (*lpModel, error) {
 	m, err := newLPModel(len(p.Vars))
 	if err != nil {
 		return nil, err
+	}
+	m.tune(t)
+	if t.scaleRows {
+		m.colExp = colExponents(p)
 	}
 	if err := load(m, p); err != nil {
 		m.free()
@@ -148,13 +159,13 @@ func load(m *lpModel, p *Problem) error {
 
 // solveWatched runs the solve while a context.AfterFunc watches ctx, and
 // returns only once the watcher can no longer touch the model.
-func solveWatched(ctx context.Context, m *lpModel, limit time.Duration) int {
+func solveWatched(ctx context.Context, m *lpModel, opts Options) int {
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		m.cancel()
 	})
-	code := m.solve(limit)
+	code := m.solve(opts.TimeLimit, opts.Iterations)
 	if !stop() {
 		<-done // the watcher started: wait until it is finished with m
 	}
@@ -162,7 +173,7 @@ func solveWatched(ctx context.Context, m *lpModel, limit time.Duration) int {
 }
 
 // result turns lp_solve's return code into Solve's outcome.
-func result(ctx context.Context, p *Problem, m *lpModel, code int, limit time.Duration) (*Solution, error) {
+func result(ctx context.Context, p *Problem, m *lpModel, code int, opts Options) (*Solution, error) {
 	switch code {
 	case lpOptimal:
 		return solution(p, m, Optimal)
@@ -171,19 +182,22 @@ func result(ctx context.Context, p *Problem, m *lpModel, code int, limit time.Du
 	case lpUnbounded:
 		return nil, ErrUnbounded
 	case lpSubopt, lpUserAbort, lpTimeout:
-		return stopped(ctx, p, m, limit)
+		return stopped(ctx, p, m, opts)
 	}
 	return nil, fmt.Errorf("ilp: lp_solve solve returned %d (%s)", code, lpCodeNames[code])
 }
 
 // stopped handles a search cut short by the deadline or the context: it
 // returns the best feasible point, if any, with the reason as error.
-func stopped(ctx context.Context, p *Problem, m *lpModel, limit time.Duration) (*Solution, error) {
+func stopped(ctx context.Context, p *Problem, m *lpModel, opts Options) (*Solution, error) {
 	var why error
-	if err := ctx.Err(); err != nil && !m.timedOut() {
+	switch err := ctx.Err(); {
+	case m.exhausted():
+		why = fmt.Errorf("%w (iteration limit %d)", ErrTimeout, opts.Iterations)
+	case err != nil && !m.timedOut():
 		why = fmt.Errorf("ilp: solve stopped: %w", err)
-	} else {
-		why = fmt.Errorf("%w (%v)", ErrTimeout, limit)
+	default:
+		why = fmt.Errorf("%w (%v)", ErrTimeout, opts.TimeLimit)
 	}
 	if m.solutionCount() == 0 {
 		return nil, why

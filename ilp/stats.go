@@ -42,7 +42,8 @@ func traced(p *Problem, st Stats) {
 // tuning holds lp_solve settings; a negative value (0 for depth) keeps lp_solve's default.
 type tuning struct {
 	presolve, scaling, bbRule, floor, improve, depth, simplex, pivoting int
+	scaleRows                                                           bool
 }
 
 // defaultTuning is every solve's settings.
-var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1}
+var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1, scaleRows: true}
