@@ -19,8 +19,9 @@ import (
 // line per problem (objective, CPU, iterations, nodes), to compare solver settings on real
 // sharding ILPs. Without -ilp-corpus it is skipped.
 var (
-	replayCorpus = flag.String("ilp-corpus", "", "directory of gob-encoded ILPs to replay (TestReplay)")
-	replayTune   = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
+	replayCorpus  = flag.String("ilp-corpus", "", "directory of gob-encoded ILPs to replay (TestReplay)")
+	replayNoLimit = flag.Bool("ilp-nolimit", false, "TestReplay: ignore the recorded time limits")
+	replayTune    = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
 )
 
 func TestReplay(t *testing.T) {
@@ -83,7 +84,10 @@ func TestReplay(t *testing.T) {
 		}
 		var st Stats
 		restore := Trace(func(_ *Problem, s Stats) { st = s })
-		sol, err := Solve(context.Background(), rec.P, Options{TimeLimit: rec.Limit})
+		if *replayNoLimit {
+			rec.Limit = 0
+		}
+		sol, _, err := solve(context.Background(), rec.P, Options{TimeLimit: rec.Limit})
 		restore()
 		obj := "-"
 		if sol != nil {

@@ -103,10 +103,30 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	if len(p.Vars) == 0 {
 		return solveConstant(p) // lp_solve refuses a model without columns
 	}
+	k := keyOf(p, opts, defaultTuning)
+	e, mine, err := memo.lookup(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	if !mine {
+		sol, err := e.answer()
+		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Err: err})
+		return sol, err
+	}
+	var sol *Solution
+	reusable := false
+	defer func() { memo.finish(k, e, sol, err, reusable) }() // also when solving panics
+	sol, reusable, err = solve(ctx, p, opts)
+	return sol, err
+}
+
+// solve builds and solves p with lp_solve; reusable says whether the answer depends on the
+// problem alone (see cacheable).
+func solve(ctx context.Context, p *Problem, opts Options) (*Solution, bool, error) {
 	start := time.Now()
 	m, err := build(p, defaultTuning)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer m.free()
 	built := time.Now()
@@ -116,7 +136,7 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	sol, err := result(ctx, p, m, code, opts)
 	st.Err = err
 	traced(p, st)
-	return sol, err
+	return sol, cacheable(sol, err, m), err
 }
 
 // build loads p into a fresh lp_solve model. On error the model is already

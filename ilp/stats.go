@@ -19,6 +19,9 @@ type Stats struct {
 	Iterations, Nodes int64
 	// Err is Solve's error (nil: a proven optimum).
 	Err error
+	// Cached: the answer came from the memo of earlier solves (memo.go); nothing was
+	// built or solved.
+	Cached bool
 }
 
 // tracer receives every Solve's Stats; see Trace.
