@@ -89,6 +89,8 @@ import (
 // lp_solve's solve() return codes, from lp_lib.h.
 const (
 	lpNoMemory   = int(C.NOMEMORY)
+	lpNumFailure = int(C.NUMFAILURE)
+	lpAccuracy   = int(C.ACCURACYERROR)
 	lpOptimal    = int(C.OPTIMAL)
 	lpSubopt     = int(C.SUBOPTIMAL)
 	lpInfeasible = int(C.INFEASIBLE)

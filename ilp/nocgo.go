@@ -20,6 +20,8 @@ var ErrNoSolver = errors.New("ilp: this autopar was built without cgo (CGO_ENABL
 // lp_solve's return codes, as in lp_lib.h, so that Solve's policy compiles unchanged.
 const (
 	lpNoMemory   = -2
+	lpNumFailure = 5
+	lpAccuracy   = 25
 	lpOptimal    = 0
 	lpSubopt     = 1
 	lpInfeasible = 2

@@ -2,7 +2,8 @@ package ilp
 
 import "math"
 
-// Exact scaling. lp_solve's answers went wrong on the sharding ILPs (ACCURACYERROR, or a
+// Exact scaling, the fallback of a solve that lp_solve gave up on numerically
+// (NUMFAILURE, ACCURACYERROR). lp_solve's answers went wrong on the sharding ILPs (ACCURACYERROR, or a
 // claimed optimum or infeasibility that other settings contradicted) because one row
 // mixes byte counts from 2 to 10¹² with seconds-sized costs elsewhere, and its own
 // scaling did not recover. Solve therefore hands lp_solve a scaled copy: every row and the

@@ -123,20 +123,37 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 // solve builds and solves p with lp_solve; reusable says whether the answer depends on the
 // problem alone (see cacheable).
 func solve(ctx context.Context, p *Problem, opts Options) (*Solution, bool, error) {
-	start := time.Now()
-	m, err := build(p, defaultTuning)
-	if err != nil {
-		return nil, false, err
+	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
+	t := defaultTuning
+	for {
+		start := time.Now()
+		m, err := build(p, t)
+		if err != nil {
+			return nil, false, err
+		}
+		built := time.Now()
+		code := solveWatched(ctx, m, opts)
+		cpu, iters, nodes := m.effort()
+		st.Build += built.Sub(start)
+		st.Wall += time.Since(built)
+		st.CPU += cpu
+		st.Iterations += iters
+		st.Nodes += nodes
+		if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
+			// lp_solve's own scaling failed on this problem's range of numbers: solve it
+			// again scaled exactly (scale.go). The failure, and so the retry, is a function
+			// of the problem.
+			m.free()
+			t.scaleRows = true
+			continue
+		}
+		sol, err := result(ctx, p, m, code, opts)
+		reusable := cacheable(sol, err, m)
+		m.free()
+		st.Err = err
+		traced(p, st)
+		return sol, reusable, err
 	}
-	defer m.free()
-	built := time.Now()
-	code := solveWatched(ctx, m, opts)
-	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Build: built.Sub(start), Wall: time.Since(built)}
-	st.CPU, st.Iterations, st.Nodes = m.effort()
-	sol, err := result(ctx, p, m, code, opts)
-	st.Err = err
-	traced(p, st)
-	return sol, cacheable(sol, err, m), err
 }
 
 // build loads p into a fresh lp_solve model. On error the model is already

@@ -49,4 +49,4 @@ type tuning struct {
 }
 
 // defaultTuning is every solve's settings.
-var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1, scaleRows: true}
+var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1}
