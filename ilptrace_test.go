@@ -37,17 +37,19 @@ func traceILPs(b *testing.B, config string) func() {
 	}
 	var mu sync.Mutex
 	restore := ilp.Trace(func(p *ilp.Problem, st ilp.Stats) {
-		if !hasIntegers(p) || st.Cached {
+		if !hasIntegers(p) {
 			return // the relaxation solved below
 		}
-		root := rootIntegral(p)
-		status := "optimal"
-		if st.Err != nil {
-			status = fmt.Sprintf("%q", st.Err.Error())
+		root, status := "-", "cached"
+		if !st.Cached {
+			root, status = rootIntegral(p), "optimal"
+			if st.Err != nil {
+				status = fmt.Sprintf("%q", st.Err.Error())
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if *ilpDump != "" {
+		if *ilpDump != "" && !st.Cached {
 			dumpILP(b, p, st)
 		}
 		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s\n", config, st.Vars, st.Rows, st.Limit.Seconds(),

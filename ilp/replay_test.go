@@ -20,6 +20,8 @@ import (
 // sharding ILPs. Without -ilp-corpus it is skipped.
 var (
 	replayCorpus  = flag.String("ilp-corpus", "", "directory of gob-encoded ILPs to replay (TestReplay)")
+	replayMemo    = flag.Bool("ilp-memo", false, "TestReplay: solve through Solve's memo")
+	replayLean    = flag.Int64("ilp-lean", 0, "TestReplay: solve problems recorded with a limit under 10 s with this iteration limit and 30 s")
 	replayNoLimit = flag.Bool("ilp-nolimit", false, "TestReplay: ignore the recorded time limits")
 	replayTune    = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
 )
@@ -87,7 +89,17 @@ func TestReplay(t *testing.T) {
 		if *replayNoLimit {
 			rec.Limit = 0
 		}
-		sol, _, err := solve(context.Background(), rec.P, Options{TimeLimit: rec.Limit})
+		opts := Options{TimeLimit: rec.Limit}
+		if *replayLean > 0 && rec.Limit > 0 && rec.Limit < 10*time.Second {
+			// a lean solve of the oracle: effort-limited now, with its full time limit
+			opts = Options{TimeLimit: 30 * time.Second, Iterations: *replayLean}
+		}
+		var sol *Solution
+		if *replayMemo {
+			sol, err = Solve(context.Background(), rec.P, opts)
+		} else {
+			sol, _, err = solve(context.Background(), rec.P, opts)
+		}
 		restore()
 		obj := "-"
 		if sol != nil {
