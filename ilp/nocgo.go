@@ -32,7 +32,7 @@ const (
 
 var lpCodeNames = map[int]string{}
 
-type lpModel struct{}
+type lpModel struct{ colExp []int }
 
 func newLPModel(int) (*lpModel, error)                 { return nil, ErrNoSolver }
 func (*lpModel) free()                                 {}
@@ -41,7 +41,8 @@ func (*lpModel) load([]Term)                           {}
 func (*lpModel) setObjective([]Term) error             { return ErrNoSolver }
 func (*lpModel) setRowMode(bool) error                 { return ErrNoSolver }
 func (*lpModel) addRow(*Row) error                     { return ErrNoSolver }
-func (*lpModel) solve(time.Duration) int               { return lpNoMemory }
+func (*lpModel) solve(time.Duration, int64) int        { return lpNoMemory }
+func (*lpModel) exhausted() bool                       { return false }
 func (*lpModel) cancel()                               {}
 func (*lpModel) tune(tuning)                           {}
 func (*lpModel) timedOut() bool                        { return false }
