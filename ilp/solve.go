@@ -17,7 +17,7 @@ var (
 	// ErrTimeout: the time limit or the iteration limit ran out before
 	// optimality was proven. Solve may return a feasible Solution alongside it
 	// (see Solve).
-	ErrTimeout = errors.New("ilp: time limit reached")
+	ErrTimeout = errors.New("ilp: search limit reached")
 )
 
 // Options tune Solve.
@@ -122,38 +122,46 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 
 // solve builds and solves p with lp_solve; reusable says whether the answer depends on the
 // problem alone (see cacheable).
-func solve(ctx context.Context, p *Problem, opts Options) (*Solution, bool, error) {
+func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusable bool, err error) {
 	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
 	t := defaultTuning
 	for {
-		start := time.Now()
-		m, err := build(p, t)
-		if err != nil {
-			return nil, false, err
+		retry := false
+		sol, reusable, retry, err = attempt(ctx, p, opts, t, &st)
+		if !retry {
+			st.Err = err
+			traced(p, st)
+			return sol, reusable, err
 		}
-		built := time.Now()
-		code := solveWatched(ctx, m, opts)
-		cpu, iters, nodes := m.effort()
-		st.Build += built.Sub(start)
-		st.Wall += time.Since(built)
-		st.CPU += cpu
-		st.Iterations += iters
-		st.Nodes += nodes
-		if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
-			// lp_solve's own scaling failed on this problem's range of numbers: solve it
-			// again scaled exactly (scale.go). The failure, and so the retry, is a function
-			// of the problem.
-			m.free()
-			t.scaleRows = true
-			continue
-		}
-		sol, err := result(ctx, p, m, code, opts)
-		reusable := cacheable(sol, err, m)
-		m.free()
-		st.Err = err
-		traced(p, st)
-		return sol, reusable, err
+		// lp_solve's own scaling failed on this problem's range of numbers: solve it again
+		// scaled exactly (scale.go). The failure, and so the retry, is a function of the
+		// problem.
+		t.scaleRows = true
 	}
+}
+
+// attempt is one lp_solve run of p under t, its effort added to st; retry says that it
+// failed numerically and a scaled run may succeed.
+func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats) (*Solution, bool, bool, error) {
+	start := time.Now()
+	m, err := build(p, t)
+	if err != nil {
+		return nil, false, false, err
+	}
+	defer m.free()
+	built := time.Now()
+	code := solveWatched(ctx, m, opts)
+	cpu, iters, nodes := m.effort()
+	st.Build += built.Sub(start)
+	st.Wall += time.Since(built)
+	st.CPU += cpu
+	st.Iterations += iters
+	st.Nodes += nodes
+	if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
+		return nil, false, true, nil
+	}
+	sol, err := result(ctx, p, m, code, opts)
+	return sol, cacheable(sol, err, m), false, err
 }
 
 // build loads p into a fresh lp_solve model. On error the model is already
