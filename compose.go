@@ -55,6 +55,7 @@ type layerInfo struct {
 	// params, states, inputs, constants — by step ValueID: two layers of a range that share
 	// one make the composition inexact.
 	leaves []ir.ValueID
+	mem    *layerMem // the bytes memFloor reads (bound.go), made on first use
 }
 
 // crossEdge is one use, in the consumer layer, of a value produced by an op of another
@@ -607,8 +608,14 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		fastest = append(fastest, pts[0])
 	}
 	if bounded {
-		if o.remat != RematNone {
-			c.ActBytes = 0
+		// Activations: no fewer than memFloor says, whatever the layers' sharding and
+		// recomputation. Without recomputation every in-flight micro-batch holds them;
+		// recomputing, the solved layers' own need not be held.
+		floor := o.memFloor(start, end, s.NumDevices())
+		if o.remat == RematNone {
+			c.ActBytes = max(c.ActBytes, floor)
+		} else {
+			c.ActBytes, c.OnceBytes = 0, floor
 		}
 		return c, true
 	}

@@ -46,6 +46,8 @@ type oracle struct {
 	remat  string
 	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
+	// localOnly marks the step's values no op of another layer reads (memOf, bound.go)
+	localOnly []bool
 
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
