@@ -320,7 +320,7 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 		}
 	}
 	path, c := o.chain(start, pts, 0)
-	if o.memory > 0 && c.cost.Memory(1) > float64(o.memory) {
+	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) {
 		for k := start; k < end; k++ {
 			pts[k-start] = o.layerPoints(k, s, l, true)
 		}
@@ -542,6 +542,23 @@ func (o *oracle) withRemat(plain dp.StageCost, layers []layerPoint) dp.StageCost
 	}
 	plain.Remat = []dp.StageCost{whole, layered}
 	return plain
+}
+
+// fitsSomeWay reports whether c, run plainly or recomputing one of its ways, fits memory
+// with one micro-batch in flight. The memory-lean points are solved only where none does:
+// where recomputation fits, the DP has a way to run the range already, and the lean solves
+// (each a layer ILP under a budget, the dearest of the search on 2-D meshes) were most of
+// the compile time of Alpa's suite under --microbatches auto (docs/DECISIONS.md).
+func fitsSomeWay(c dp.StageCost, memory float64) bool {
+	if c.Memory(1) <= memory {
+		return true
+	}
+	for _, r := range c.Remat {
+		if r.Memory(1) <= memory {
+			return true
+		}
+	}
+	return false
 }
 
 func allFastest(path []int) bool {
