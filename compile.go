@@ -342,6 +342,10 @@ type attempt struct {
 	fallback bool
 }
 
+// noFastPlan, set by tests only, makes the fast search of the micro-batch counts it
+// reports find no plan, as if its stages did not fit (TestDeferredCounts).
+var noFastPlan func(microbatches int) bool
+
 // errNoFastPlan is a count whose fast search found no plan: neither the composed prices
 // nor the stages exactly solved fit (the composition's memory is an estimate). searchAll
 // runs its exhaustive search after the other counts, unless a plan found beats its bound.
@@ -490,6 +494,9 @@ func (a *attempt) finish() error {
 		}
 		if err == nil {
 			res, err = exactly(ctx, lay.L, dc, o, do, res, a.progress)
+		}
+		if noFastPlan != nil && noFastPlan(b) {
+			res, err = nil, nil
 		}
 		if res == nil && ctx.Err() == nil {
 			// No plan from the composed prices (their memory is an estimate) or from

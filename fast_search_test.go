@@ -138,3 +138,30 @@ func TestSearchOption(t *testing.T) {
 	_, err = Compile(context.Background(), g, c, Options{Search: "quick"})
 	assert.ErrorContains(t, err, `search "quick": expected fast or exhaustive`)
 }
+
+// TestDeferredCounts: a micro-batch count whose fast search finds no plan waits for the
+// others, then gets its exhaustive search when its bound could still win: with the
+// winning count's fast plan withheld, and then every count's, the compile still finds the
+// exhaustive search's plan.
+func TestDeferredCounts(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu:2")
+	require.NoError(t, err)
+	opts := Options{Layers: 2, Search: SearchExhaustive}
+	ref, _, err := compileSearch(context.Background(), g, c, opts)
+	require.NoError(t, err)
+	opts.Search = SearchFast
+	defer func() { noFastPlan = nil }()
+	for name, withheld := range map[string]func(int) bool{
+		"winner": func(b int) bool { return b == ref.Microbatches },
+		"every":  func(int) bool { return true },
+	} {
+		noFastPlan = withheld
+		p, st, err := compileSearch(context.Background(), g, c, opts)
+		require.NoError(t, err, name)
+		assert.Equal(t, ref.Microbatches, p.Microbatches, name)
+		assert.InEpsilon(t, ref.Predicted.StepTime, p.Predicted.StepTime, 1e-9, name)
+		t.Logf("%s withheld: %d ILPs, %d counts skipped", name, st.solves, st.skipped)
+	}
+}
