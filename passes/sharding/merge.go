@@ -18,12 +18,14 @@ type group struct {
 
 // groupStrategy is one strategy of a group: a strategy index for each member.
 type groupStrategy struct {
-	pick          []int32 // parallel to members
-	compute, comm float64 // summed over members
-	reshard       float64 // resharding inside the group (a follower that cannot match)
+	pick []int32 // parallel to members
+	// obj is the group's own cost in the objective: its members' compute and collectives
+	// and the resharding inside it, each weighed as the step runs it (weights.go).
+	obj     float64
+	reshard float64 // resharding inside the group (a follower that cannot match), unweighted
 }
 
-func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard }
+func (s groupStrategy) cost() float64 { return s.obj }
 
 // maxGroupStrategies bounds the strategies of one group: past it a follower keeps only its
 // cheapest matching strategy per leader strategy.
@@ -190,7 +192,7 @@ func (p *planner) fill(gi int, u, c ir.ValueID) bool {
 		for _, o := range opts {
 			s := &p.cands[c][o.j]
 			pick := append(append(make([]int32, 0, len(gs.pick)+1), gs.pick...), int32(o.j))
-			out = append(out, groupStrategy{pick: pick, compute: gs.compute + s.Compute, comm: gs.comm + s.Comm,
+			out = append(out, groupStrategy{pick: pick, obj: gs.obj + p.ownCost(c, s) + p.wReshard[c]*o.x,
 				reshard: gs.reshard + o.x})
 		}
 	}
@@ -207,7 +209,7 @@ func (p *planner) newGroup(v ir.ValueID) {
 	gr := &group{members: []ir.ValueID{v}}
 	for k := range p.cands[v] {
 		s := &p.cands[v][k]
-		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, compute: s.Compute, comm: s.Comm})
+		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, obj: p.ownCost(v, s)})
 	}
 	p.groupOf[v] = len(p.groups)
 	p.memberIdx[v] = 0
@@ -244,7 +246,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
 				}
 				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
-					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard})
+					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard, reshard: gs.reshard + m.reshard})
 			}
 		}
 		return out
@@ -266,7 +268,7 @@ type match struct {
 
 // matches lists v's strategies whose operand specs at slots equal from, cheapest first
 // (ties in generation order); if there are none, the one strategy minimizing its own cost
-// plus the resharding of u into it.
+// plus the resharding of u into it. Costs are weighed as in the objective (weights.go).
 func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match {
 	var exact []match
 	for k := range p.cands[v] {
@@ -277,7 +279,7 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 	if len(exact) > 0 {
 		// Cheapest first, stable.
 		for i := 1; i < len(exact); i++ {
-			for j := i; j > 0 && p.cands[v][exact[j].k].Cost() < p.cands[v][exact[j-1].k].Cost(); j-- {
+			for j := i; j > 0 && p.ownCost(v, &p.cands[v][exact[j].k]) < p.ownCost(v, &p.cands[v][exact[j-1].k]); j-- {
 				exact[j], exact[j-1] = exact[j-1], exact[j]
 			}
 		}
@@ -290,7 +292,7 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 		for _, i := range slots {
 			r += p.reshard(u, from, s.In[i]).Time
 		}
-		if c := s.Cost() + r; best < 0 || c < bestCost {
+		if c := p.ownCost(v, s) + p.wReshard[u]*r; best < 0 || c < bestCost {
 			best, bestCost, bestR = k, c, r
 		}
 	}
