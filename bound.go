@@ -68,6 +68,9 @@ func (o *oracle) boundOf(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) bo
 			c.Time += t
 		}
 	}
+	mb, step := sg.dataBound(o.c, lm.Size()) // the loads, stores, constants and accumulation
+	c.Time += mb
+	c.Step += step
 	c.WeightBytes = float64(sg.weights) / float64(lm.Size())
 	return boundCost{cost: c, ok: true}
 }
@@ -307,14 +310,15 @@ func (o *oracle) memOf(k int) *layerMem {
 // and gathered copies G per device, weights W = 2P+S+G: its peak is at least P+S+G (held
 // throughout) plus, at any point, the layer's own values alive there, each at 1/n of its
 // bytes or more, so peak ≥ P+S+G+inner/n. Run plainly it holds W + ActBytes = max(W, peak)
-// ≥ W + (inner/n − P); recomputing the whole stage, W + its inputs + the plain activations:
-// as much; layer by layer, W + the layers' inputs + min(plain activations, temporaries +
-// the largest segment's recomputed values) (remat.go), and every value of redo is
-// recomputed in the layer's segment, so ≥ W + min(inner/n − P, redo/n). The composed
-// prices (compose.go, withRemat) take each layer's own solve's activations, which obey the
-// same bounds with the layer's smaller P. So under recomputation (auto or full) the floor
-// is min(max_k inner/n − P, max_k redo/n), with P the range's params per device, and
-// without it max_k inner/n − P; never below 0.
+// ≥ W + (inner/n − P). Recomputing (either way, remat.go) it holds max(W + kept, the
+// recomputing peak) (sharding.Recompute's liveness): every value of redo is recomputed
+// in its layer's segment, whose recomputation runs as one block before the first backward
+// op that reads it, and each stays alive until its backward read, after the block; so at
+// the block's end the peak is at least P+S+G+redo/n, and the stage holds at least
+// W + (redo/n − P). The composed prices (compose.go, withRemat) take each layer's own
+// solve's, which obey the same bounds with the layer's smaller P. So under recomputation
+// (auto or full) the floor is max_k min(inner, redo)/n − P (the plain way may be taken),
+// with P the range's params per device, and without it max_k inner/n − P; never below 0.
 func (o *oracle) memFloor(start, end, devices int) float64 {
 	n := float64(devices)
 	var params, inner, redo float64
@@ -324,9 +328,8 @@ func (o *oracle) memFloor(start, end, devices int) float64 {
 		inner = max(inner, m.inner/n)
 		redo = max(redo, m.redo/n)
 	}
-	f := max(0, inner-params)
 	if o.remat != RematNone {
-		f = min(f, redo)
+		return max(0, min(inner, redo)-params)
 	}
-	return f
+	return max(0, inner-params)
 }

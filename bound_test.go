@@ -130,6 +130,7 @@ func TestLazySearchCancels(t *testing.T) {
 // count whose plans cannot fit without an ILP (searchAll), so it must follow remat.go's
 // memory model.
 func TestMemFloorIsLower(t *testing.T) {
+	total := 0
 	for _, tc := range []struct {
 		model, cluster    string
 		hosts, devices, b int
@@ -175,8 +176,9 @@ func TestMemFloorIsLower(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d range solves checked, %d with a positive floor", checked, positive)
-			assert.Positive(t, positive, "the floor says something")
+			t.Logf("%d range solves checked, %d with a positive floor under recomputation", checked, positive)
+			total += positive
 		})
 	}
+	assert.Positive(t, total, "the floor says something under recomputation")
 }
