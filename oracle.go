@@ -47,6 +47,8 @@ type oracle struct {
 	remat  string
 	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
+	// localOnly marks the step's values no op of another layer reads (memOf, bound.go)
+	localOnly []bool
 	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
 	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
 	mb int
