@@ -422,7 +422,8 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
 	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
-		SolveLayersOnce: true, BlockKeys: st.sg.keys, Force: force}
+		SolveLayersOnce: true, BlockKeys: st.sg.keys, Force: force,
+		Microbatches: st.sg.mb, Update: st.sg.once, Accumulated: st.sg.acc} // weighed as compile weighed it (B·t + u)
 	return st.sg.solve(ctx, lm, opts)
 }
 

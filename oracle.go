@@ -421,7 +421,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if errors.As(err, &me) && o.remat == RematAuto && memory == o.memory {
 		opts.Recompute = sg.remat.layers.marks
 		o.solves.Add(1)
-		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		res, err = sg.solve(o.ctx, lm, opts) // priced as every stage is, data instructions included
 		if res != nil {
 			atomicMax(&o.maxVars, int64(res.ILP.Variables))
 		}
