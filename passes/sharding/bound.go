@@ -33,7 +33,7 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 		for i, a := range v.Args {
 			t := g.Value(a).Type
 			if fu.reads(ir.ValueID(id), i) {
-				bytes += t.Bytes()
+				bytes += int64(float64(t.Bytes()) * fu.readScale(ir.ValueID(id), i))
 			}
 			if i == 0 {
 				dt = t.DType // as enumerator.computeDType

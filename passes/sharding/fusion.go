@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -39,10 +40,13 @@ import (
 //
 // Leaves, slices, concats, gathers, convolutions and the rest stand alone, as before.
 type fusion struct {
-	kernel []int32  // the kernel's first member, per value
+	leader []ir.ValueID // the operand each value follows in the ILP's groups (planner.leader)
+	kernel []int32      // the kernel's first member, per value
 	write  []bool   // the value's result is written to memory
 	skip   [][]bool // skip[v][i]: v does not read operand i (nil: it reads every one)
 	launch []bool   // the value pays its kernel's launch (the kernel's last member)
+	// scale[v][i]: v reads operand i, a broadcast, as its source (nil: 1 for every one).
+	scale [][]float64
 }
 
 // maxFusedRowBytes bounds the row a fused row reduction holds on chip: 64 KiB, a thread
@@ -133,20 +137,40 @@ func fusionOf(g *ir.Graph, opts Options, cm costModel) *fusion {
 		_, b := opts.ForceSpec[v]
 		return a || b
 	}
+	// The leaders: leaderOf, ties going to an operand this op alone reads, so that a chain
+	// (softmax's gradient: dy·y, its row sums, dy − those, times y) stays in one group and
+	// so in one kernel.
+	readers := make([]int, n)
+	for id := range n {
+		for i, a := range g.Values[id].Args {
+			if !slices.Contains(g.Values[id].Args[:i], a) {
+				readers[a]++
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		readers[o.Value] += 2
+	}
+	for _, u := range g.Updates {
+		readers[u.Value] += 2
+	}
+	f := &fusion{leader: make([]ir.ValueID, n), kernel: make([]int32, n), write: make([]bool, n),
+		skip: make([][]bool, n), launch: make([]bool, n), scale: make([][]float64, n)}
+	only := func(_, a ir.ValueID) bool { return readers[a] == 1 }
 	// root: the ILP group's leader, as buildGroups merges followers (fills aside: constants
 	// never fuse).
 	root := make([]ir.ValueID, n)
 	for id := range n {
 		v := ir.ValueID(id)
+		f.leader[id] = leaderBy(g, v, only)
 		root[id] = v
 		if forced(v) {
 			continue
 		}
-		if u := leaderOf(g, v); u != ir.NoValue && !forced(u) {
+		if u := f.leader[id]; u != ir.NoValue && !forced(u) {
 			root[id] = root[u]
 		}
 	}
-	f := &fusion{kernel: make([]int32, n), write: make([]bool, n), skip: make([][]bool, n), launch: make([]bool, n)}
 	info := map[int32]*kernelInfo{}
 	kind := make([]fuseKind, n)
 	isRow := make([]bool, n)
@@ -164,7 +188,7 @@ func fusionOf(g *ir.Graph, opts Options, cm costModel) *fusion {
 		k := &kernelInfo{first: ir.ValueID(id), last: ir.ValueID(id), reduce: sigOf[id], matmul: kind[id] == fuseMatmul}
 		info[int32(id)] = k
 		c := ir.ValueID(id)
-		for _, p := range candidateOperands(g, c) {
+		for _, p := range f.candidateOperands(g, c) {
 			if kind[p] == fuseNone || root[p] != root[c] {
 				continue
 			}
@@ -198,9 +222,9 @@ func fusionOf(g *ir.Graph, opts Options, cm costModel) *fusion {
 
 // candidateOperands lists c's operands a kernel could take c in through: its leader first,
 // then the others in slot order, each once.
-func candidateOperands(g *ir.Graph, c ir.ValueID) []ir.ValueID {
+func (f *fusion) candidateOperands(g *ir.Graph, c ir.ValueID) []ir.ValueID {
 	var out []ir.ValueID
-	if u := leaderOf(g, c); u != ir.NoValue {
+	if u := f.leader[c]; u != ir.NoValue {
 		out = append(out, u)
 	}
 	for _, a := range g.Value(c).Args {
@@ -289,24 +313,42 @@ func (f *fusion) convex(g *ir.Graph, K int32, first, c ir.ValueID) bool {
 	return true
 }
 
-// price fills in what each value reads, writes and launches from the kernels.
+// price fills in what each value reads, writes and launches from the kernels. A broadcast
+// is never written (unless the step returns it): as XLA duplicates a broadcast into each
+// consumer, every reader reads what it broadcasts, its source, as its own input.
 func (f *fusion) price(g *ir.Graph, info map[int32]*kernelInfo) {
 	n := len(g.Values)
-	outside := make([]bool, n) // read outside its kernel, returned or updated
-	readers := make([]int, n)
-	for id := range n {
-		for _, a := range g.Values[id].Args {
-			readers[a]++
-			if f.kernel[a] != f.kernel[id] {
-				outside[a] = true
-			}
-		}
-	}
+	returned := make([]bool, n)
 	for _, o := range g.Outputs {
-		outside[o.Value] = true
+		returned[o.Value] = true
 	}
 	for _, u := range g.Updates {
-		outside[u.Value], outside[u.Target] = true, true
+		returned[u.Value], returned[u.Target] = true, true
+	}
+	dup := func(a ir.ValueID) bool { return g.Value(a).Op == ir.OpBroadcast && !returned[a] }
+	src := func(a ir.ValueID) ir.ValueID {
+		for dup(a) {
+			a = g.Value(a).Args[0]
+		}
+		return a
+	}
+	outside := slices.Clone(returned) // read outside its kernel, returned or updated
+	readers := make([]int, n)
+	last := map[int32]ir.ValueID{} // the kernel's last member that is not a broadcast
+	for id := range n {
+		if !dup(ir.ValueID(id)) {
+			last[f.kernel[id]] = ir.ValueID(id)
+		}
+		if dup(ir.ValueID(id)) {
+			continue
+		}
+		for _, a := range g.Values[id].Args {
+			e := src(a)
+			readers[e]++
+			if f.kernel[e] != f.kernel[id] {
+				outside[e] = true
+			}
+		}
 	}
 	type read struct {
 		k int32
@@ -316,16 +358,32 @@ func (f *fusion) price(g *ir.Graph, info map[int32]*kernelInfo) {
 	for id := range n {
 		v := &g.Values[id]
 		k := f.kernel[id]
-		ki := info[k]
+		if dup(ir.ValueID(id)) {
+			f.skip[id] = make([]bool, len(v.Args))
+			for i := range f.skip[id] {
+				f.skip[id][i] = true
+			}
+			continue
+		}
 		f.write[id] = outside[id] || readers[id] == 0
-		f.launch[id] = ki == nil || ki.last == ir.ValueID(id)
-		if ki == nil {
+		f.launch[id] = info[k] == nil || last[k] == ir.ValueID(id)
+		if info[k] == nil {
 			continue
 		}
 		var skip []bool
 		for i, a := range v.Args {
-			r := read{k, a}
-			if f.kernel[a] == k || seen[r] {
+			e := src(a)
+			if e != a {
+				if f.scale[id] == nil {
+					f.scale[id] = make([]float64, len(v.Args))
+					for j := range f.scale[id] {
+						f.scale[id][j] = 1
+					}
+				}
+				f.scale[id][i] = float64(g.Value(e).Type.Bytes()) / float64(g.Value(a).Type.Bytes())
+			}
+			r := read{k, e}
+			if f.kernel[e] == k || seen[r] {
 				if skip == nil {
 					skip = make([]bool, len(v.Args))
 				}
@@ -343,6 +401,15 @@ func (f *fusion) writes(v ir.ValueID) bool { return f == nil || f.write[v] }
 // reads reports whether v reads its operand i from memory.
 func (f *fusion) reads(v ir.ValueID, i int) bool {
 	return f == nil || f.skip[v] == nil || !f.skip[v][i]
+}
+
+// readScale is the fraction of operand i's bytes v reads: for a broadcast, what it
+// broadcasts (price), else 1.
+func (f *fusion) readScale(v ir.ValueID, i int) float64 {
+	if f == nil || f.scale[v] == nil {
+		return 1
+	}
+	return f.scale[v][i]
 }
 
 // launches reports whether v pays its kernel's launch.

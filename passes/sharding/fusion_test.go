@@ -136,7 +136,8 @@ func TestFusionLowersGPTStep(t *testing.T) {
 }
 
 // kernelBytes is what one device reads and writes in all under f (nil: no fusion) on one
-// device: the graph's full tensors, leaves neither read nor written by themselves.
+// device: the graph's full tensors (a broadcast read as its source), leaves neither read
+// nor written by themselves.
 func kernelBytes(g *ir.Graph, f *fusion) int64 {
 	var sum int64
 	for id := range g.Values {
@@ -149,7 +150,7 @@ func kernelBytes(g *ir.Graph, f *fusion) int64 {
 		}
 		for i, a := range v.Args {
 			if f.reads(ir.ValueID(id), i) {
-				sum += g.Value(a).Type.Bytes()
+				sum += int64(float64(g.Value(a).Type.Bytes()) * f.readScale(ir.ValueID(id), i))
 			}
 		}
 	}
@@ -286,4 +287,43 @@ func TestFusionConvex(t *testing.T) {
 		}
 		assert.Equal(t, want, kernelBytes(b.g, f), "aux %v", aux)
 	}
+}
+
+// TestFusionLeaderAndBroadcast: on a fusing cluster a follower whose operands tie in size
+// follows the one it alone reads (dx = y·cen follows cen, not y, which the forward saves),
+// so the softmax gradient stays one kernel even when y is computed; and a broadcast is
+// never written: a reader outside its kernel reads what it broadcasts (a [R] vector, not
+// the [R, L] broadcast), as XLA duplicates broadcasts into their consumers.
+func TestFusionLeaderAndBroadcast(t *testing.T) {
+	const R, L = 16, 32
+	b := newGB(t, "softmax_grad")
+	x := b.input("x", R, L)
+	y := b.op(ir.OpExp, "y", nil, x)
+	dy := b.op(ir.OpNeg, "dy", nil, b.input("g", R, L))
+	dyy := b.op(ir.OpMul, "dyy", nil, dy, y)
+	dot := b.op(ir.OpReduceSum, "dot", ir.Attrs{}.With("axes", []int{1}), dyy)
+	dotb := b.op(ir.OpBroadcast, "dotb", ir.Attrs{}.With("dims", []int{0}).With("shape", []int{R, L}), dot)
+	cen := b.op(ir.OpSub, "cen", nil, dy, dotb)
+	dx := b.op(ir.OpMul, "dx", nil, y, cen)
+	b.g.AddOutput(dx, ir.Pos{})
+	b.g.AddOutput(y, ir.Pos{})
+	assert.Equal(t, y, leaderOf(b.g, dx), "without fusion, ties go to the first operand")
+	f := fusionOn(t, b.g, false)
+	assert.Equal(t, cen, f.leader[dx])
+	assert.True(t, sameKernel(f, dyy, dot, dotb, cen, dx))
+
+	b = newGB(t, "bcast")
+	h := b.op(ir.OpNeg, "h", nil, b.input("h0", R, L))
+	gb := b.op(ir.OpBroadcast, "gb", ir.Attrs{}.With("dims", []int{1}).With("shape", []int{R, L}), b.param("gamma", L))
+	m := b.op(ir.OpMul, "m", nil, h, gb)
+	b.g.AddOutput(m, ir.Pos{})
+	f = fusionOn(t, b.g, false)
+	assert.NotEqual(t, f.kernel[gb], f.kernel[m], "gb follows the param, m follows h")
+	assert.False(t, f.writes(gb))
+	assert.False(t, f.launches(gb))
+	assert.Equal(t, 1.0/R, f.readScale(m, 1))
+	// h0 read, gamma read through gb, m written: (R·L + L + R·L)·4 bytes; unfused, h and gb
+	// are written and read too: (2R·L + (L + R·L) + 3R·L)·4.
+	assert.Equal(t, int64(2*R*L+L)*4, kernelBytes(b.g, f))
+	assert.Equal(t, int64(6*R*L+L)*4, kernelBytes(b.g, nil))
 }

@@ -362,6 +362,9 @@ func (e *enumerator) operandBytes(in []mesh.Spec) int64 {
 		if err != nil {
 			panic("sharding: local bytes of a checked spec: " + err.Error())
 		}
+		if s := e.fu.readScale(e.id, i); s != 1 {
+			b = int64(float64(b) * s) // a broadcast, read as its source
+		}
 		sum += b
 	}
 	return sum
