@@ -42,9 +42,9 @@ import (
 type fusion struct {
 	leader []ir.ValueID // the operand each value follows in the ILP's groups (planner.leader)
 	kernel []int32      // the kernel's first member, per value
-	write  []bool   // the value's result is written to memory
-	skip   [][]bool // skip[v][i]: v does not read operand i (nil: it reads every one)
-	launch []bool   // the value pays its kernel's launch (the kernel's last member)
+	write  []bool       // the value's result is written to memory
+	skip   [][]bool     // skip[v][i]: v does not read operand i (nil: it reads every one)
+	launch []bool       // the value pays its kernel's launch (the kernel's last member)
 	// scale[v][i]: v reads operand i, a broadcast, as its source (nil: 1 for every one).
 	scale [][]float64
 }
