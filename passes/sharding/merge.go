@@ -21,9 +21,12 @@ type groupStrategy struct {
 	pick          []int32 // parallel to members
 	compute, comm float64 // summed over members
 	reshard       float64 // resharding inside the group (a follower that cannot match)
+	// sibling is the resharding, and its spill, of members a follower reads besides its
+	// leader inside one kernel (siblingReshard); unlike reshard it leaves the group tight.
+	sibling float64
 }
 
-func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard }
+func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard + s.sibling }
 
 // maxGroupStrategies bounds the strategies of one group: past it a follower keeps only its
 // cheapest matching strategy per leader strategy.
@@ -207,7 +210,7 @@ func (p *planner) fill(gi int, u, c ir.ValueID) bool {
 			s := &p.cands[c][o.j]
 			pick := append(append(make([]int32, 0, len(gs.pick)+1), gs.pick...), int32(o.j))
 			out = append(out, groupStrategy{pick: pick, compute: gs.compute + s.Compute, comm: gs.comm + s.Comm,
-				reshard: gs.reshard + o.x})
+				reshard: gs.reshard + o.x, sibling: gs.sibling})
 		}
 	}
 	if len(out) > max(maxGroupStrategies, len(gr.strats)) {
@@ -255,7 +258,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 				if m.reshard > 0 && p.fu.internal(u, v) {
 					m.reshard += p.fusedSpill(u, p.cands[u][gs.pick[ui]].Memory, p.cands[v][m.k].In, slots)
 				}
-				m.reshard += p.siblingReshard(gr, gs, u, v, p.cands[v][m.k].In)
+				sib := p.siblingReshard(gr, gs, u, v, p.cands[v][m.k].In)
 				s := &p.cands[v][m.k]
 				pick := gs.pick
 				if len(ms) > 1 {
@@ -264,7 +267,8 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
 				}
 				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
-					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard})
+					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard,
+					sibling: gs.sibling + sib})
 			}
 		}
 		return out
