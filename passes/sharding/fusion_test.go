@@ -327,3 +327,35 @@ func TestFusionLeaderAndBroadcast(t *testing.T) {
 	assert.Equal(t, int64(2*R*L+L)*4, kernelBytes(b.g, f))
 	assert.Equal(t, int64(6*R*L+L)*4, kernelBytes(b.g, nil))
 }
+
+// TestFusionSpill: where a group's strategy splits a softmax's row before the softmax (exp's
+// result split on dim 1 on a 1×2 mesh), the softmax cannot take it as produced: the
+// resharding inside the kernel costs its collective and the spill of exp's result, written
+// (its half) and read back (in the softmax's layout) at memory bandwidth.
+func TestFusionSpill(t *testing.T) {
+	const R, L = 64, 128
+	b := newGB(t, "spill")
+	p := b.op(ir.OpExp, "p", nil, b.param("x", R, L))
+	s := b.op(ir.OpSoftmax, "s", ir.Attrs{}.With("axis", 1), p)
+	b.g.AddOutput(s, ir.Pos{})
+	c, lm := benchMesh(t, "dgx-a100", 1, 2)
+	pl, err := newPlanner(b.g, lm, Options{Cluster: c, NoPrune: true})
+	require.NoError(t, err)
+	require.True(t, pl.fu.internal(p, s))
+	require.Equal(t, pl.groupOf[p], pl.groupOf[s])
+	split := 0
+	for _, gs := range pl.groups[pl.groupOf[p]].strats {
+		ps := &pl.cands[p][gs.pick[pl.memberIdx[p]]]
+		ss := &pl.cands[s][gs.pick[pl.memberIdx[s]]]
+		if ps.Out.Dims[1] == mesh.AxesNone {
+			assert.Zero(t, gs.reshard)
+			continue
+		}
+		split++
+		in, err := lm.LocalBytes(ir.Shape{R, L}, 4, ss.In[0])
+		require.NoError(t, err)
+		want := pl.reshard(p, ps.Out, ss.In[0]).Time + float64(R*L*4/2+in)/c.DeviceMemoryBandwidth
+		assert.InEpsilon(t, want, gs.reshard, 1e-12)
+	}
+	assert.Positive(t, split)
+}
