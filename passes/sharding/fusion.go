@@ -40,11 +40,10 @@ import (
 //
 // Leaves, slices, concats, gathers, convolutions and the rest stand alone, as before.
 type fusion struct {
-	leader []ir.ValueID // the operand each value follows in the ILP's groups (planner.leader)
-	kernel []int32      // the kernel's first member, per value
-	write  []bool       // the value's result is written to memory
-	skip   [][]bool     // skip[v][i]: v does not read operand i (nil: it reads every one)
-	launch []bool       // the value pays its kernel's launch (the kernel's last member)
+	kernel []int32  // the kernel's first member, per value
+	write  []bool   // the value's result is written to memory
+	skip   [][]bool // skip[v][i]: v does not read operand i (nil: it reads every one)
+	launch []bool   // the value pays its kernel's launch (the kernel's last member)
 	// scale[v][i]: v reads operand i, a broadcast, as its source (nil: 1 for every one).
 	scale [][]float64
 }
@@ -137,37 +136,18 @@ func fusionOf(g *ir.Graph, opts Options, cm costModel) *fusion {
 		_, b := opts.ForceSpec[v]
 		return a || b
 	}
-	// The leaders: leaderOf, ties going to an operand this op alone reads, so that a chain
-	// (softmax's gradient: dy·y, its row sums, dy − those, times y) stays in one group and
-	// so in one kernel.
-	readers := make([]int, n)
-	for id := range n {
-		for i, a := range g.Values[id].Args {
-			if !slices.Contains(g.Values[id].Args[:i], a) {
-				readers[a]++
-			}
-		}
-	}
-	for _, o := range g.Outputs {
-		readers[o.Value] += 2
-	}
-	for _, u := range g.Updates {
-		readers[u.Value] += 2
-	}
-	f := &fusion{leader: make([]ir.ValueID, n), kernel: make([]int32, n), write: make([]bool, n),
+	f := &fusion{kernel: make([]int32, n), write: make([]bool, n),
 		skip: make([][]bool, n), launch: make([]bool, n), scale: make([][]float64, n)}
-	only := func(_, a ir.ValueID) bool { return readers[a] == 1 }
 	// root: the ILP group's leader, as buildGroups merges followers (fills aside: constants
 	// never fuse).
 	root := make([]ir.ValueID, n)
 	for id := range n {
 		v := ir.ValueID(id)
-		f.leader[id] = leaderBy(g, v, only)
 		root[id] = v
 		if forced(v) {
 			continue
 		}
-		if u := f.leader[id]; u != ir.NoValue && !forced(u) {
+		if u := leaderOf(g, v); u != ir.NoValue && !forced(u) {
 			root[id] = root[u]
 		}
 	}
@@ -224,7 +204,7 @@ func fusionOf(g *ir.Graph, opts Options, cm costModel) *fusion {
 // then the others in slot order, each once.
 func (f *fusion) candidateOperands(g *ir.Graph, c ir.ValueID) []ir.ValueID {
 	var out []ir.ValueID
-	if u := f.leader[c]; u != ir.NoValue {
+	if u := leaderOf(g, c); u != ir.NoValue {
 		out = append(out, u)
 	}
 	for _, a := range g.Value(c).Args {

@@ -35,41 +35,25 @@ const maxGroupStrategies = 256
 // leaderOf returns the operand v follows, or NoValue. As in Alpa, a follower op (see
 // ir.OpDef.Follower) follows one operand: its largest operand that is not a leaf, or, when all
 // are leaves, its largest param, state or input (a cast of a param follows the param).
-// Constants and iotas are never followed. Ties go to the first operand (on a fusing
-// cluster, to the first one that v alone reads: fusion.leader). The leader may
+// Constants and iotas are never followed. Ties go to the first operand. The leader may
 // have other users: they keep their own edges to it.
-func leaderOf(g *ir.Graph, v ir.ValueID) ir.ValueID { return leaderBy(g, v, nil) }
-
-// leaderBy is leaderOf, except that when only is set, a tie in size goes to the first
-// operand that only(v, a) holds for, if any (fusion.go: the operand v alone reads, whose
-// kernel v can then end).
-func leaderBy(g *ir.Graph, v ir.ValueID, only func(v, a ir.ValueID) bool) ir.ValueID {
+func leaderOf(g *ir.Graph, v ir.ValueID) ir.ValueID {
 	val := g.Value(v)
 	if !val.Op.Def().Follower {
 		return ir.NoValue
 	}
-	best, bestLeaf, bestBytes, bestOnly := ir.NoValue, true, int64(-1), false
+	best, bestLeaf, bestBytes := ir.NoValue, true, int64(-1)
 	for _, a := range val.Args {
 		op := g.Value(a).Op
 		if op == ir.OpConstant || op == ir.OpIota {
 			continue
 		}
 		leaf, b := op.IsLeaf(), g.Value(a).Type.Bytes()
-		o := only != nil && only(v, a)
-		if best == ir.NoValue || bestLeaf && !leaf || leaf == bestLeaf && (b > bestBytes || b == bestBytes && o && !bestOnly) {
-			best, bestLeaf, bestBytes, bestOnly = a, leaf, b, o
+		if best == ir.NoValue || bestLeaf && !leaf || leaf == bestLeaf && b > bestBytes {
+			best, bestLeaf, bestBytes = a, leaf, b
 		}
 	}
 	return best
-}
-
-// leader is the operand v follows in this planner's groups: leaderOf, or with fusion the
-// kernels' choice (fusion.leader).
-func (p *planner) leader(v ir.ValueID) ir.ValueID {
-	if p.fu != nil {
-		return p.fu.leader[v]
-	}
-	return leaderOf(p.g, v)
 }
 
 // buildGroups merges followers into their leaders (unless merge is false or a value is
@@ -96,7 +80,7 @@ func (p *planner) buildGroups(merge bool) {
 		}
 		u := ir.NoValue
 		if merge && !p.forced(v) {
-			u = p.leader(v)
+			u = leaderOf(p.g, v)
 		}
 		if u == ir.NoValue || p.forced(u) {
 			p.newGroup(v)
