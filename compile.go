@@ -69,6 +69,8 @@ type Options struct {
 	// tried and the phase: "sharding ILPs" (every stage priced, the long part) then "stage
 	// search" (the DP). Calls come one at a time.
 	Progress func(microbatches int, phase string, done, total int)
+	// unweighted makes the stage ILPs minimise t + u instead of B·t + u (tests compare).
+	unweighted bool
 }
 
 // MaxAutoMicrobatches bounds the micro-batch counts an automatic search tries.
@@ -417,6 +419,9 @@ func setUp(s *Compilation) (*attempt, error) {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), s.shared)
+	if !opts.unweighted {
+		o.mb = s.Microbatches
+	}
 	o.canonical = cons.Logical == nil && cons.StageLogicals == nil
 	o.remat = opts.Remat
 	if p := opts.From; p != nil {

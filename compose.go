@@ -84,9 +84,14 @@ type layerPoint struct {
 
 func (p layerPoint) memory() float64 { return p.weights + p.act }
 
-// total is the point's time per micro-batch and per step together, what the chain DP
-// minimises: a range's gradient sync and update are its layers' own, added up.
-func (p layerPoint) total() float64 { return p.time + p.step }
+// total is the point's time per micro-batch, b times, and per step, what the chain DP
+// minimises as the layers' ILPs do (B·t + u, sharding/weights.go): a range's gradient sync
+// and update are its layers' own, added up.
+func (p layerPoint) total(b float64) float64 { return b*p.time + p.step }
+
+// weight is B as the ILP of a range starting at layer start weighs a micro-batch's time
+// (oracle.weightOf; 1 when unweighted).
+func (o *oracle) weight(start int) float64 { return float64(max(o.weightOf(start), 1)) }
 
 // composedCost is the price of a range from its layers' points.
 type composedCost struct {
@@ -180,7 +185,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 		if !sol.ok || sol.res == nil {
 			continue
 		}
-		pts = paretoAdd(pts, pointOf(sg, sol))
+		pts = paretoAdd(pts, pointOf(sg, sol), o.weight(k))
 	}
 	o.points[key] = pts
 	return pts
@@ -193,9 +198,9 @@ func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
 
 // paretoAdd adds p to a layer's points unless one of them is no slower and no larger.
 // The fastest point stays first.
-func paretoAdd(pts []layerPoint, p layerPoint) []layerPoint {
+func paretoAdd(pts []layerPoint, p layerPoint, b float64) []layerPoint {
 	for _, q := range pts {
-		if q.total() <= p.total() && q.memory() <= p.memory() {
+		if q.total(b) <= p.total(b) && q.memory() <= p.memory() {
 			return pts
 		}
 	}
@@ -371,21 +376,21 @@ func (o *oracle) leanest(start int, pts [][]layerPoint) ([]int, composedCost) {
 // apart are priced on the chosen path. It returns the path (point index per layer) and its
 // true cost.
 func (o *oracle) chain(start int, pts [][]layerPoint, lam float64) ([]int, composedCost) {
-	n := len(pts)
+	n, b := len(pts), o.weight(start)
 	best := make([][]float64, n)
 	from := make([][]int, n)
 	for i := range n {
 		best[i] = make([]float64, len(pts[i]))
 		from[i] = make([]int, len(pts[i]))
 		for q, pq := range pts[i] {
-			own := pq.total() + lam*pq.memory()
+			own := pq.total(b) + lam*pq.memory()
 			if i == 0 {
 				best[i][q] = own
 				continue
 			}
 			best[i][q] = math.Inf(1)
 			for p := range pts[i-1] {
-				x := best[i-1][p] + own + o.adjacent(start+i-1, pts[i-1][p], start+i, pq)
+				x := best[i-1][p] + own + b*o.adjacent(start+i-1, pts[i-1][p], start+i, pq)
 				if x < best[i][q] {
 					best[i][q], from[i][q] = x, p
 				}

@@ -235,6 +235,7 @@ func (p *Plan) explainOracle(ctx context.Context) *oracle {
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
 	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
 	o.canonical = true
+	o.mb = p.Microbatches // as compile weighed the stages
 	return o
 }
 
@@ -500,8 +501,9 @@ type StageExplanation struct {
 	InFlight   int    `json:"in_flight"`
 	Capacity   int64  `json:"capacity"` // device memory the plan was made for
 	Schedule   string `json:"schedule"`
-	// StepTime is the plan's predicted step time, Σ t_i + (B−1)·max t_j + u_0 (the first
-	// stage's once-per-step part).
+	// StepTime is the plan's predicted step time, Σ (t_i + r_i) + (B−1)·max (t_j + r_j) +
+	// u_0 + s_0 (r: a stage's receives per micro-batch; u_0, s_0: the first stage's
+	// once-per-step part and receives; plan.Prediction).
 	StepTime float64 `json:"step_time"`
 	// Alternatives are in the DP's tie-break order: submeshes smallest first, then dp
 	// ascending.
@@ -606,8 +608,10 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub mesh.Submesh, l mesh.L
 	return a
 }
 
-// stepTime is Σ t_i + (B−1)·max t_j + u_0 over the plan's stages with stage n taking
-// micro-batch time t and step part u (dp.Solve's objective).
+// stepTime is Σ (t_i + r_i) + (B−1)·max (t_j + r_j) + u_0 + s_0 over the plan's stages
+// (plan.Prediction), with stage n taking micro-batch time t and step part u. Each stage
+// keeps its receives r_i (RecvTime): on as many devices, another logical mesh receives the
+// same bytes as far as the search can tell (oracle.recvEstimate).
 func (p *Plan) stepTime(n int, t, u float64) float64 {
 	var sum, slow float64
 	first := p.Stages[0].StepTime
@@ -619,10 +623,10 @@ func (p *Plan) stepTime(n int, t, u float64) float64 {
 		if i == n {
 			ti = t
 		}
-		sum += ti
-		slow = max(slow, ti)
+		sum += ti + s.RecvTime
+		slow = max(slow, ti+s.RecvTime)
 	}
-	return sum + float64(p.Microbatches-1)*slow + first
+	return sum + float64(p.Microbatches-1)*slow + first + p.Stages[0].StepRecvTime
 }
 
 func (p *Plan) unknownStage(n int) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ type oracle struct {
 	remat  string
 	pinned map[[2]int]int
 	fwd    []bool // the step's forward values (forwardValues)
+	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
+	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
+	mb int
 
 	// fast prices ranges by composing their layers' solutions (compose.go).
 	fast       bool
@@ -57,6 +61,8 @@ type oracle struct {
 	infos      []*layerInfo
 	composedAt map[rangeKey]composedCost
 	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+	recvAt     map[rangeKey]float64      // recvEstimate's
+	cross      []crossValue              // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -95,6 +101,9 @@ type stageGraph struct {
 	// value accumulated over the micro-batches (codegen.StepParts).
 	once, acc []bool
 	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
+	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
+	mb int
 }
 
 type solveKey struct {
@@ -170,11 +179,58 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		remat: RematAuto, fwd: forwardValues(step)}
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}}
 }
 
-// StageCost implements dp.Oracle.
+// StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
+// its time per micro-batch.
 func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
+	c, ok := o.stageCost(start, end, s, l)
+	if !ok {
+		return c, ok
+	}
+	x := o.recvEstimate(start, end, s, l)
+	if x == 0 {
+		return c, ok
+	}
+	c.Time += x
+	c.Remat = append([]dp.StageCost(nil), c.Remat...) // the solution's own slice is shared
+	for i := range c.Remat {
+		c.Remat[i].Time += x
+	}
+	return c, ok
+}
+
+// recvEstimate is the search's price of what stage [start, end) on (s, l) receives per
+// micro-batch from other stages: before the stages are placed and their neighbours'
+// layouts known, each value it receives (received) as one piece per device of an even
+// share of the tensor (codegen lands a transfer on all of the receiver's devices, see
+// codegen's absorb), priced by the point-to-point cost on the stage's own mesh. It is a
+// lower bound on the plan's RecvTime (priceTransfers): a device receives at least one
+// piece of each value, the stage's slowest device at least the even share, and a link to
+// another host costs no less than one inside the stage's own. Under GPipe and 1F1B a
+// stage's receives are on its path per micro-batch (forward activations, backward
+// gradients): Σ over stages counts each boundary's transfer once, as one micro-batch's
+// fill and drain crosses it, and the slowest stage's count B times.
+func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	k := rangeKey{start, end, s, l}
+	if x, ok := o.recvAt[k]; ok {
+		return x
+	}
+	x := 0.0
+	if recv := o.received(start, end); len(recv) > 0 {
+		if lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1]); err == nil {
+			n := float64(lm.Size())
+			for _, b := range recv {
+				x += o.c.SendRecvCost(lm, lm, float64(b)/n)
+			}
+		}
+	}
+	o.recvAt[k] = x
+	return x
+}
+
+func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.mirrored(s, l) {
 		return dp.StageCost{}, false
 	}
@@ -331,7 +387,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
@@ -507,6 +563,10 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
 	}
+	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
+		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
+		fmt.Fprintf(&kinds, " B%d", sg.mb)
+	}
 	k := sha256.Sum256([]byte(kinds.String()))
 	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
 	for i := range g.Values {
@@ -520,6 +580,99 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+// crossValue is a value of the step that layers other than its own read per micro-batch.
+type crossValue struct {
+	bytes int64
+	layer int   // its producer's
+	users []int // the other layers that read it per micro-batch, ascending
+}
+
+// received lists the bytes of each value layers [start, end) receive per micro-batch from
+// other layers: made by an op of another layer (a constant or iota is filled where it is
+// read, not sent), not once per step (an update op's, an accumulated gradient: codegen
+// sends those from the update block), and read by an op of the range that runs per
+// micro-batch (not an update op). Activations from earlier layers, gradients from later
+// ones.
+func (o *oracle) received(start, end int) []int64 {
+	if o.cross == nil {
+		parts, err := codegen.Parts(o.step)
+		if err != nil {
+			return nil
+		}
+		o.cross = []crossValue{}
+		users := map[ir.ValueID]map[int]bool{}
+		for i := range o.step.Values {
+			if parts.Update[i] || parts.Dead[i] || o.step.Values[i].Op.IsLeaf() {
+				continue
+			}
+			for _, a := range o.step.Values[i].Args {
+				v := o.step.Value(a)
+				if v.Op.IsLeaf() || v.Op == ir.OpConstant || v.Op == ir.OpIota || parts.Update[a] || parts.Accumulated[a] ||
+					o.lay.Of[a] == o.lay.Of[i] {
+					continue
+				}
+				if users[a] == nil {
+					users[a] = map[int]bool{}
+				}
+				users[a][o.lay.Of[i]] = true
+			}
+		}
+		for i := range o.step.Values {
+			us := users[ir.ValueID(i)]
+			if us == nil {
+				continue
+			}
+			c := crossValue{bytes: o.step.Values[i].Type.Bytes(), layer: o.lay.Of[i]}
+			for l := range us {
+				c.users = append(c.users, l)
+			}
+			sort.Ints(c.users)
+			o.cross = append(o.cross, c)
+		}
+	}
+	var out []int64
+	for _, c := range o.cross {
+		if c.layer >= start && c.layer < end {
+			continue
+		}
+		for _, l := range c.users {
+			if l >= start && l < end {
+				out = append(out, c.bytes)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// weightOf is the micro-batch count the ILP of a stage starting at layer start weighs
+// its per-micro-batch part by: B for a first stage (a one-stage plan, a pipeline's first
+// stage), whose step part u ends the step (dp: Σ t + (B−1)·max t + u₀); 1 for a later
+// stage, whose u the search takes as hidden behind the first stage's tail. For a later
+// stage t alone would be exact and B·t + u nearer than t + u, but a range ILP weighed so
+// trades per-step resharding for per-micro-batch time across its layer boundaries in ways
+// no composition of its layers' own solutions reaches, which the fast search then cannot
+// follow (docs/DECISIONS.md).
+func (o *oracle) weightOf(start int) int {
+	if start == 0 {
+		return o.mb
+	}
+	return 1
+}
+
+// weighted reports whether a stage's ILP depends on the micro-batch count: whether some of
+// its costs run once per step (an update op, an accumulated value, a param or state's
+// resharding) while others run per micro-batch. A stage without them weighs every cost by
+// B alike, and its solution is the same at every count.
+func weighted(g *ir.Graph, once, acc []bool) bool {
+	for i := range g.Values {
+		if once[i] || acc[i] || g.Values[i].Op == ir.OpParam || g.Values[i].Op == ir.OpState {
+			return true
+		}
+	}
+	return false
 }
 
 func btoi(b bool) int {

@@ -119,8 +119,8 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
 		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
-	predict(&p.Plan, res, step, c)
-	p.countTransfers()
+	p.priceTransfers()
+	predict(&p.Plan, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
 	if opts.MemoryPerDevice > 0 {
 		p.Predicted.DeviceMemory = opts.MemoryPerDevice
@@ -132,9 +132,13 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 // stagePlan lists the stage's values with their specs: its ops, and the leaves it reads.
 // Values other stages send it are left out: the consumers' In specs say how they arrive.
 func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph, sol *stageSolution) Stage {
+	// The search's price of the stage holds its estimate of the stage's receives
+	// (oracle.recvEstimate); the plan's Time is the stage's own, its receives priced apart
+	// (priceTransfers).
+	own := sol.chosen(choice(st.Cost.Recompute, st.Cost.Checkpoints))
 	s := Stage{FirstLayer: st.Start, LastLayer: st.End - 1,
 		Submesh: st.Submesh,
-		Logical: st.Logical, Devices: st.Devices, Time: st.Cost.Time,
+		Logical: st.Logical, Devices: st.Devices, Time: own.Time,
 		StepTime: st.Cost.Step, StepComm: sol.stepComm, Cost: costOf(sol.res.Cost), WeightBytes: int64(st.Cost.WeightBytes), ActBytes: int64(st.Cost.ActBytes),
 		InFlight: st.InFlight, MemoryBytes: int64(st.Memory), ILP: ilpStatsOf(sol.res.ILP),
 		Recompute: st.Cost.Recompute, RecomputeLayers: st.Cost.Checkpoints, RecomputeBytes: int64(st.Cost.OnceBytes)}
@@ -152,34 +156,48 @@ func stagePlan(step *ir.Graph, lay *passes.Layering, st dp.Stage, sg *stageGraph
 	return s
 }
 
-func predict(p *plan.Plan, res *dp.Result, step *ir.Graph, c *mesh.Cluster) {
+// predict composes the plan's step from its stages as the search does (dp: Σ t + (B−1)·max
+// t + the first stage's step part), with each stage's receives (RecvTime, StepRecvTime) on
+// its path; see plan.Prediction.
+func predict(p *plan.Plan, step *ir.Graph, c *mesh.Cluster) {
 	B := float64(p.Microbatches)
 	slow := 0
-	for i, st := range p.Stages {
-		if st.Time > p.Stages[slow].Time {
+	path := func(s *plan.Stage) float64 { return s.Time + s.RecvTime }
+	for i := range p.Stages {
+		if path(&p.Stages[i]) > path(&p.Stages[slow]) {
 			slow = i
 		}
 	}
 	compute, comm := p.Stages[slow].MicrobatchSplit()
 	pr := &p.Predicted
-	pr.StepTime = res.Time
 	pr.Communication = B * comm
 	pr.Compute = B * compute
 	pr.Sync = p.Stages[0].StepComm
 	pr.Update = max(0, p.Stages[0].StepTime-pr.Sync)
-	pr.Bubble = max(0, res.Compute-p.Stages[slow].Time) // Σ t + (B−1)·max t − B·max t
+	pr.Bubble, pr.SendRecv = 0, B*p.Stages[slow].RecvTime+p.Stages[0].StepRecvTime
+	for i, s := range p.Stages {
+		if i != slow {
+			pr.Bubble += s.Time
+			pr.SendRecv += s.RecvTime
+		}
+	}
+	pr.StepTime = pr.Compute + pr.Communication + pr.Bubble + pr.Sync + pr.Update + pr.SendRecv
 	pr.FLOPs = step.TotalFLOPs() * B
-	if res.Time > 0 {
-		pr.SamplesPerSecond = float64(p.Batch) / res.Time
-		perDevice := pr.FLOPs / res.Time / float64(c.Devices())
+	if pr.StepTime > 0 {
+		pr.SamplesPerSecond = float64(p.Batch) / pr.StepTime
+		perDevice := pr.FLOPs / pr.StepTime / float64(c.Devices())
 		pr.TFLOPSPerDevice = perDevice / 1e12
 		pr.MFU = perDevice / c.DeviceFLOPS
 	}
 }
 
-// countTransfers fills each stage's Sent and Received from codegen.Transfers. A plan codegen
-// refuses gets none: lowering it reports the error.
-func (p *Plan) countTransfers() {
+// priceTransfers fills each stage's Sent and Received from codegen.Transfers, and prices
+// what it receives: RecvTime per micro-batch, StepRecvTime once per step. Each piece a
+// device receives costs the cluster's point-to-point time between the two stages' meshes
+// (mesh.Cluster.SendRecvCost); a device receives its pieces one after another, and the
+// stage takes as long as its slowest device. A plan codegen refuses gets none: lowering
+// it reports the error.
+func (p *Plan) priceTransfers() {
 	if len(p.Stages) < 2 {
 		return
 	}
@@ -191,18 +209,37 @@ func (p *Plan) countTransfers() {
 	if err != nil {
 		return
 	}
+	recv := make([][2][]float64, len(p.Stages)) // per stage, per micro-batch and per step: per device
 	for i := range p.Stages {
 		p.Stages[i].Sent, p.Stages[i].Received = &plan.Transfers{}, &plan.Transfers{}
+		n := len(p.Stages[i].Devices)
+		recv[i] = [2][]float64{make([]float64, n), make([]float64, n)}
 	}
 	for _, t := range ts {
+		k := 0
 		for _, x := range []*plan.Transfers{p.Stages[t.From].Sent, p.Stages[t.To].Received} {
 			if t.PerStep {
 				x.StepPieces += t.Pieces
 				x.StepBytes += t.Bytes
+				k = 1
 			} else {
 				x.Pieces += t.Pieces
 				x.Bytes += t.Bytes
 			}
+		}
+		from, to := cp.Stages[t.From].Mesh, cp.Stages[t.To].Mesh
+		for d, pieces := range t.Received {
+			for _, b := range pieces {
+				recv[t.To][k][d] += p.Cluster.SendRecvCost(from, to, float64(b))
+			}
+		}
+	}
+	for i := range p.Stages {
+		for _, x := range recv[i][0] {
+			p.Stages[i].RecvTime = max(p.Stages[i].RecvTime, x)
+		}
+		for _, x := range recv[i][1] {
+			p.Stages[i].StepRecvTime = max(p.Stages[i].StepRecvTime, x)
 		}
 	}
 }

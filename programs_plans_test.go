@@ -1,9 +1,11 @@
 package autopar
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/plan"
 	"github.com/autopar/autopar/program"
+	"github.com/autopar/autopar/runtime"
+	"github.com/autopar/autopar/runtime/kernels"
 )
 
 // commTally is, per collective kind, how many a device runs in one step and the bytes
@@ -100,10 +104,13 @@ func programTally(prog *program.Program, transfers bool) commTally {
 
 // TestProgramsEqualPlans: every collective a compiled plan prices appears in its programs
 // with the same kind and bytes, as often as priced (per micro-batch or once per step), and
-// nothing else does; the runtime's counters count the same instructions. Send and receive
-// are not priced by the stage search (it prices stages, not the edges between them);
-// plan.json reports them per stage (codegen.Transfers), and they must match the programs'
-// send and receive instructions, piece for piece and byte for byte.
+// nothing else does; the runtime's counters count the same instructions. Sends and
+// receives between stages are priced on the receiving stage (plan.json's received and
+// recv_time per stage, codegen.Transfers): they must match the programs' send and receive
+// instructions piece for piece and byte for byte, the bytes the runtime moved point to
+// point, and the time of the programs' receives priced one by one; the search's estimate
+// of a stage's receives is a lower bound on that price, and the predicted step composes
+// them as plan.Prediction says (checkTransferPrices).
 func TestProgramsEqualPlans(t *testing.T) {
 	// On the cpu preset's roofline prices. Under them three mismatches showed that the
 	// cpu4-flat.json cluster (FLOPs only, flat collectives) had hidden: codegen resolved a
@@ -209,21 +216,125 @@ func TestProgramsEqualPlans(t *testing.T) {
 					}
 					assert.Equal(t, want.String(), got.String(), "stage %d: plan's transfers (want) vs programs", si)
 				}
-				runCounts(t, p, progs)
+				p2p := runCounts(t, p, progs)
+				checkTransferPrices(t, p, progs, p2p)
 			})
 		}
 	}
 }
 
 // runCounts runs one step and checks the runtime's per-kind instruction counts against
-// the programs' tallies.
-func runCounts(t *testing.T, p *Plan, progs []*program.Program) {
+// the programs' tallies. It returns what the runtime's transport moved point to point.
+func runCounts(t *testing.T, p *Plan, progs []*program.Program) *p2pCounter {
 	t.Helper()
-	res := runStep(t, p, progs)
+	devices := make([]runtime.DeviceID, len(progs))
+	for i, prog := range progs {
+		devices[i] = prog.Device
+	}
+	p2p := &p2pCounter{InProc: runtime.NewInProc(devices), sent: map[runtime.DeviceID]int64{}, received: map[runtime.DeviceID]int64{}}
+	res := runStep(t, p, progs, p2p)
 	for i, st := range res.Devices {
 		for _, k := range []program.Kind{program.AllReduce, program.AllGather, program.ReduceScatter, program.AllToAll, program.Send, program.Recv} {
 			assert.Equal(t, programTally(progs[i], false)[k].N, st.Count[k], "device %d: %s", progs[i].Device, k)
 		}
+	}
+	return p2p
+}
+
+// p2pCounter is the in-process transport, counting the bytes each device's sends and
+// receives moved, as the transport reports them (runtime.Traffic).
+type p2pCounter struct {
+	*runtime.InProc
+	mu             sync.Mutex
+	sent, received map[runtime.DeviceID]int64
+}
+
+func (c *p2pCounter) Send(ctx context.Context, self, peer runtime.DeviceID, tag program.Tag, x *kernels.Tensor) (runtime.Traffic, error) {
+	tr, err := c.InProc.Send(ctx, self, peer, tag, x)
+	c.mu.Lock()
+	c.sent[self] += tr.Sent
+	c.mu.Unlock()
+	return tr, err
+}
+
+func (c *p2pCounter) Recv(ctx context.Context, self, peer runtime.DeviceID, tag program.Tag) (*kernels.Tensor, runtime.Traffic, error) {
+	x, tr, err := c.InProc.Recv(ctx, self, peer, tag)
+	c.mu.Lock()
+	c.received[self] += tr.Received
+	c.mu.Unlock()
+	return x, tr, err
+}
+
+// checkTransferPrices checks the plan's price of its transfers between stages: the bytes it
+// priced (received, per micro-batch and per step) are those the runtime moved point to
+// point, on both ends; each stage's recv_time and step_recv_time are the slowest device's
+// receive instructions, per micro-batch and per step, each priced by the cluster's
+// point-to-point cost from its peer's stage; the search's estimate is no more; and the
+// predicted step is Σ (t + r) + (B−1)·max (t + r) + the first stage's step part and step
+// receives.
+func checkTransferPrices(t *testing.T, p *Plan, progs []*program.Program, p2p *p2pCounter) {
+	t.Helper()
+	B := float64(p.Microbatches)
+	cp, err := p.CodegenPlan()
+	require.NoError(t, err)
+	stageOf := map[program.DeviceID]int{}
+	for si, s := range p.Stages {
+		for _, d := range s.Devices {
+			stageOf[program.DeviceID(d)] = si
+		}
+	}
+	var o *oracle
+	if len(p.Stages) > 1 {
+		o = p.explainOracle(context.Background())
+	}
+	d := 0
+	sum, slowest := 0.0, 0.0
+	for si, s := range p.Stages {
+		var sent, received int64
+		per, step := 0.0, 0.0
+		for range s.Devices {
+			prog := progs[d]
+			sent += p2p.sent[prog.Device]
+			received += p2p.received[prog.Device]
+			var mb, once float64
+			for _, bl := range prog.Blocks {
+				for _, in := range prog.Instrs[bl.Start:bl.End] {
+					if in.Kind != program.Recv {
+						continue
+					}
+					x := p.Cluster.SendRecvCost(cp.Stages[stageOf[in.Peer]].Mesh, cp.Stages[si].Mesh, float64(prog.Buffers[in.Out].Type.Bytes()))
+					if bl.PerMicrobatch {
+						mb += x
+					} else {
+						once += x
+					}
+				}
+			}
+			per, step = max(per, mb), max(step, once)
+			d++
+		}
+		if len(p.Stages) == 1 {
+			assert.Zero(t, sent+received, "a one-stage plan sends nothing")
+			assert.Zero(t, s.RecvTime+s.StepRecvTime)
+		} else {
+			require.NotNil(t, s.Received)
+			assert.Equal(t, int64(p.Microbatches)*s.Received.Bytes+s.Received.StepBytes, received, "stage %d: priced bytes received vs the runtime's", si)
+			assert.Equal(t, int64(p.Microbatches)*s.Sent.Bytes+s.Sent.StepBytes, sent, "stage %d: priced bytes sent vs the runtime's", si)
+			assert.InDelta(t, per, s.RecvTime, 1e-12*max(per, 1e-9), "stage %d: recv_time vs the programs' receives", si)
+			assert.InDelta(t, step, s.StepRecvTime, 1e-12*max(step, 1e-9), "stage %d: step_recv_time vs the programs' receives", si)
+			assert.Equal(t, s.Received.Bytes > 0, s.RecvTime > 0, "stage %d", si)
+			est := o.recvEstimate(s.FirstLayer, s.LastLayer+1, s.Submesh, s.Logical)
+			assert.LessOrEqual(t, est, s.RecvTime*(1+1e-9), "stage %d: the search's estimate bounds the price from below", si)
+		}
+		sum += s.Time + s.RecvTime
+		slowest = max(slowest, s.Time+s.RecvTime)
+	}
+	want := sum + (B-1)*slowest + p.Stages[0].StepTime + p.Stages[0].StepRecvTime
+	assert.InEpsilon(t, want, p.Predicted.StepTime, 1e-9, "predicted step")
+	pr := p.Predicted
+	assert.InEpsilon(t, pr.StepTime, pr.Compute+pr.Communication+pr.Bubble+pr.Sync+pr.Update+pr.SendRecv, 1e-9)
+	if len(p.Stages) > 1 {
+		assert.Positive(t, pr.SendRecv, "a pipeline's transfers are on its path")
 	}
 }
 

@@ -119,8 +119,8 @@ func TestRematOptionErrors(t *testing.T) {
 }
 
 // runStep runs progs, p's programs, for one step on the serial step's initial params and
-// inputs of 2.
-func runStep(t *testing.T, p *Plan, progs []*program.Program) *runtime.Result {
+// inputs of 2, over tr when given (else a fresh in-process transport).
+func runStep(t *testing.T, p *Plan, progs []*program.Program, tr ...runtime.Transport) *runtime.Result {
 	t.Helper()
 	full, err := passes.TrainingStep(p.Forward(), p.Optimizer.Optimizer())
 	require.NoError(t, err)
@@ -133,7 +133,11 @@ func runStep(t *testing.T, p *Plan, progs []*program.Program) *runtime.Result {
 	for k, v := range in {
 		data[k] = v
 	}
-	got, err := runtime.Run(context.Background(), progs, data, runtime.Options{})
+	opts := runtime.Options{}
+	if len(tr) > 0 {
+		opts.Transport = tr[0]
+	}
+	got, err := runtime.Run(context.Background(), progs, data, opts)
 	require.NoError(t, err)
 	return got
 }

@@ -14,6 +14,9 @@ type Transfer struct {
 	PerStep  bool
 	Pieces   int   // sends (= receives) of one transfer, over every device
 	Bytes    int64 // their bytes
+	// Received lists, per device of To's mesh (in mesh order), the bytes of each piece it
+	// receives: what a price of the transfer on the receiving side needs.
+	Received [][]int64
 }
 
 // Transfers lists the cross-stage transfers of p's programs, worked out from the plan as
@@ -36,11 +39,13 @@ func Transfers(p *Plan) (out []Transfer, err error) {
 	add := func(v ir.ValueID, from, to StageID, perStep bool, s, r mesh.Spec) {
 		shape := l.g.Value(v).Type.Shape
 		pieces, _ := transferPieces(l.stages[from].m, s, l.stages[to].m, r, shape)
-		t := Transfer{Value: v, From: from, To: to, PerStep: perStep}
-		for _, ps := range pieces {
+		t := Transfer{Value: v, From: from, To: to, PerStep: perStep, Received: make([][]int64, len(pieces))}
+		for d, ps := range pieces {
 			for _, pc := range ps {
+				b := ir.Shape(pc.ext).NumElements() * int64(l.g.Value(v).Type.DType.Size())
 				t.Pieces++
-				t.Bytes += ir.Shape(pc.ext).NumElements() * int64(l.g.Value(v).Type.DType.Size())
+				t.Bytes += b
+				t.Received[d] = append(t.Received[d], b)
 			}
 		}
 		out = append(out, t)

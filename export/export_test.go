@@ -29,12 +29,15 @@ type planCase struct {
 
 var planCases = []planCase{
 	// Megatron's own layout: two stages of one block each, weights split by columns and
-	// rows over two devices.
+	// rows over two devices. Two micro-batches: with four, the first stage's ILP, weighing
+	// its per-micro-batch part four times against its once-per-step sync (B·t + u), splits
+	// the batch over its two devices instead, which Megatron's one tensor-parallel size
+	// cannot say beside the second stage's column and row splits.
 	// Priced by FLOPs alone with flat alpha–beta collectives (testdata/clusters/cpu4-flat.json):
 	// under the cpu preset's roofline this tiny model's layer norms and residuals cost
 	// enough that the ILP splits them along the sequence differently per stage, which
 	// Megatron's one --sequence-parallel cannot say.
-	{"gpt-tp2-pp2", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 4, Layers: 2,
+	{"gpt-tp2-pp2", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 2, Layers: 2,
 		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, true},
 	// A (2, 2) mesh on which the ILP splits weights over both axes, some on one, some on
 	// the other (under the cpu preset's roofline the optimizer update of a bias is cheaper

@@ -121,7 +121,7 @@ func (p *Plan) checkDevices() error {
 // in-flight count is what the schedule implies for its place in the pipeline.
 func (p *Plan) checkStageNumbers(si int) error {
 	s := &p.Stages[si]
-	for _, x := range []float64{s.Time, s.StepTime, s.StepComm, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Total, s.ILP.Objective} {
+	for _, x := range []float64{s.Time, s.StepTime, s.StepComm, s.RecvTime, s.StepRecvTime, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Total, s.ILP.Objective} {
 		if !finite(x) {
 			return fmt.Errorf("plan: stage %d: time or cost %v, expected a finite number ≥ 0", si, x)
 		}
@@ -165,7 +165,7 @@ func (p *Plan) checkStageNumbers(si int) error {
 }
 
 func checkPrediction(pr *Prediction) error {
-	for _, x := range []float64{pr.StepTime, pr.Compute, pr.Communication, pr.Bubble, pr.Sync, pr.Update, pr.FLOPs, pr.SamplesPerSecond, pr.TFLOPSPerDevice, pr.MFU} {
+	for _, x := range []float64{pr.StepTime, pr.Compute, pr.Communication, pr.Bubble, pr.Sync, pr.Update, pr.SendRecv, pr.FLOPs, pr.SamplesPerSecond, pr.TFLOPSPerDevice, pr.MFU} {
 		if !finite(x) {
 			return fmt.Errorf("plan: predicted %v, expected finite times, rates and FLOPs ≥ 0", x)
 		}

@@ -105,18 +105,26 @@ type Stage struct {
 	RecomputeBytes  int64 `json:"recompute_bytes,omitempty"`
 	MemoryBytes     int64 `json:"memory_bytes"` // per device at the peak
 	// Sent and Received are the stage's cross-stage transfers (codegen.Transfers), absent
-	// in a one-stage plan. The search does not price them (see Transfers).
-	Sent     *Transfers  `json:"sent,omitempty"`
-	Received *Transfers  `json:"received,omitempty"`
-	ILP      ILPStats    `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
-	Values   []ValuePlan `json:"values"`
+	// in a one-stage plan.
+	Sent     *Transfers `json:"sent,omitempty"`
+	Received *Transfers `json:"received,omitempty"`
+	// RecvTime is the seconds per micro-batch the stage spends receiving Received's
+	// per-micro-batch pieces (forward activations, backward gradients), and StepRecvTime
+	// the seconds once per step receiving its step pieces: each piece priced by the
+	// cluster's point-to-point cost (mesh.Cluster.SendRecvCost) between the two stages'
+	// meshes, a device's pieces one after another, the slowest device's sum. Sends return
+	// at once (the runtime's transports buffer them), so a transfer is on the receiver's
+	// path. Not in Time or StepTime.
+	RecvTime     float64     `json:"recv_time,omitempty"`
+	StepRecvTime float64     `json:"step_recv_time,omitempty"`
+	ILP          ILPStats    `json:"ilp"` // SolveTime zeroed: plan.json is deterministic
+	Values       []ValuePlan `json:"values"`
 }
 
 // Transfers counts the point-to-point pieces a stage sends or receives between pipeline
 // stages, over all its devices: per micro-batch, and once per step (the new values of
-// params another stage loads, what the update sends). The stage search prices stages,
-// not the edges between them, so these are not in Time or StepTime: they are reported
-// so that a plan can be checked against its programs and a pipeline's traffic read.
+// params another stage loads, what the update sends). The receiving stage's RecvTime and
+// StepRecvTime price them.
 type Transfers struct {
 	Pieces     int   `json:"pieces"`
 	Bytes      int64 `json:"bytes"`
@@ -168,10 +176,15 @@ type ValuePlan struct {
 }
 
 // Prediction is what the plan predicts for one training step. StepTime = Compute +
-// Communication + Bubble + Sync + Update, where Compute and Communication are the B
-// micro-batches of the slowest stage, Bubble the rest of the pipeline's fill and drain, and
-// Sync and Update the first stage's once-per-step part (its gradient sync and optimizer
-// update), which ends the step: the first stage runs the step's last backward.
+// Communication + Bubble + Sync + Update + SendRecv, where Compute and Communication are
+// the B micro-batches of the slowest stage (by Time + RecvTime), Bubble the rest of the
+// pipeline's fill and drain (the other stages' Time), Sync and Update the first stage's
+// once-per-step part (its gradient sync and optimizer update), which ends the step: the
+// first stage runs the step's last backward; and SendRecv the transfers between stages on
+// that path: the slowest stage's RecvTime B times, every other stage's once (the fill and
+// drain of one micro-batch crosses every boundary, forward and backward), and the first
+// stage's StepRecvTime. That is Σ (tᵢ + rᵢ) + (B−1)·max (tⱼ + rⱼ) + u₀ + s₀, with tᵢ
+// a stage's Time, rᵢ its RecvTime, u₀ and s₀ the first stage's StepTime and StepRecvTime.
 type Prediction struct {
 	StepTime         float64 `json:"step_time"`
 	Compute          float64 `json:"compute"`
@@ -179,6 +192,7 @@ type Prediction struct {
 	Bubble           float64 `json:"bubble"`
 	Sync             float64 `json:"gradient_sync"`
 	Update           float64 `json:"update"`
+	SendRecv         float64 `json:"send_recv,omitempty"`
 	FLOPs            float64 `json:"flops"` // per step, forward + backward + update
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TFLOPSPerDevice  float64 `json:"tflops_per_device"`

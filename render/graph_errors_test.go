@@ -103,7 +103,7 @@ func TestGraphRejectsBadPlans(t *testing.T) {
 		}, Options{}, "l1.fc.matmul operand 0"},
 		{"too many nodes", func(p *plan.Plan) {}, Options{Ops: true, MaxNodes: 10}, "op view of mlp (every stage, every layer) has 80 nodes, more than the limit of 10"},
 		{"too many nodes in a stage", func(p *plan.Plan) {}, Options{Ops: true, MaxNodes: 10, Stage: ptr(0)}, "(stage 0, every layer) has"},
-		{"no such stage", func(p *plan.Plan) {}, Options{Ops: true, Stage: ptr(7)}, "--stage 7: the plan has 4 stages, expected 0 to 3"},
+		{"no such stage", func(p *plan.Plan) {}, Options{Ops: true, Stage: ptr(7)}, "--stage 7: the plan has 3 stages, expected 0 to 2"},
 		{"no such layer", func(p *plan.Plan) {}, Options{Ops: true, Layer: ptr(-1)}, "--layer -1: the plan has"},
 		{"layer of another stage", func(p *plan.Plan) {}, Options{Ops: true, Stage: ptr(0), Layer: ptr(3)}, "--layer 3 is not in stage 0"},
 	}

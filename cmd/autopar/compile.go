@@ -324,20 +324,20 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	fmt.Fprintf(w, "model %s, batch %d in %d micro-batches (%s)%s, cluster %s\n\n",
 		p.Model, p.Batch, p.Microbatches, p.Schedule, precision, p.Cluster.String())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\tonce/step\tgrad sync\tmemory/device\tcapacity")
+	fmt.Fprintln(tw, "stage\tlayers\tsubmesh\tlogical mesh\tdevices\ttime/µbatch\tcompute\tcommunication\trecv\tonce/step\tgrad sync\tmemory/device\tcapacity")
 	slow := 0
 	for i, s := range p.Stages {
-		if s.Time > p.Stages[slow].Time {
+		if s.Time+s.RecvTime > p.Stages[slow].Time+p.Stages[slow].RecvTime {
 			slow = i
 		}
 		compute, comm := s.MicrobatchSplit()
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i, s.FirstLayer, s.LastLayer, s.Submesh,
 			s.Logical[0], s.Logical[1], deviceRange(s.Devices), units.Seconds(s.Time), units.Seconds(compute),
-			units.Seconds(comm), units.Seconds(s.StepTime), units.Seconds(s.StepComm),
+			units.Seconds(comm), units.Seconds(s.RecvTime), units.Seconds(s.StepTime), units.Seconds(s.StepComm),
 			units.Bytes(s.MemoryBytes), units.Bytes(pr.DeviceMemory))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "compute and communication (resharding included) per micro-batch, forward + backward; once/step: gradient sync + optimizer update, after the stage's last backward; logical mesh: data x model parallel")
+	fmt.Fprintln(w, "compute and communication (resharding included) per micro-batch, forward + backward; recv: receiving from other stages per micro-batch (activations, gradients); once/step: gradient sync + optimizer update, after the stage's last backward; logical mesh: data x model parallel")
 	var remat []string
 	for i, s := range p.Stages {
 		switch {
@@ -358,9 +358,13 @@ func printSummary(w io.Writer, p *autopar.Plan) {
 	if len(p.Stages) == 1 {
 		once = "once"
 	}
-	fmt.Fprintf(w, "\nstep time %s = %s over %d micro-batches (compute %s + communication %s) + pipeline bubble %s + gradient sync %s + update %s (%s)\n",
+	sendRecv := ""
+	if pr.SendRecv > 0 {
+		sendRecv = " + send/recv between stages " + units.Seconds(pr.SendRecv)
+	}
+	fmt.Fprintf(w, "\nstep time %s = %s over %d micro-batches (compute %s + communication %s) + pipeline bubble %s + gradient sync %s + update %s (%s)%s\n",
 		units.Seconds(pr.StepTime), stage, p.Microbatches, units.Seconds(pr.Compute), units.Seconds(pr.Communication),
-		units.Seconds(pr.Bubble), units.Seconds(pr.Sync), units.Seconds(pr.Update), once)
+		units.Seconds(pr.Bubble), units.Seconds(pr.Sync), units.Seconds(pr.Update), once, sendRecv)
 	fmt.Fprintf(w, "throughput %s samples/s, %s per device, model-FLOPs utilization %.1f%%\n",
 		units.Number(pr.SamplesPerSecond), units.FLOPRate(pr.TFLOPSPerDevice*1e12), 100*pr.MFU)
 	fmt.Fprintf(w, "search: %d layers, %d sharding ILPs solved\n", len(p.Layers), pr.Solves)

@@ -28,28 +28,28 @@ PARAMS = {
     'wpe': (0, P(None, 'y')),  # f32[16,32] RS1
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l0.attn.qkv.w': (0, P('x', 'y')),  # f32[32,96] S0S1
-    'l0.attn.qkv.b': (0, P('y')),  # f32[96] S1
-    'l0.attn.o.w': (0, P('y', 'x')),  # f32[32,32] S1S0
-    'l0.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l0.attn.qkv.w': (0, P('x', None)),  # f32[32,96] S0R
+    'l0.attn.qkv.b': (0, P(('x', 'y'))),  # f32[96] S01
+    'l0.attn.o.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
     'l0.ln2.beta': (0, P('x')),  # f32[32] S0
     'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
-    'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l0.mlp.w2.b': (0, P('x')),  # f32[32] S0
+    'l0.mlp.w2.w': (0, P('y', 'x')),  # f32[128,32] S1S0
+    'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
     'l1.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l1.attn.qkv.w': (0, P('x', 'y')),  # f32[32,96] S0S1
-    'l1.attn.qkv.b': (0, P('y')),  # f32[96] S1
-    'l1.attn.o.w': (0, P('y', 'x')),  # f32[32,32] S1S0
-    'l1.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l1.attn.qkv.w': (0, P('x', None)),  # f32[32,96] S0R
+    'l1.attn.qkv.b': (0, P(('x', 'y'))),  # f32[96] S01
+    'l1.attn.o.w': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.o.b': (0, P(None)),  # f32[32] R
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
     'l1.ln2.beta': (0, P('x')),  # f32[32] S0
     'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
-    'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
-    'l1.mlp.w2.b': (0, P('x')),  # f32[32] S0
+    'l1.mlp.w2.w': (0, P('y', 'x')),  # f32[128,32] S1S0
+    'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
     'lnf.gamma': (0, P(None)),  # f32[32] R
     'lnf.beta': (0, P('x')),  # f32[32] S0
 }
@@ -63,54 +63,54 @@ INPUTS = {
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
     'wte.m': (0, P(None, ('x', 'y'))),  # f32[64,32] RS01
-    'wpe.m': (0, P(None, 'y')),  # f32[16,32] RS1
+    'wpe.m': (0, P('x', 'y')),  # f32[16,32] S0S1
     'l0.ln1.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l0.attn.qkv.w.m': (0, P('x', 'y')),  # f32[32,96] S0S1
-    'l0.attn.qkv.b.m': (0, P('y')),  # f32[96] S1
-    'l0.attn.o.w.m': (0, P('y', 'x')),  # f32[32,32] S1S0
-    'l0.attn.o.b.m': (0, P('x')),  # f32[32] S0
+    'l0.attn.qkv.w.m': (0, P(('x', 'y'), None)),  # f32[32,96] S01R
+    'l0.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
+    'l0.attn.o.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l0.attn.o.b.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.mlp.w1.w.m': (0, P('x', 'y')),  # f32[32,128] S0S1
     'l0.mlp.w1.b.m': (0, P('y')),  # f32[128] S1
     'l0.mlp.w2.w.m': (0, P('y', 'x')),  # f32[128,32] S1S0
-    'l0.mlp.w2.b.m': (0, P('x')),  # f32[32] S0
+    'l0.mlp.w2.b.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln1.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
-    'l1.attn.qkv.w.m': (0, P('x', 'y')),  # f32[32,96] S0S1
-    'l1.attn.qkv.b.m': (0, P('y')),  # f32[96] S1
-    'l1.attn.o.w.m': (0, P('y', 'x')),  # f32[32,32] S1S0
-    'l1.attn.o.b.m': (0, P('x')),  # f32[32] S0
+    'l1.attn.qkv.w.m': (0, P(('x', 'y'), None)),  # f32[32,96] S01R
+    'l1.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
+    'l1.attn.o.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
+    'l1.attn.o.b.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.mlp.w1.w.m': (0, P('x', 'y')),  # f32[32,128] S0S1
     'l1.mlp.w1.b.m': (0, P('y')),  # f32[128] S1
     'l1.mlp.w2.w.m': (0, P('y', 'x')),  # f32[128,32] S1S0
-    'l1.mlp.w2.b.m': (0, P('x')),  # f32[32] S0
-    'lnf.gamma.m': (0, P('x')),  # f32[32] S0
-    'lnf.beta.m': (0, P('x')),  # f32[32] S0
+    'l1.mlp.w2.b.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'lnf.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
+    'lnf.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
 }
 
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
     'tok_emb': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
-    'pos_emb': (0, P(None, 'y')),  # f32[16,32] RS1
+    'pos_emb': (0, P(None, None)),  # f32[16,32] RR
     'embed': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'mask': (0, P(None, None)),  # bool[16,16] RR
     'l0.ln1.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
-    'l0.attn.qkv.einsum': (0, P('x', None, 'y')),  # f32[4,16,96] S0RS1
-    'l0.attn.qkv': (0, P('x', None, 'y')),  # f32[4,16,96] S0RS1
-    'l0.attn.qkv.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,24] S0RS1R
-    'l0.attn.q.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l0.attn.k.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l0.attn.v.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l0.attn.scores': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l0.attn.scaled': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l0.attn.masked': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l0.attn.probs': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l0.attn.ctx': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l0.attn.ctx.merged': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l0.attn.qkv.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,96] S01RR
+    'l0.attn.qkv': (0, P(('x', 'y'), None, None)),  # f32[4,16,96] S01RR
+    'l0.attn.qkv.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,24] S01RRR
+    'l0.attn.q.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l0.attn.k.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l0.attn.v.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l0.attn.scores': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l0.attn.scaled': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l0.attn.masked': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l0.attn.probs': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l0.attn.ctx': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l0.attn.ctx.merged': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l0.attn.o.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l0.attn.o': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l0.res1': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
@@ -122,18 +122,18 @@ ACTIVATIONS = {
     'l0.mlp.w2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l0.res2': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l1.ln1.layer_norm': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
-    'l1.attn.qkv.einsum': (0, P('x', None, 'y')),  # f32[4,16,96] S0RS1
-    'l1.attn.qkv': (0, P('x', None, 'y')),  # f32[4,16,96] S0RS1
-    'l1.attn.qkv.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,24] S0RS1R
-    'l1.attn.q.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l1.attn.k.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l1.attn.v.heads': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l1.attn.scores': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l1.attn.scaled': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l1.attn.masked': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l1.attn.probs': (0, P('x', 'y', None, None)),  # f32[4,4,16,16] S0S1RR
-    'l1.attn.ctx': (0, P('x', None, 'y', None)),  # f32[4,16,4,8] S0RS1R
-    'l1.attn.ctx.merged': (0, P('x', None, 'y')),  # f32[4,16,32] S0RS1
+    'l1.attn.qkv.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,96] S01RR
+    'l1.attn.qkv': (0, P(('x', 'y'), None, None)),  # f32[4,16,96] S01RR
+    'l1.attn.qkv.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,24] S01RRR
+    'l1.attn.q.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l1.attn.k.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l1.attn.v.heads': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l1.attn.scores': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l1.attn.scaled': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l1.attn.masked': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l1.attn.probs': (0, P(('x', 'y'), None, None, None)),  # f32[4,4,16,16] S01RRR
+    'l1.attn.ctx': (0, P(('x', 'y'), None, None, None)),  # f32[4,16,4,8] S01RRR
+    'l1.attn.ctx.merged': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l1.attn.o.einsum': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l1.attn.o': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR
     'l1.res1': (0, P(('x', 'y'), None, None)),  # f32[4,16,32] S01RR

@@ -1,5 +1,5 @@
 """DTensor placements for PyTorch for model gpt, exported by autopar from gpt-tp2-pp2.plan.json.
-Plan: batch 8 in 4 micro-batches (1f1b), 2 pipeline stage(s):
+Plan: batch 8 in 2 micro-batches (1f1b), 2 pipeline stage(s):
   stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
   stage 1: layers 1-1 on devices 2-3 as logical mesh (1, 2)
 
@@ -33,7 +33,7 @@ STAGES = [
 
 # the trained parameters: name -> (stage, placements)
 PARAMS = {
-    'wte': (0, [Replicate(), Shard(0)]),  # f32[64,32] S1R
+    'wte': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
     # 'wte' is also read on stage 1 as [Replicate(), Replicate()]
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
@@ -66,13 +66,13 @@ PARAMS = {
 
 # the data inputs of one micro-batch: name -> (stage, placements)
 INPUTS = {
-    'tokens': (0, [Replicate(), Replicate()]),  # i32[2,16] RR
-    'labels': (1, [Replicate(), Replicate()]),  # i32[2,16] RR
+    'tokens': (0, [Replicate(), Replicate()]),  # i32[4,16] RR
+    'labels': (1, [Replicate(), Shard(0)]),  # i32[4,16] S1R
 }
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
 OPTIMIZER_STATE = {
-    'wte.m': (0, [Replicate(), Shard(0)]),  # f32[64,32] S1R
+    'wte.m': (0, [Replicate(), Shard(1)]),  # f32[64,32] RS1
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R

@@ -1,5 +1,5 @@
 """Shardings for JAX for model gpt, exported by autopar from gpt-tp2-pp2.plan.json.
-Plan: batch 8 in 4 micro-batches (1f1b), 2 pipeline stage(s):
+Plan: batch 8 in 2 micro-batches (1f1b), 2 pipeline stage(s):
   stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
   stage 1: layers 1-1 on devices 2-3 as logical mesh (1, 2)
 
@@ -26,7 +26,7 @@ STAGES = [
 
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
-    'wte': (0, P('y', None)),  # f32[64,32] S1R
+    'wte': (0, P(None, None)),  # f32[64,32] RR
     # 'wte' is also read on stage 1 as P(None, None)
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
@@ -59,13 +59,13 @@ PARAMS = {
 
 # the data inputs of one micro-batch: name -> (stage, PartitionSpec)
 INPUTS = {
-    'tokens': (0, P(None, None)),  # i32[2,16] RR
-    'labels': (1, P(None, None)),  # i32[2,16] RR
+    'tokens': (0, P(None, None)),  # i32[4,16] RR
+    'labels': (1, P('y', None)),  # i32[4,16] S1R
 }
 
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
-    'wte.m': (0, P('y', None)),  # f32[64,32] S1R
+    'wte.m': (0, P(None, 'y')),  # f32[64,32] RS1
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
@@ -97,59 +97,59 @@ OPTIMIZER_STATE = {
 
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
-    'tok_emb': (0, P(None, None, None)),  # f32[2,16,32] RRR
+    'tok_emb': (0, P(None, None, None)),  # f32[4,16,32] RRR
     'pos_emb': (0, P(None, None)),  # f32[16,32] RR
-    'embed': (0, P(None, None, None)),  # f32[2,16,32] RRR
+    'embed': (0, P(None, None, None)),  # f32[4,16,32] RRR
     'mask': (0, P(None, None)),  # bool[16,16] RR
-    'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.attn.qkv.einsum': (0, P(None, None, 'y')),  # f32[2,16,96] RRS1
-    'l0.attn.qkv': (0, P(None, None, 'y')),  # f32[2,16,96] RRS1
-    'l0.attn.qkv.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,24] RRS1R
-    'l0.attn.q.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.k.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.v.heads': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.scores': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l0.attn.scaled': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l0.attn.masked': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l0.attn.probs': (0, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l0.attn.ctx': (0, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l0.attn.ctx.merged': (0, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l0.attn.o.einsum': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.attn.o': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.res1': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.ln2.layer_norm': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.mlp.w1.einsum': (0, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l0.mlp.w1': (0, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l0.mlp.gelu': (0, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l0.mlp.w2.einsum': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.mlp.w2': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l0.res2': (0, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.ln1.layer_norm': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.attn.qkv.einsum': (1, P(None, None, 'y')),  # f32[2,16,96] RRS1
-    'l1.attn.qkv': (1, P(None, None, 'y')),  # f32[2,16,96] RRS1
-    'l1.attn.qkv.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,24] RRS1R
-    'l1.attn.q.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.k.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.v.heads': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.scores': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l1.attn.scaled': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l1.attn.masked': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l1.attn.probs': (1, P(None, 'y', None, None)),  # f32[2,4,16,16] RS1RR
-    'l1.attn.ctx': (1, P(None, None, 'y', None)),  # f32[2,16,4,8] RRS1R
-    'l1.attn.ctx.merged': (1, P(None, None, 'y')),  # f32[2,16,32] RRS1
-    'l1.attn.o.einsum': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.attn.o': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.res1': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.ln2.layer_norm': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.mlp.w1.einsum': (1, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l1.mlp.w1': (1, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l1.mlp.gelu': (1, P(None, None, 'y')),  # f32[2,16,128] RRS1
-    'l1.mlp.w2.einsum': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.mlp.w2': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'l1.res2': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'lnf.layer_norm': (1, P(None, None, None)),  # f32[2,16,32] RRR
-    'logits': (1, P(None, None, None)),  # f32[2,16,64] RRR
-    'ce': (1, P(None, None)),  # f32[2,16] RR
+    'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.attn.qkv.einsum': (0, P(None, None, 'y')),  # f32[4,16,96] RRS1
+    'l0.attn.qkv': (0, P(None, None, 'y')),  # f32[4,16,96] RRS1
+    'l0.attn.qkv.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,24] RRS1R
+    'l0.attn.q.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l0.attn.k.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l0.attn.v.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l0.attn.scores': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l0.attn.scaled': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l0.attn.masked': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l0.attn.probs': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l0.attn.ctx': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l0.attn.ctx.merged': (0, P(None, None, 'y')),  # f32[4,16,32] RRS1
+    'l0.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.mlp.w1.einsum': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l0.mlp.w1': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l0.mlp.gelu': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l0.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.ln1.layer_norm': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.attn.qkv.einsum': (1, P(None, None, 'y')),  # f32[4,16,96] RRS1
+    'l1.attn.qkv': (1, P(None, None, 'y')),  # f32[4,16,96] RRS1
+    'l1.attn.qkv.heads': (1, P(None, None, 'y', None)),  # f32[4,16,4,24] RRS1R
+    'l1.attn.q.heads': (1, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l1.attn.k.heads': (1, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l1.attn.v.heads': (1, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l1.attn.scores': (1, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l1.attn.scaled': (1, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l1.attn.masked': (1, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l1.attn.probs': (1, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
+    'l1.attn.ctx': (1, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
+    'l1.attn.ctx.merged': (1, P(None, None, 'y')),  # f32[4,16,32] RRS1
+    'l1.attn.o.einsum': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.attn.o': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.res1': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.ln2.layer_norm': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.mlp.w1.einsum': (1, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l1.mlp.w1': (1, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l1.mlp.gelu': (1, P(None, None, 'y')),  # f32[4,16,128] RRS1
+    'l1.mlp.w2.einsum': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.mlp.w2': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'l1.res2': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'lnf.layer_norm': (1, P(None, None, None)),  # f32[4,16,32] RRR
+    'logits': (1, P('y', None, None)),  # f32[4,16,64] S1RR
+    'ce': (1, P('y', None)),  # f32[4,16] S1R
     'loss': (1, P()),  # f32[] -
 }
 

@@ -1,17 +1,18 @@
 # Megatron-LM launch arguments for model gpt, exported by autopar from gpt-tp2-pp2.plan.json.
-# Plan: batch 8 in 4 micro-batches (1f1b), 2 pipeline stage(s):
+# Plan: batch 8 in 2 micro-batches (1f1b), 2 pipeline stage(s):
 #   stage 0: layers 0-0 on devices 0-1 as logical mesh (1, 2)
 #   stage 1: layers 1-1 on devices 2-3 as logical mesh (1, 2)
 #
 # Megatron reads this plan as tensor parallel (column and row splits of the weights)
 # inside each stage's mesh, data parallel across it, and one pipeline stage per submesh.
+# note: stage 1 splits input labels (S1R) along the batch over the tensor-parallel group too, where Megatron replicates it; the weights' layout, which the arguments fix, is the same
 # vocabulary: 64 entries; the tokenizer must have as many (Megatron pads the embedding to a multiple of
 # --make-vocab-size-divisible-by × tensor-parallel size)
-# world size 4 = tensor 2 × pipeline 2 × data 1; 4 micro-batches of 2 per data-parallel rank
+# world size 4 = tensor 2 × pipeline 2 × data 1; 2 micro-batches of 4 per data-parallel rank
 MEGATRON_ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 2
-    --micro-batch-size 2
+    --micro-batch-size 4
     --global-batch-size 8
     --num-layers 2
     --hidden-size 32

@@ -165,7 +165,7 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 				for _, e := range n.outE[v] {
 					worst := 0.0
 					for _, w := range wants[e] {
-						worst = max(worst, p.reshard(v, from, w).Time-p.reshard(v, to, w).Time)
+						worst = max(worst, p.reshardCost(v, from, w)-p.reshardCost(v, to, w))
 					}
 					x += worst
 				}

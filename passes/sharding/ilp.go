@@ -33,6 +33,11 @@ type planner struct {
 	memo    map[reshardKey]mesh.Reshard
 	typeKey []string // per value, its type printed once
 
+	// wB weighs the per-micro-batch costs and wReshard, per value, its reshardings in the
+	// objective (weights.go); all 1 for an unweighted solve.
+	wB       float64
+	wReshard []float64
+
 	// The ILP.
 	prob      *ilp.Problem
 	s         [][]ilp.VarID // per group (reps only): one binary per strategy
@@ -314,7 +319,7 @@ func (p *planner) sharedValues() sharedEdges {
 		}
 		out.edges[v] = es
 		var sig strings.Builder
-		fmt.Fprintf(&sig, "%d %d %s", a, p.memberIdx[v], p.g.Value(v).Type)
+		fmt.Fprintf(&sig, "%d %d %s %g", a, p.memberIdx[v], p.g.Value(v).Type, p.wReshard[v])
 		for _, e := range es {
 			fmt.Fprintf(&sig, "|%d %d %d", p.rep[p.groupOf[e.to]], p.memberIdx[e.to], e.slot)
 		}
@@ -386,7 +391,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 		if len(sd.cols) == 1 && !always[sd.wants[0]] {
 			always[sd.wants[0]] = true
 			for k, r := range rowOf {
-				if x := p.reshard(v, p.outSpec(v, rows[r]), sd.specs[0]).Time; x != 0 {
+				if x := p.reshardCost(v, p.outSpec(v, rows[r]), sd.specs[0]); x != 0 {
 					obj = append(obj, ilp.Term{Var: p.s[a][k], Coef: x})
 				}
 			}
@@ -419,7 +424,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 				if always[sd.wants[c]] {
 					continue
 				}
-				x := p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time
+				x := p.reshardCost(v, p.outSpec(v, ka), sd.specs[c])
 				if x == 0 {
 					continue
 				}
@@ -450,7 +455,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 				if !shared[0][c] {
 					continue
 				}
-				y := yOf(0, sd.wants[c], p.reshard(v, p.outSpec(v, rows[0]), sd.specs[c]).Time)
+				y := yOf(0, sd.wants[c], p.reshardCost(v, p.outSpec(v, rows[0]), sd.specs[c]))
 				terms := []ilp.Term{{Var: y, Coef: 1}}
 				for km, cc := range sd.colOf {
 					if cc == c {
@@ -468,7 +473,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 					if !shared[r][c] {
 						continue
 					}
-					y := yOf(r, sd.wants[c], p.reshard(v, p.outSpec(v, ka), sd.specs[c]).Time)
+					y := yOf(r, sd.wants[c], p.reshardCost(v, p.outSpec(v, ka), sd.specs[c]))
 					p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d.%d", name, ei, r, c),
 						[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
 					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
@@ -533,7 +538,7 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 				want := p.want(e, km)
 				if k := strconv.Itoa(int(e.from)) + " " + want.String(); !seen[k] {
 					seen[k] = true
-					cost[r][c] += p.reshard(e.from, p.outSpec(e.from, ka), want).Time
+					cost[r][c] += p.reshardCost(e.from, p.outSpec(e.from, ka), want)
 				}
 			}
 			zero = zero && cost[r][c] == 0
@@ -585,7 +590,7 @@ func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]i
 // its own counterpart in the next identical layer) to the node: both ends take strategy k.
 func (p *planner) foldDiagonal(g int, e edge) {
 	for k := range p.nodeCost[g] {
-		p.nodeCost[g][k] += p.reshard(e.from, p.outSpec(e.from, k), p.want(e, k)).Time
+		p.nodeCost[g][k] += p.reshardCost(e.from, p.outSpec(e.from, k), p.want(e, k))
 	}
 }
 

@@ -18,15 +18,14 @@ type group struct {
 
 // groupStrategy is one strategy of a group: a strategy index for each member.
 type groupStrategy struct {
-	pick          []int32 // parallel to members
-	compute, comm float64 // summed over members
-	reshard       float64 // resharding inside the group (a follower that cannot match)
-	// sibling is the resharding, and its spill, of members a follower reads besides its
-	// leader inside one kernel (siblingReshard); unlike reshard it leaves the group tight.
-	sibling float64
+	pick []int32 // parallel to members
+	// obj is the group's own cost in the objective: its members' compute and collectives
+	// and the resharding inside it, each weighed as the step runs it (weights.go).
+	obj     float64
+	reshard float64 // resharding inside the group (a follower that cannot match), unweighted
 }
 
-func (s groupStrategy) cost() float64 { return s.compute + s.comm + s.reshard + s.sibling }
+func (s groupStrategy) cost() float64 { return s.obj }
 
 // maxGroupStrategies bounds the strategies of one group: past it a follower keeps only its
 // cheapest matching strategy per leader strategy.
@@ -193,8 +192,8 @@ func (p *planner) fill(gi int, u, c ir.ValueID) bool {
 		for _, o := range opts {
 			s := &p.cands[c][o.j]
 			pick := append(append(make([]int32, 0, len(gs.pick)+1), gs.pick...), int32(o.j))
-			out = append(out, groupStrategy{pick: pick, compute: gs.compute + s.Compute, comm: gs.comm + s.Comm,
-				reshard: gs.reshard + o.x, sibling: gs.sibling})
+			out = append(out, groupStrategy{pick: pick, obj: gs.obj + p.ownCost(c, s) + p.wReshard[c]*o.x,
+				reshard: gs.reshard + o.x})
 		}
 	}
 	if len(out) > max(maxGroupStrategies, len(gr.strats)) {
@@ -210,7 +209,7 @@ func (p *planner) newGroup(v ir.ValueID) {
 	gr := &group{members: []ir.ValueID{v}}
 	for k := range p.cands[v] {
 		s := &p.cands[v][k]
-		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, compute: s.Compute, comm: s.Comm})
+		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, obj: p.ownCost(v, s)})
 	}
 	p.groupOf[v] = len(p.groups)
 	p.memberIdx[v] = 0
@@ -251,8 +250,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
 				}
 				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
-					compute: gs.compute + s.Compute, comm: gs.comm + s.Comm, reshard: gs.reshard + m.reshard,
-					sibling: gs.sibling + sib})
+					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard + sib, reshard: gs.reshard + m.reshard})
 			}
 		}
 		return out
@@ -274,7 +272,7 @@ type match struct {
 
 // matches lists v's strategies whose operand specs at slots equal from, cheapest first
 // (ties in generation order); if there are none, the one strategy minimizing its own cost
-// plus the resharding of u into it.
+// plus the resharding of u into it. Costs are weighed as in the objective (weights.go).
 func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match {
 	var exact []match
 	for k := range p.cands[v] {
@@ -285,7 +283,7 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 	if len(exact) > 0 {
 		// Cheapest first, stable.
 		for i := 1; i < len(exact); i++ {
-			for j := i; j > 0 && p.cands[v][exact[j].k].Cost() < p.cands[v][exact[j-1].k].Cost(); j-- {
+			for j := i; j > 0 && p.ownCost(v, &p.cands[v][exact[j].k]) < p.ownCost(v, &p.cands[v][exact[j-1].k]); j-- {
 				exact[j], exact[j-1] = exact[j-1], exact[j]
 			}
 		}
@@ -298,7 +296,7 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 		for _, i := range slots {
 			r += p.reshard(u, from, s.In[i]).Time
 		}
-		if c := s.Cost() + r; best < 0 || c < bestCost {
+		if c := p.ownCost(v, s) + p.wReshard[u]*r; best < 0 || c < bestCost {
 			best, bestCost, bestR = k, c, r
 		}
 	}
@@ -332,9 +330,11 @@ func (p *planner) fusedSpill(u ir.ValueID, have int64, in []mesh.Spec, slots []i
 
 // siblingReshard prices v's operands other than u that sit in v's group and in v's kernel
 // (fusion.go; a value and the broadcast of its row sums, both following one leader): the
-// resharding each needs from its layout under gs into in, and its spill. Result prices the
-// same, so that the ILP sees what the kernel would lose. (Other operands in the group are
-// left as they were: the ILP does not price them, and result does.)
+// resharding each needs from its layout under gs into in, and its spill, weighed as the
+// step runs it (weights.go). Result prices the same, so that the ILP sees what the kernel
+// would lose; it goes into the group's objective only, not into reshard, so the group
+// stays tight for dominance pruning. (Other operands in the group are left as they were:
+// the ILP does not price them, and result does.)
 func (p *planner) siblingReshard(gr *group, gs groupStrategy, u, v ir.ValueID, in []mesh.Spec) float64 {
 	if p.fu == nil {
 		return 0
@@ -347,7 +347,7 @@ func (p *planner) siblingReshard(gr *group, gs groupStrategy, u, v ir.ValueID, i
 		}
 		s := &p.cands[a][gs.pick[p.memberIdx[a]]]
 		if r := p.reshard(a, s.Out, in[j]).Time; r > 0 {
-			t += r + p.fusedSpill(a, s.Memory, in, []int{j})
+			t += p.wReshard[a] * (r + p.fusedSpill(a, s.Memory, in, []int{j}))
 		}
 	}
 	return t

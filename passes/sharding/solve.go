@@ -54,6 +54,16 @@ type Options struct {
 	// BlockKeys are the tying keys of the graph's values, BlockKeys of the training step a
 	// stage graph was cut from; nil computes them from the graph itself.
 	BlockKeys []uint64
+	// Microbatches, above 1 with Update set, weighs the objective as a step of that many
+	// micro-batches runs it (weights.go): B·t + u, where u is what codegen runs once per
+	// step — Update[v] marks an op of the optimizer update (its compute and collectives),
+	// Accumulated[v] a value accumulated over the micro-batches (its op's collectives,
+	// deferred to the update) — and t the rest, run per micro-batch. Both are per value
+	// of the graph (codegen.StepParts of the step a stage graph was cut from); Accumulated
+	// may be nil. Result.Cost stays unweighted: one micro-batch plus the step's once part.
+	Microbatches int
+	Update       []bool
+	Accumulated  []bool
 }
 
 func (o Options) timeLimit() time.Duration {
@@ -222,6 +232,13 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if opts.BlockKeys != nil && len(opts.BlockKeys) != len(g.Values) {
 		return nil, fmt.Errorf("sharding: %d block keys for the %d values of %s", len(opts.BlockKeys), len(g.Values), g.Name)
 	}
+	if opts.Microbatches < 0 {
+		return nil, fmt.Errorf("sharding: micro-batch count must not be negative, got %d", opts.Microbatches)
+	}
+	if opts.Update != nil && len(opts.Update) != len(g.Values) || opts.Accumulated != nil && len(opts.Accumulated) != len(g.Values) {
+		return nil, fmt.Errorf("sharding: %d update and %d accumulated marks for the %d values of %s",
+			len(opts.Update), len(opts.Accumulated), len(g.Values), g.Name)
+	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()
 	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, fu: fu, cands: cands, memo: map[reshardKey]mesh.Reshard{},
@@ -229,6 +246,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if err := p.checkForce(); err != nil {
 		return nil, err
 	}
+	p.weigh()
 	p.buildGroups(!opts.NoMerge)
 	p.applyForce()
 	p.cutEinsums()
