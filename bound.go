@@ -67,6 +67,9 @@ func (o *oracle) boundOf(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) bo
 			c.Time += t
 		}
 	}
+	mb, step := sg.dataBound(o.c, lm.Size()) // the loads, stores, constants and accumulation
+	c.Time += mb
+	c.Step += step
 	c.WeightBytes = float64(sg.weights) / float64(lm.Size())
 	return boundCost{cost: c, ok: true}
 }

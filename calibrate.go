@@ -31,12 +31,17 @@ type CalibrateOptions struct {
 // Calibrate measures the built-in runtime on this machine the way Alpa profiles its
 // cluster, and returns the cpu cluster of opts.Devices devices priced by what it measured:
 //
-//   - the FLOP rate of matmul, einsum and conv2d kernels in f32 and f16 (flops.matmul,
-//     flops.conv): the slope of a least-squares line through their times at several sizes;
-//   - the FLOP rate of vector work (flops.vector: exp, tanh, gelu, mul, softmax) on tensors
-//     that stay in cache, and the memory bandwidth on adds of tensors that do not;
+//   - the FLOP rate of matmul, einsum and conv2d kernels in f32 and f16 (flops.matmul:
+//     matmuls and a transformer's projections; flops.batched_matmul: its attention
+//     einsums, which run a GEMM per batch element on permuted operands; flops.conv): the
+//     slope of a least-squares line through their times at several sizes;
+//   - the FLOP rate of vector work (flops.vector: add, mul, exp, gelu, softmax, compares
+//     and selects) and of reductions (flops.reduce: reduce_sum, reduce_mean, layer_norm,
+//     cumsum), and the memory bandwidth of the layout kernels;
 //   - the overhead of one instruction: a kernel on one element, and the runtime's reading
-//     of its thread's CPU clock after every instruction;
+//     of its thread's CPU clock after every instruction; then what a real program's
+//     instructions cost beyond that (programOverhead: the zoo's tiny MLP run on the
+//     runtime, data-parallel over the devices);
 //   - α and β of each collective for each group size the cluster's meshes use (powers of
 //     two up to the device count, and the count itself), on the in-process transport.
 //
@@ -69,18 +74,22 @@ func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error
 	cal.overhead()
 	clock := cal.clockRead()
 	c.KernelOverhead = cal.instruction()
-	var mm, conv mesh.Rates
-	var mmOver, convOver float64
+	var mm, bmm, conv mesh.Rates
+	var mmOver, bmmOver, convOver float64
 	mm.F32, mmOver = cal.matmulRate(ir.F32)
 	mm.F16, _ = cal.matmulRate(ir.F16)
+	bmm.F32, bmmOver = cal.batchedRate(ir.F32)
+	bmm.F16, _ = cal.batchedRate(ir.F16)
 	conv.F32, convOver = cal.convRate(ir.F32)
 	conv.F16, _ = cal.convRate(ir.F16)
 	c.FLOPs = &mesh.FLOPTable{
-		Matmul: &mm,
-		Conv:   &conv,
-		Vector: &mesh.Rates{F32: cal.vectorRate(ir.F32), F16: cal.vectorRate(ir.F16)},
+		Matmul:        &mm,
+		BatchedMatmul: &bmm,
+		Conv:          &conv,
+		Vector:        &mesh.Rates{F32: cal.vectorRate(ir.F32), F16: cal.vectorRate(ir.F16)},
+		Reduce:        &mesh.Rates{F32: cal.reduceRate(ir.F32), F16: cal.reduceRate(ir.F16)},
 	}
-	c.ClassOverhead = &mesh.ClassOverheads{Matmul: mmOver, Conv: convOver}
+	c.ClassOverhead = &mesh.ClassOverheads{Matmul: mmOver, BatchedMatmul: bmmOver, Conv: convOver}
 	c.DeviceMemoryBandwidth = cal.bandwidth()
 	c.DeviceFLOPS = c.FLOPs.Matmul.F32
 	c.Collectives = cal.collectives(2 * clock)
@@ -96,6 +105,10 @@ func Calibrate(ctx context.Context, opts CalibrateOptions) (*mesh.Cluster, error
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("calibrate: the measurements make no cluster: %w", err)
+	}
+	c.KernelOverhead += cal.programOverhead(c)
+	if cal.err != nil {
+		return nil, cal.err
 	}
 	return c, nil
 }
@@ -411,21 +424,37 @@ func (c *calibrator) matmulRate(dt ir.DType) (float64, float64) {
 	for _, s := range c.sizesFor(dt, 4) {
 		a := ir.Type{DType: dt, Shape: ir.Shape{s, s}}
 		cases = append(cases, newCase(ir.OpMatMul, nil, a, a))
-		// The einsums of a transformer, at batch 2, s/16 heads: a projection, its weight
-		// gradient, attention scores and context (their operands permuted, as models have
-		// them).
-		h := max(1, s/16)
+		// The projections of a transformer at batch 2, and their weight gradient.
 		x := ir.Type{DType: dt, Shape: ir.Shape{2, s, s}}
-		heads := ir.Type{DType: dt, Shape: ir.Shape{2, s, h, 16}}
-		probs := ir.Type{DType: dt, Shape: ir.Shape{2, h, s, s}}
 		cases = append(cases,
 			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bsi,io->bso"), x, a),
-			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bsi,bso->io"), x, x),
-			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bqnd,bknd->bnqk"), heads, heads),
-			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bknd->bqnd"), probs, heads))
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bsi,bso->io"), x, x))
 	}
 	r, o := c.rateFit("matmul/einsum "+dt.String(), cases)
 	c.logf("matmul rate %-4s          %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
+	return r, o
+}
+
+// batchedRate is the rate of contractions with a batch label in dt and their fixed cost
+// (rateFit): a transformer's attention einsums at batch 4 and 4 heads of 8 over s
+// positions (scores, context and both their gradients, operands permuted as models have
+// them: 16 small GEMMs a kernel, as tiny models run them) and a mixture of experts'
+// per-expert GEMMs.
+func (c *calibrator) batchedRate(dt ir.DType) (float64, float64) {
+	var cases []kernelCase
+	for _, s := range c.sizesFor(dt, 3) {
+		heads := ir.Type{DType: dt, Shape: ir.Shape{4, s, 4, 8}}
+		probs := ir.Type{DType: dt, Shape: ir.Shape{4, 4, s, s}}
+		tokens := ir.Type{DType: dt, Shape: ir.Shape{4, s, 16}}
+		experts := ir.Type{DType: dt, Shape: ir.Shape{4, 16, s}}
+		cases = append(cases,
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bqnd,bknd->bnqk"), heads, heads),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bknd->bqnd"), probs, heads),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "bnqk,bqnd->bknd"), probs, heads),
+			newCase(ir.OpEinsum, ir.Attrs{}.With("spec", "ecd,edf->ecf"), tokens, experts))
+	}
+	r, o := c.rateFit("batched einsum "+dt.String(), cases)
+	c.logf("batched rate %-4s         %8.3f GFLOP/s  fixed %6.2f µs", dt, r/1e9, o*1e6)
 	return r, o
 }
 
@@ -451,27 +480,51 @@ func (c *calibrator) convRate(dt ir.DType) (float64, float64) {
 	return r, o
 }
 
-// vectorRate is the mean rate of the vector ops the models use most, by their op-table
-// FLOPs, on tensors the size of tiny models' activations: all their FLOPs over all their
-// time less one overhead each. (A line through ops of different kinds would fit their
-// differences, not a rate.)
+// vectorRate is the mean rate of the elementwise ops the models use most, by their
+// op-table FLOPs, on tensors the size of tiny models' activations (meanRate).
 func (c *calibrator) vectorRate(dt ir.DType) float64 {
-	var flops, sec float64
-	for _, s := range c.sizes() {
-		t := ir.Type{DType: dt, Shape: ir.Shape{2 * s, 64}}
-		row := ir.Type{DType: dt, Shape: ir.Shape{64}}
-		for _, k := range []kernelCase{newCase(ir.OpAdd, nil, t, t), newCase(ir.OpMul, nil, t, t),
+	return c.meanRate("vector", dt, func(t, row ir.Type) []kernelCase {
+		mask := ir.Type{DType: ir.Bool, Shape: t.Shape}
+		return []kernelCase{newCase(ir.OpAdd, nil, t, t), newCase(ir.OpMul, nil, t, t),
 			newCase(ir.OpSub, nil, t, t), newCase(ir.OpAdd, nil, t, row), newCase(ir.OpExp, nil, t),
 			newCase(ir.OpGelu, nil, t), newCase(ir.OpRelu, nil, t),
 			newCase(ir.OpSoftmax, ir.Attrs{}.With("axis", 1), t),
-			newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0}), t)} {
+			newCase(ir.OpGt, nil, t, t), newCase(ir.OpWhere, nil, mask, t, t)}
+	})
+}
+
+// reduceRate is the mean rate of the reductions and row normalizations the models use
+// (meanRate): a transformer's along rows and columns, and a convolutional network's over
+// the batch and the image of each channel (strided, several times slower per element).
+func (c *calibrator) reduceRate(dt ir.DType) float64 {
+	return c.meanRate("reduce", dt, func(t, row ir.Type) []kernelCase {
+		img := ir.Type{DType: dt, Shape: ir.Shape{8, t.Shape[0] / 8, 4, 4}}
+		nchw := ir.Attrs{}.With("axes", []int{0, 2, 3})
+		return []kernelCase{newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{0}), t),
+			newCase(ir.OpReduceSum, ir.Attrs{}.With("axes", []int{1}), t),
+			newCase(ir.OpReduceMean, ir.Attrs{}.With("axes", []int{1}), t),
+			newCase(ir.OpLayerNorm, ir.Attrs{}.With("eps", 1e-5), t, row, row),
+			newCase(ir.OpCumsum, ir.Attrs{}.With("axis", 1), t),
+			newCase(ir.OpReduceMean, nchw, img), newCase(ir.OpReduceSum, nchw, img)}
+	})
+}
+
+// meanRate is the rate of the cases ops makes for each size (a [2s, 64] tensor and a row
+// of 64): all their FLOPs over all their time less one overhead each. (A line through
+// ops of different kinds would fit their differences, not a rate.)
+func (c *calibrator) meanRate(class string, dt ir.DType, ops func(t, row ir.Type) []kernelCase) float64 {
+	var flops, sec float64
+	for _, s := range c.sizesFor(dt, 4) {
+		t := ir.Type{DType: dt, Shape: ir.Shape{2 * s, 64}}
+		row := ir.Type{DType: dt, Shape: ir.Shape{64}}
+		for _, k := range ops(t, row) {
 			tk := c.timeCase(k)
-			c.logf("vector %-4s %-13s %8.2f µs  (%s)", dt, k.op.Def().Name, tk*1e6, k.out)
+			c.logf("%s %-4s %-13s %8.2f µs  (%s)", class, dt, k.op.Def().Name, tk*1e6, k.out)
 			flops, sec = flops+k.flops, sec+math.Max(tk-c.over, tk/4)
 		}
 	}
 	r := flops / sec
-	c.logf("vector rate %-4s          %8.3f GFLOP/s", dt, r/1e9)
+	c.logf("%s rate %-4s          %8.3f GFLOP/s", class, dt, r/1e9)
 	return r
 }
 

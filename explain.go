@@ -423,7 +423,7 @@ func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.Valu
 	lm := st.res.Mesh
 	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(),
 		SolveLayersOnce: true, BlockKeys: st.sg.keys, Force: force}
-	return sharding.Solve(ctx, st.sg.g, lm, opts)
+	return st.sg.solve(ctx, lm, opts)
 }
 
 // force solves stage st with value v pinned to candidate k, within the memory budget and

@@ -98,9 +98,10 @@ type stageGraph struct {
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
-	// value accumulated over the micro-batches (codegen.StepParts).
-	once, acc []bool
-	keys      []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// value accumulated over the micro-batches (codegen.StepParts); feed a data input of
+	// the step (loaded per micro-batch), not a value another stage sends.
+	once, acc, feed []bool
+	keys            []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
@@ -386,27 +387,43 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		l.Checkpoints = true
 		return &stageSolution{ok: true, cost: c, remats: []dp.StageCost{r, l}}
 	}
+	// A stage that will recompute has its budget checked against its recomputing peak
+	// (layer by layer, the leaner way at one micro-batch): under full always, under auto
+	// when no plain plan fits one micro-batch, so that the stage must recompute.
+	var marks *sharding.Recompute
+	if o.remat == RematFull {
+		marks = sg.remat.layers.marks
+	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		Recompute: marks}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves.
 		opts.TimeLimit = min(o.limit, leanTimeLimit)
 	}
 	o.solves.Add(1)
-	res, err := sharding.Solve(o.ctx, sg.g, lm, opts)
+	res, err := sg.solve(o.ctx, lm, opts)
 	if res != nil {
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
 	var me *sharding.MemoryError
+	if errors.As(err, &me) && o.remat == RematAuto && memory == o.memory {
+		opts.Recompute = sg.remat.layers.marks
+		o.solves.Add(1)
+		res, err = sharding.Solve(o.ctx, sg.g, lm, opts)
+		if res != nil {
+			atomicMax(&o.maxVars, int64(res.ILP.Variables))
+		}
+	}
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
 		// names the memory that would fit; failing that, the fastest plan.
 		opts.MemoryBudget = me.Minimum
-		if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+		if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 			opts.MemoryBudget = 1 << 62
-			if res, err = sharding.Solve(o.ctx, sg.g, lm, opts); err != nil {
+			if res, err = sg.solve(o.ctx, lm, opts); err != nil {
 				err = me // the real budget's error: the fallback's own budget means nothing to the user
 			}
 		}
@@ -415,15 +432,25 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
-	stepCompute, stepComm := sg.stepPart(res)
+	stepCompute, stepComm := sg.stepPart(o.c, res)
 	step := stepCompute + stepComm
+	peak := res.PeakMemory // the plain stage's, unless solved recomputing
+	if opts.Recompute != nil {
+		if peak, err = res.PeakWith(sg.g, nil); err != nil {
+			return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+		}
+	}
 	plain := dp.StageCost{
 		Time:        max(0, res.Cost.Total-step),
 		Step:        step,
 		WeightBytes: float64(weights),
-		ActBytes:    float64(max(0, res.PeakMemory-weights)),
+		ActBytes:    float64(max(0, peak-weights)),
 	}
-	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: sg.remat.costs(sg.g, res, plain)}
+	remats, err := sg.remat.costs(sg.g, res, plain)
+	if err != nil {
+		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
+	}
+	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: remats}
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
@@ -477,8 +504,9 @@ func (o *oracle) note(err error) {
 // every resharding into an update op or into a param's new value, and the reshardings of
 // params and state into the layouts their ops read (the prologue's, once). The rest of
 // res.Cost.Total is the forward and backward of one micro-batch. It returns the step
-// part's compute and its communication.
-func (sg *stageGraph) stepPart(res *sharding.Result) (compute, comm float64) {
+// part's compute (with the step's data instructions, dataTime) and its communication.
+func (sg *stageGraph) stepPart(c *mesh.Cluster, res *sharding.Result) (compute, comm float64) {
+	_, compute = sg.dataTime(c, res)
 	for id := range sg.g.Values {
 		s := &res.Strategies[id]
 		switch {
@@ -555,13 +583,18 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		return nil, err
 	}
 	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
-		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), keys: make([]uint64, len(g.Values))}
+		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), feed: make([]bool, len(g.Values)),
+		keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on
 	for i := range g.Values {
 		if id, ok := o.step.Lookup(g.Values[i].Name); ok {
 			sg.once[i], sg.acc[i], sg.keys[i] = o.parts.Update[id], o.parts.Accumulated[id], o.keys[id]
+			sg.feed[i] = g.Values[i].Op == ir.OpInput && o.step.Value(id).Op == ir.OpInput
 		}
 		kinds.WriteByte("-uaU"[btoi(sg.once[i])+2*btoi(sg.acc[i])])
+		if sg.feed[i] { // loaded per micro-batch, where a value of another stage is not
+			kinds.WriteByte('d')
+		}
 	}
 	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
 		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.

@@ -246,7 +246,7 @@ func (p *Plan) priceTransfers() {
 
 // costOf is the sharding pass's cost as plan.json spells it.
 func costOf(c sharding.Cost) plan.Cost {
-	return plan.Cost{Compute: c.Compute, Communication: c.Communication, Resharding: c.Resharding, Total: c.Total}
+	return plan.Cost{Compute: c.Compute, Communication: c.Communication, Resharding: c.Resharding, Data: c.Data, Total: c.Total}
 }
 
 // ilpStatsOf is the sharding ILP's statistics as plan.json spells them.

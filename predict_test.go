@@ -129,9 +129,11 @@ func calibratedCluster(b *testing.B, model string, n int) *mesh.Cluster {
 // calibrated on this machine, runs it on the runtime with the devices' CPU time measured,
 // and reports the predicted step time, the measured CPU-time step (runtime.CPUStep: one
 // core per device, what the calibrated prediction describes; median over the loop's
-// steps, each a step of one trainer after three warm-up steps, as in training) and their ratio, the ratio of the least CPU-time step, and that of the median
-// wall-clock step (busiest device; on the shared machine, with fewer cores than devices,
-// not what the prediction describes). BENCHMARKS.md holds the table. Run it with
+// steps, each a step of one trainer after three warm-up steps, as in training) and their
+// ratio, the ratio of the least CPU-time step, that of the median wall-clock step
+// (busiest device; on the shared machine, with fewer cores than devices, not what the
+// prediction describes) and the share of the CPU step on data instructions and frees
+// (dataShare). BENCHMARKS.md holds the table. Run it with
 //
 //	go test -run '^$' -bench PredictedVsMeasured -benchtime 5x .
 //
@@ -159,7 +161,7 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 				_, err := tr.Step(ctx, batch)
 				require.NoError(b, err)
 			}
-			var cpu, wall, unpriced []float64
+			var cpu, wall, data []float64
 			b.ResetTimer()
 			for b.Loop() {
 				_, err := tr.Step(ctx, batch)
@@ -167,7 +169,7 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 				m, err := tr.Measured()
 				require.NoError(b, err)
 				cpu, wall = append(cpu, m.CPUStep), append(wall, m.Step)
-				unpriced = append(unpriced, unpricedShare(tr.LastResult(), m.CPUStep))
+				data = append(data, dataShare(tr.LastResult(), m.CPUStep))
 			}
 			pr := p.Predicted.StepTime
 			b.ReportMetric(pr*1e3, "predicted-ms")
@@ -175,15 +177,16 @@ func BenchmarkPredictedVsMeasured(b *testing.B) {
 			b.ReportMetric(median(cpu)/pr, "cpu/predicted")
 			b.ReportMetric(slices.Min(cpu)/pr, "least-cpu/predicted")
 			b.ReportMetric(median(wall)/pr, "wall/predicted")
-			b.ReportMetric(median(unpriced), "unpriced-share")
+			b.ReportMetric(median(data), "data-share")
 		})
 	}
 }
 
-// unpricedShare is the largest CPU time a device spent on instructions the plan's price
-// leaves out (loads, stores, frees, constants, gradient accumulation), over the CPU-time
-// step: how much of the step no prediction accounts for.
-func unpricedShare(r *runtime.Result, step float64) float64 {
+// dataShare is the largest CPU time a device spent on data instructions (loads, stores,
+// constants, gradient accumulation; priced since the stage prices hold them, see
+// dataprice.go) and frees (priced in the instruction whose result they free), over the
+// CPU-time step.
+func dataShare(r *runtime.Result, step float64) float64 {
 	most := 0.0
 	for _, d := range r.Devices {
 		var t time.Duration

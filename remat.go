@@ -47,6 +47,9 @@ type rematWay struct {
 	redo []bool // per value of the stage graph: a forward op the backward recomputes
 	kept []bool // per value: an input from another stage or a checkpoint held for the backward
 	seg  []int  // per value: its segment (layer)
+	// marks are the way for the sharding pass's memory model: the budget of a stage that
+	// recomputes this way is checked against its recomputing peak.
+	marks *sharding.Recompute
 }
 
 // newStageRemat classifies the stage graph's values by the step's: forward ops (the loss
@@ -80,6 +83,7 @@ func newStageRemat(step *ir.Graph, fwd []bool, layerOf []int, g *ir.Graph) *stag
 func newRematWay(g *ir.Graph, isFwd, isBwd, input []bool, seg []int) *rematWay {
 	n := len(g.Values)
 	w := &rematWay{redo: make([]bool, n), kept: make([]bool, n), seg: seg}
+	w.marks = &sharding.Recompute{Redo: w.redo, Backward: isBwd, Segment: seg}
 	need, readF, readR := make([]bool, n), make([]bool, n), make([]bool, n)
 	for i := n - 1; i >= 0; i-- {
 		w.redo[i] = isFwd[i] && need[i] && !w.kept[i]
@@ -104,12 +108,12 @@ func newRematWay(g *ir.Graph, isFwd, isBwd, input []bool, seg []int) *rematWay {
 
 // costs prices the stage recomputing, whole and layer by layer, from its plain cost and
 // sharding. Time grows by the recomputed ops' compute and collectives and the resharding
-// into them; in flight stay the kept values. Once, at the backward's peak: recomputing
-// the whole stage, the plain stage's activations of one micro-batch (the sharding pass's
-// liveness peak); layer by layer, no more than that, and no more than the backward's own
-// temporaries (that peak less the forward values the backward reads, under their
-// layouts) and the largest layer's recomputed values.
-func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost) []dp.StageCost {
+// into them; in flight stay the kept values (ActBytes). Once, at the backward's peak, the
+// rest of the recomputing stage's peak for one micro-batch, as the sharding pass's memory
+// model holds it (sharding.Recompute: one segment's activations at a time): OnceBytes is
+// that peak less the weights and the kept values, so that Memory(1) is the peak the
+// stage's ILP checks against the budget when it recomputes this way.
+func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost) ([]dp.StageCost, error) {
 	bytes := func(i int) float64 {
 		v := &g.Values[i]
 		b, err := res.Mesh.LocalBytes(v.Type.Shape, v.Type.DType.Size(), res.Specs[i])
@@ -118,21 +122,12 @@ func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost
 		}
 		return float64(b)
 	}
-	var forward float64 // what the plain backward reads of the forward
-	for i := range g.Values {
-		if r.whole.redo[i] {
-			forward += bytes(i)
-		}
-	}
-	temps := max(0, plain.ActBytes-forward)
 	var out []dp.StageCost
 	for _, w := range []*rematWay{r.whole, r.layers} {
 		extra, kept := 0.0, 0.0
-		segs := map[int]float64{}
 		for i, s := range res.Strategies {
 			if w.redo[i] {
 				extra += s.Compute + s.Comm
-				segs[w.seg[i]] += bytes(i)
 			}
 			if w.kept[i] {
 				kept += bytes(i)
@@ -143,19 +138,17 @@ func (r *stageRemat) costs(g *ir.Graph, res *sharding.Result, plain dp.StageCost
 				extra += c.Time
 			}
 		}
-		var largest float64
-		for _, b := range segs {
-			largest = max(largest, b)
+		peak, err := res.PeakWith(g, w.marks)
+		if err != nil {
+			return nil, err
 		}
 		c := plain // what recomputation does not change (weights, per-step work) carries over
 		c.Time += extra
-		c.ActBytes, c.OnceBytes, c.Recompute, c.Checkpoints = kept, plain.ActBytes, true, w == r.layers
-		if w == r.layers {
-			c.OnceBytes = min(plain.ActBytes, temps+largest)
-		}
+		c.ActBytes, c.Recompute, c.Checkpoints = kept, true, w == r.layers
+		c.OnceBytes = max(0, float64(peak)-plain.WeightBytes-kept)
 		out = append(out, c)
 	}
-	return out
+	return out, nil
 }
 
 // forwardValues marks the step's forward values: those the loss depends on.

@@ -96,12 +96,12 @@ func repriceAs(t *testing.T, src, dst *Plan) (time, step float64) {
 		force[ir.ValueID(id)] = k
 	}
 	opts.Force = force
-	res, err := sharding.Solve(context.Background(), sg.g, lm, opts)
+	res, err := sg.solve(context.Background(), lm, opts)
 	require.NoError(t, err)
 	for id := range sg.g.Values {
 		require.Equal(t, ps.res.Strategies[id].Name, res.Strategies[id].Name, "value %s", sg.g.Values[id].Name)
 	}
-	compute, comm := sg.stepPart(res)
+	compute, comm := sg.stepPart(&dst.Cluster, res)
 	step = compute + comm
 	return res.Cost.Total - step, step
 }

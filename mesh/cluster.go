@@ -99,7 +99,7 @@ func (c *Cluster) Sharing(class OpClass, devices int) float64 {
 		return 1
 	}
 	s := 1.0
-	if class != ClassVector {
+	if class.contraction() {
 		s = float64(c.HostCores)
 		if c.ContractionSpeedup > 0 {
 			s = c.ContractionSpeedup

@@ -36,6 +36,9 @@ func FuzzClusterJSON(f *testing.F) {
 		`{"name":"x","hosts":1,"devices_per_host":2,"device_flops":1,"device_memory_bytes":1,"device_memory_bandwidth":1,` +
 			`"intra_host_bandwidth":1,"efficiency":1,"flops":{"matmul":{"f32":1,"tf32":2,"f16":3},"vector":{}},"tf32":true,"host_cores":2,"contraction_speedup":1.5,` +
 			`"kernel_overhead":1e-6,"collectives":[{"kind":"all_to_all","devices":2,"alpha":1e-5,"beta":1e-9}]}`,
+		`{"name":"x","hosts":1,"devices_per_host":1,"device_flops":1,"device_memory_bytes":1,"device_memory_bandwidth":1,` +
+			`"intra_host_bandwidth":1,"efficiency":1,"flops":{"batched_matmul":{"f32":1},"reduce":{"f16":2}},` +
+			`"class_overhead":{"batched_matmul":1e-6,"reduce":-1}}`,
 		`{"collectives":[],"flops":{}}`, `{"efficiency":1e999}`, `[1,2]`, `null`, `{"hosts":1}{}`,
 	} {
 		f.Add([]byte(s))

@@ -25,12 +25,29 @@ const (
 	ClassMatmul OpClass = iota
 	// ClassConv: convolutions and their gradients (cuDNN's implicit GEMM).
 	ClassConv
-	// ClassVector: everything else (elementwise, reductions, layout, gathers), which runs
+	// ClassVector: everything else (elementwise, softmax, layout, gathers), which runs
 	// on the vector units and is usually bound by memory bandwidth.
 	ClassVector
+	// ClassBatchedMatmul: contractions with a batch label, one in every operand and the
+	// result (attention's scores and context): one small GEMM per batch element, operands
+	// permuted first. Without its own rates it runs at ClassMatmul's.
+	ClassBatchedMatmul
+	// ClassReduce: reductions and row normalizations (reduce_sum, reduce_mean, layer_norm,
+	// batch_norm, cumsum), whose op-table FLOPs cost less than an elementwise op's on a
+	// CPU. Without its own rates it runs at ClassVector's.
+	ClassReduce
 )
 
-var opClassNames = [...]string{"matmul", "conv", "vector"}
+// OpClasses lists every class, in their order.
+var OpClasses = []OpClass{ClassMatmul, ClassConv, ClassVector, ClassBatchedMatmul, ClassReduce}
+
+var opClassNames = [...]string{"matmul", "conv", "vector", "batched_matmul", "reduce"}
+
+// contraction reports whether class runs on the matrix units (tensor cores, BLAS): TF32
+// and ContractionSpeedup apply to it.
+func (c OpClass) contraction() bool {
+	return c == ClassMatmul || c == ClassConv || c == ClassBatchedMatmul
+}
 
 func (c OpClass) String() string {
 	if int(c) < len(opClassNames) {
@@ -68,31 +85,55 @@ type Rates struct {
 	F16  float64 `json:"f16,omitempty"` // f16 and bf16
 }
 
-// FLOPTable holds a device's rates per op class. A missing class falls back: conv to
-// matmul, vector to matmul, matmul to DeviceFLOPS in every precision, which is how a
-// cluster spec written before the table existed is priced.
+// FLOPTable holds a device's rates per op class. A missing class falls back: reduce to
+// vector, batched_matmul, conv and vector to matmul, matmul to DeviceFLOPS in every
+// precision, which is how a cluster spec written before a class existed is priced.
 type FLOPTable struct {
-	Matmul *Rates `json:"matmul,omitempty"`
-	Conv   *Rates `json:"conv,omitempty"`
-	Vector *Rates `json:"vector,omitempty"`
+	Matmul        *Rates `json:"matmul,omitempty"`
+	Conv          *Rates `json:"conv,omitempty"`
+	Vector        *Rates `json:"vector,omitempty"`
+	BatchedMatmul *Rates `json:"batched_matmul,omitempty"`
+	Reduce        *Rates `json:"reduce,omitempty"`
 }
 
-func (t *FLOPTable) class(c OpClass) *Rates {
+// own is the class's own rates, nil when the table has none for it.
+func (t *FLOPTable) own(c OpClass) *Rates {
 	if t == nil {
 		return nil
 	}
 	switch c {
+	case ClassMatmul:
+		return t.Matmul
 	case ClassConv:
-		if t.Conv != nil {
-			return t.Conv
-		}
+		return t.Conv
 	case ClassVector:
-		if t.Vector != nil {
-			return t.Vector
-		}
+		return t.Vector
+	case ClassBatchedMatmul:
+		return t.BatchedMatmul
+	case ClassReduce:
+		return t.Reduce
 	}
-	return t.Matmul
+	return nil
 }
+
+// fallback is the class whose rates a class without its own runs at.
+func (c OpClass) fallback() OpClass {
+	if c == ClassReduce {
+		return ClassVector
+	}
+	return ClassMatmul
+}
+
+// priced is the class whose rates (and class overhead) c runs at in t: c, or the first
+// of its fallbacks the table has.
+func (t *FLOPTable) priced(c OpClass) OpClass {
+	for c != ClassMatmul && t.own(c) == nil {
+		c = c.fallback()
+	}
+	return c
+}
+
+func (t *FLOPTable) class(c OpClass) *Rates { return t.own(t.priced(c)) }
 
 func (r *Rates) of(p Precision) float64 {
 	if r == nil {
@@ -116,7 +157,7 @@ func (r *Rates) of(p Precision) float64 {
 // times Efficiency. An f32 contraction or convolution runs at the TF32 rate when TF32 is
 // set.
 func (c *Cluster) Rate(class OpClass, p Precision) float64 {
-	if p == F32 && c.TF32 && class != ClassVector {
+	if p == F32 && c.TF32 && class.contraction() {
 		p = TF32
 	}
 	r := c.FLOPs.class(class).of(p)
@@ -126,11 +167,15 @@ func (c *Cluster) Rate(class OpClass, p Precision) float64 {
 	return r * c.Efficiency
 }
 
-// ClassOverheads are seconds per kernel of each class beyond Cluster.KernelOverhead.
+// ClassOverheads are seconds per kernel of each class beyond Cluster.KernelOverhead. A
+// batched_matmul or reduce kernel that the FLOP table prices at its fallback's rates (it
+// has none of its own: a spec written before those classes) pays its fallback's overhead.
 type ClassOverheads struct {
-	Matmul float64 `json:"matmul,omitempty"`
-	Conv   float64 `json:"conv,omitempty"`
-	Vector float64 `json:"vector,omitempty"`
+	Matmul        float64 `json:"matmul,omitempty"`
+	Conv          float64 `json:"conv,omitempty"`
+	Vector        float64 `json:"vector,omitempty"`
+	BatchedMatmul float64 `json:"batched_matmul,omitempty"`
+	Reduce        float64 `json:"reduce,omitempty"`
 }
 
 func (o *ClassOverheads) of(c OpClass) float64 {
@@ -142,8 +187,20 @@ func (o *ClassOverheads) of(c OpClass) float64 {
 		return o.Matmul
 	case ClassConv:
 		return o.Conv
+	case ClassBatchedMatmul:
+		return o.BatchedMatmul
+	case ClassReduce:
+		return o.Reduce
 	}
 	return o.Vector
+}
+
+// classOverhead is what a kernel of class costs beyond KernelOverhead (ClassOverheads).
+func (c *Cluster) classOverhead(class OpClass) float64 {
+	if (class == ClassBatchedMatmul || class == ClassReduce) && c.FLOPs.own(class) == nil {
+		class = class.fallback()
+	}
+	return c.ClassOverhead.of(class)
 }
 
 // OpTime is the roofline time of one kernel on one device: the slower of its arithmetic
@@ -151,7 +208,7 @@ func (o *ClassOverheads) of(c OpClass) float64 {
 // DeviceMemoryBandwidth), plus the per-kernel overhead and its class's (ClassOverhead).
 // A kernel with neither flops nor bytes still pays the overheads.
 func (c *Cluster) OpTime(class OpClass, p Precision, flops, bytes float64) float64 {
-	return c.FusedOpTime(class, p, flops, bytes) + c.KernelOverhead + c.ClassOverhead.of(class)
+	return c.FusedOpTime(class, p, flops, bytes) + c.KernelOverhead + c.classOverhead(class)
 }
 
 // FusedOpTime is OpTime without the kernel overheads (neither KernelOverhead nor the
@@ -176,7 +233,7 @@ func (c *Cluster) validateRoofline() error {
 		return err
 	}
 	if o := c.ClassOverhead; o != nil {
-		for _, cl := range []OpClass{ClassMatmul, ClassConv, ClassVector} {
+		for _, cl := range OpClasses {
 			if err := c.checkNumber("class_overhead."+cl.String(), o.of(cl), false); err != nil {
 				return err
 			}
@@ -185,16 +242,8 @@ func (c *Cluster) validateRoofline() error {
 	if c.FLOPs == nil {
 		return nil
 	}
-	for _, cl := range []OpClass{ClassMatmul, ClassConv, ClassVector} {
-		var r *Rates
-		switch cl {
-		case ClassMatmul:
-			r = c.FLOPs.Matmul
-		case ClassConv:
-			r = c.FLOPs.Conv
-		default:
-			r = c.FLOPs.Vector
-		}
+	for _, cl := range OpClasses {
+		r := c.FLOPs.own(cl)
 		if r == nil {
 			continue
 		}

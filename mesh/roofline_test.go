@@ -31,6 +31,28 @@ func TestOpTimeByHand(t *testing.T) {
 	assert.InDelta(t, 0.5, c.OpTime(ClassVector, F32, 0, 0), 1e-12, "none for vector work")
 }
 
+// The classes a spec written before them lacks fall back, rates and overheads: batched
+// contractions to matmul, reductions to vector; with their own, they use them.
+func TestNewClassesFallBack(t *testing.T) {
+	c := &Cluster{Name: "toy", Hosts: 1, DevicesPerHost: 1, DeviceFLOPS: 1000, DeviceMemoryBytes: 1,
+		DeviceMemoryBandwidth: 1e9, IntraHostBandwidth: 1, Efficiency: 1, TF32: true,
+		FLOPs:         &FLOPTable{Matmul: &Rates{F32: 100, TF32: 200}, Vector: &Rates{F32: 10}},
+		ClassOverhead: &ClassOverheads{Matmul: 2, Vector: 1}}
+	require.NoError(t, c.Validate())
+	assert.InDelta(t, 1000/200.0+2, c.OpTime(ClassBatchedMatmul, F32, 1000, 1), 1e-12, "batched as matmul, tf32 included")
+	assert.InDelta(t, 100/10.0+1, c.OpTime(ClassReduce, F32, 100, 1), 1e-12, "reduce as vector")
+	c.FLOPs.BatchedMatmul = &Rates{F32: 50}
+	c.FLOPs.Reduce = &Rates{F32: 40}
+	c.ClassOverhead.BatchedMatmul = 3
+	require.NoError(t, c.Validate())
+	assert.InDelta(t, 1000/50.0+3, c.OpTime(ClassBatchedMatmul, F32, 1000, 1), 1e-12, "its own rate and overhead (no tf32 rate: f32's)")
+	assert.InDelta(t, 100/40.0, c.OpTime(ClassReduce, F32, 100, 1), 1e-12, "its own rate, no overhead of its own")
+	assert.InDelta(t, 100/10.0+1, c.OpTime(ClassVector, F32, 100, 1), 1e-12, "vector unchanged")
+	for _, cl := range OpClasses {
+		assert.NotContains(t, cl.String(), "class(")
+	}
+}
+
 // A spec written before the roofline fields reads as before: no table, no overhead.
 func TestOldClusterSpecReads(t *testing.T) {
 	c, err := ParseClusterJSON([]byte(`{"name":"old","hosts":1,"devices_per_host":2,"device_flops":1e12,
@@ -51,6 +73,10 @@ func TestRooflineFieldsValidate(t *testing.T) {
 		{`"host_cores":2,"contraction_speedup":3}`, "contraction speedup must be 0 (default) or from 1 to the 2 host cores, got 3"},
 		{`"contraction_speedup":0.5}`, "contraction speedup must be 0 (default) or from 1 to the 0 host cores, got 0.5"},
 		{`"flops":{"matmul":{"f16":-5}}}`, "flops.matmul.f16 must not be negative"},
+		{`"flops":{"reduce":{"f32":-1}}}`, "flops.reduce.f32 must not be negative"},
+		{`"flops":{"batched_matmul":{"tf32":-1}}}`, "flops.batched_matmul.tf32 must not be negative"},
+		{`"class_overhead":{"batched_matmul":-1}}`, "class_overhead.batched_matmul must not be negative"},
+		{`"class_overhead":{"reduce":-1}}`, "class_overhead.reduce must not be negative"},
 		{`"flops":{"tensor":{}}}`, `unknown field "tensor"`},
 		{`"flops":{"vector":{"fp8":1}}}`, `unknown field "fp8"`},
 		{`"collectives":[{"kind":"broadcast","devices":2,"alpha":1,"beta":1}]}`, `unknown collective "broadcast"`},

@@ -121,7 +121,7 @@ func (p *Plan) checkDevices() error {
 // in-flight count is what the schedule implies for its place in the pipeline.
 func (p *Plan) checkStageNumbers(si int) error {
 	s := &p.Stages[si]
-	for _, x := range []float64{s.Time, s.StepTime, s.StepComm, s.RecvTime, s.StepRecvTime, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Total, s.ILP.Objective} {
+	for _, x := range []float64{s.Time, s.StepTime, s.StepComm, s.RecvTime, s.StepRecvTime, s.Cost.Compute, s.Cost.Communication, s.Cost.Resharding, s.Cost.Data, s.Cost.Total, s.ILP.Objective} {
 		if !finite(x) {
 			return fmt.Errorf("plan: stage %d: time or cost %v, expected a finite number ≥ 0", si, x)
 		}

@@ -139,7 +139,10 @@ type Cost struct {
 	Compute       float64 `json:"compute"`
 	Communication float64 `json:"communication"` // op-internal collectives
 	Resharding    float64 `json:"resharding"`
-	Total         float64 `json:"total"`
+	// Data is the loads, stores, constants and gradient accumulation around the ops'
+	// kernels (absent: none priced, as in plans written before they were).
+	Data  float64 `json:"data,omitempty"`
+	Total float64 `json:"total"`
 }
 
 // ILPStats describes the integer program a stage's sharding solved: plan.json's copy of

@@ -62,3 +62,37 @@ func TestCPUStepByHand(t *testing.T) {
 	_, _, err = CPUStep(progs[:1], devs[:1])
 	assert.ErrorContains(t, err, "the programs wait on each other")
 }
+
+// A traced run under CPUTime gives each instruction its CPU time (TraceEvent.CPU): a
+// matmul of 64×64 takes some, and the instructions of a device together take no more
+// than its spans; untraced or without CPUTime, none.
+func TestTraceCPUPerInstruction(t *testing.T) {
+	if !CPUTimeSupported {
+		t.Skip("no per-thread CPU clock here")
+	}
+	x := typ(ir.F32, 64, 64)
+	b := newBuilder(0)
+	a := b.load("x", x)
+	y := b.compute("y", x, ir.OpMatMul, nil, a, a)
+	b.store("out", y)
+	b.free(a, y)
+	progs := programs([]*builder{b})
+	res, err := Run(context.Background(), progs, Data{"x": random(x, 1)}, Options{CPUTime: true, Trace: true})
+	require.NoError(t, err)
+	var sum, spans time.Duration
+	for _, e := range res.Trace {
+		sum += e.CPU
+		if e.Kind == program.Compute {
+			assert.Positive(t, e.CPU, "the matmul")
+		}
+	}
+	for _, s := range res.Devices[0].CPUSpans {
+		spans += s
+	}
+	assert.LessOrEqual(t, sum, spans)
+	res, err = Run(context.Background(), progs, Data{"x": random(x, 1)}, Options{Trace: true})
+	require.NoError(t, err)
+	for _, e := range res.Trace {
+		assert.Zero(t, e.CPU)
+	}
+}

@@ -112,11 +112,18 @@ func (d *device) run(ctx context.Context) (err error) {
 		if comm {
 			d.endSpan(&c0, &spanDur)
 		}
+		var ci time.Duration
+		if cpu && d.opts.Trace {
+			ci = ThreadCPU()
+		}
 		t0 := time.Now()
 		if err := d.exec(ctx, pc, in); err != nil {
 			return err
 		}
 		dt := time.Since(t0)
+		if cpu && d.opts.Trace {
+			ci = ThreadCPU() - ci
+		}
 		d.stats.Instrs++
 		d.stats.Count[in.Kind]++
 		d.stats.Time[in.Kind] += dt
@@ -131,7 +138,7 @@ func (d *device) run(ctx context.Context) (err error) {
 		}
 		if d.opts.Trace {
 			d.trace = append(d.trace, TraceEvent{Device: d.prog.Device, Index: pc, Microbatch: mb, Kind: in.Kind, Op: in.Op,
-				Name: EventName(d.prog, pc, mb), Start: t0.Sub(d.start), Dur: dt})
+				Name: EventName(d.prog, pc, mb), Start: t0.Sub(d.start), Dur: dt, CPU: ci})
 		}
 		if out, ok := in.Defines(); ok {
 			d.live += d.prog.Buffers[out].Type.Bytes()

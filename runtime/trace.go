@@ -26,6 +26,11 @@ type TraceEvent struct {
 	Name  string
 	Start time.Duration
 	Dur   time.Duration
+	// CPU is the CPU time of the device's thread over the instruction, under
+	// Options.CPUTime (0 otherwise): its clock is then read around every instruction of a
+	// traced run, which adds two system calls to each (the spans and DeviceStats.CPU
+	// include them).
+	CPU time.Duration
 }
 
 // EventName names instruction pc of p run for micro-batch mb (−1 in a block of the step) as

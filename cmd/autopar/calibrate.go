@@ -28,9 +28,11 @@ func newCalibrateCmd() *cobra.Command {
 		Use:   "calibrate --cluster cpu:N -o CLUSTER.json",
 		Short: "measure the built-in runtime on this machine and write the cpu cluster it makes",
 		Long: `Measures the built-in runtime the way Alpa profiles its cluster: the FLOP rates of the
-matmul, einsum and conv kernels in f32 and f16, the vector rate and the memory bandwidth of
-elementwise kernels, the overhead of one instruction, and alpha and beta of every collective
-for each group size on the in-process transport, with N devices computing at once. It writes
+matmul, batched (attention, per-expert) einsum and conv kernels in f32 and f16, the rates of
+elementwise and of reduction kernels and the memory bandwidth of layout kernels, the
+overhead of one instruction (then corrected on a real program, the zoo's tiny MLP run on N
+devices), and alpha and beta of every collective for each group size on the in-process
+transport, with N devices computing at once. It writes
 a cluster JSON that --cluster FILE reads; compile and run then price plans by what this
 machine does. It takes under a minute (--quick: a second, rougher).`,
 		Args: cobra.NoArgs,

@@ -39,7 +39,7 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 				dt = t.DType // as enumerator.computeDType
 			}
 		}
-		out[id] = cm.compute(v.Op, dt, g.FLOPs(ir.ValueID(id)), n, float64(bytes)/float64(n), lm.HostDevices(), !fu.launches(ir.ValueID(id)))
+		out[id] = cm.compute(v.Op, OpClass(v.Op, g.Dims(ir.ValueID(id))), dt, g.FLOPs(ir.ValueID(id)), n, float64(bytes)/float64(n), lm.HostDevices(), !fu.launches(ir.ValueID(id)))
 	}
 	return out, nil
 }

@@ -21,7 +21,8 @@
 //     the layouts read and the resharding of what it writes; Options.NoPrune).
 //   - ilp.go and memory.go: the integer program — one-hot node variables, continuous edge
 //     variables over distinct (producer spec, consumer spec) pairs, a per-device memory
-//     budget over the liveness of values — solved with ilp.Solve.
+//     budget over the liveness of values (of a recomputing stage's, in codegen's order,
+//     under Options.Recompute) — solved with ilp.Solve.
 //   - layers.go: identical repeated layers — the model blocks the graph marks (ir.Block) —
 //     share their node variables, so a 48-layer transformer costs the ILP of about one
 //     layer. A graph without marks is solved whole; names are never read.

@@ -46,7 +46,7 @@ type planner struct {
 	numS      int // the node variables come first, VarIDs 0..numS-1
 	numOneHot int // and their one-hot rows, RowIDs 0..numOneHot-1
 
-	first, last []int // per value: its live range (memory.go)
+	live liveRanges // per value: its live ranges (memory.go)
 	// gath are the layouts params and state may be read in besides their stored one
 	// (memory.go, gatheredLayouts); gathDone says they are computed; hMain are their
 	// holding variables in prob, once the memory rows need them.

@@ -35,47 +35,161 @@ import (
 // same, an overcount of the forward and backward points by that copy (the update ops read
 // params and state in their stored layouts unless the plan pays a resharding for it).
 
-// liveness returns each value's first and last live point.
-func (p *planner) liveness() (first, last []int) {
-	n := len(p.g.Values)
-	first, last = make([]int, n), make([]int, n)
+// Recompute describes, per value of the graph, a stage that recomputes its activations
+// (codegen's Stage.Recompute): the forward ops its backward runs again, by segment. The
+// memory model then follows codegen's order: its points are the graph's ops and, before
+// the first backward op that reads a recomputed value of a segment, the recomputation of
+// that whole segment (its recomputed ops again, in graph order). A recomputed value lives
+// in the forward until its last use there, and again from its recomputation to its last
+// use by a backward op or a recomputed one; every other value a recomputed op reads (a
+// checkpoint, a stage input, a constant codegen fills again) lives until that read at
+// least. So the peak is the recomputing stage's for one micro-batch: what it keeps from
+// the forward for the backward, and one segment's activations at a time.
+type Recompute struct {
+	Redo     []bool // a forward op the backward recomputes
+	Backward []bool // an op of the backward (or the update): it reads recomputed copies
+	Segment  []int  // the segment of each recomputed op
+}
+
+// check refuses marks that do not fit g.
+func (rc *Recompute) check(g *ir.Graph) error {
+	if rc == nil {
+		return nil
+	}
+	n := len(g.Values)
+	if len(rc.Redo) != n || len(rc.Backward) != n || len(rc.Segment) != n {
+		return fmt.Errorf("sharding: recomputation marks for %d, %d and %d values of the %d of %s",
+			len(rc.Redo), len(rc.Backward), len(rc.Segment), n, g.Name)
+	}
 	for id := range n {
-		first[id], last[id] = id, id
-		if p.g.Values[id].Op.IsLeaf() {
-			first[id] = 0
-		}
-		if op := p.g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
-			last[id] = n - 1
-		}
-		for _, a := range p.g.Values[id].Args {
-			last[a] = max(last[a], id)
+		if rc.Redo[id] && (rc.Backward[id] || g.Values[id].Op.IsLeaf()) {
+			return fmt.Errorf("sharding: %s of %s is marked recomputed but is a backward op or a leaf", g.Values[id].Name, g.Name)
 		}
 	}
-	for _, o := range p.g.Outputs {
-		last[o.Value] = n - 1
+	return nil
+}
+
+// liveRanges are the values' live ranges over the memory model's points: each value's
+// [first, last] and, for a recomputed value, [again, lastAgain] (again −1: none).
+type liveRanges struct {
+	first, last, again, lastAgain []int
+	points                        int
+}
+
+// liveness returns the live ranges of g's values, recomputing as rc says (nil: not
+// recomputing, and the points are the values).
+func liveness(g *ir.Graph, rc *Recompute) liveRanges {
+	n := len(g.Values)
+	lr := liveRanges{first: make([]int, n), last: make([]int, n), again: make([]int, n), lastAgain: make([]int, n)}
+	// pos: each op's point; redo: a recomputed op's point in its recomputation (−1: none).
+	pos, redo := make([]int, n), make([]int, n)
+	done := map[int]bool{}
+	for id := range n {
+		redo[id] = -1
+		if rc != nil && rc.Backward[id] {
+			for _, a := range g.Values[id].Args {
+				if s := rc.Segment[a]; rc.Redo[a] && !done[s] {
+					done[s] = true
+					for u := range id {
+						if rc.Redo[u] && rc.Segment[u] == s {
+							redo[u] = lr.points
+							lr.points++
+						}
+					}
+				}
+			}
+		}
+		pos[id] = lr.points
+		lr.points++
 	}
-	for _, u := range p.g.Updates {
-		last[u.Value] = n - 1
+	end := lr.points - 1
+	// A recomputed value's last read in the forward, and in a recomputation or the backward;
+	// its first read in a recomputation.
+	lastF, lastB, firstR := make([]int, n), make([]int, n), make([]int, n)
+	for id := range n {
+		lr.first[id], lr.last[id], lr.again[id], lr.lastAgain[id] = pos[id], pos[id], -1, -1
+		lastF[id], lastB[id], firstR[id] = pos[id], redo[id], lr.points
+		if g.Values[id].Op.IsLeaf() {
+			lr.first[id] = 0
+		}
+		if op := g.Values[id].Op; op == ir.OpParam || op == ir.OpState {
+			lr.last[id] = end
+		}
+		for _, a := range g.Values[id].Args {
+			lr.last[a] = max(lr.last[a], pos[id], redo[id])
+			if rc != nil && rc.Backward[id] {
+				lastB[a] = max(lastB[a], pos[id])
+			} else {
+				lastF[a] = max(lastF[a], pos[id])
+			}
+			if redo[id] >= 0 {
+				lastB[a], firstR[a] = max(lastB[a], redo[id]), min(firstR[a], redo[id])
+			}
+		}
 	}
-	return first, last
+	for _, o := range g.Outputs {
+		lr.last[o.Value], lastF[o.Value] = end, end
+	}
+	for _, u := range g.Updates {
+		lr.last[u.Value], lastF[u.Value] = end, end
+	}
+	for id := range n {
+		if redo[id] < 0 {
+			continue // not recomputed (or no backward op needs its segment): one range
+		}
+		lr.last[id], lr.again[id], lr.lastAgain[id] = lastF[id], redo[id], lastB[id]
+		// Overlapping ranges are one; so are they when another segment's recomputation
+		// reads the value before its own (codegen keeps such a value instead).
+		if lr.again[id] <= lr.last[id]+1 || firstR[id] < redo[id] {
+			lr.last[id], lr.again[id], lr.lastAgain[id] = max(lr.last[id], lr.lastAgain[id]), -1, -1
+		}
+	}
+	return lr
 }
 
 // sweep returns the memory at every point when value v holds bytes(v).
 func (p *planner) sweep(bytes func(ir.ValueID) float64) []float64 {
-	n := len(p.g.Values)
-	diff := make([]float64, n+1)
-	for id := range n {
+	return p.live.sweep(bytes)
+}
+
+func (lr *liveRanges) sweep(bytes func(ir.ValueID) float64) []float64 {
+	diff := make([]float64, lr.points+1)
+	for id := range lr.first {
 		b := bytes(ir.ValueID(id))
-		diff[p.first[id]] += b
-		diff[p.last[id]+1] -= b
+		diff[lr.first[id]] += b
+		diff[lr.last[id]+1] -= b
+		if lr.again[id] >= 0 {
+			diff[lr.again[id]] += b
+			diff[lr.lastAgain[id]+1] -= b
+		}
 	}
-	out := make([]float64, n)
+	out := make([]float64, lr.points)
 	cur := 0.0
-	for t := range n {
+	for t := range out {
 		cur += diff[t]
 		out[t] = cur
 	}
 	return out
+}
+
+// alive reports whether value id is alive at point t.
+func (lr *liveRanges) alive(id, t int) bool {
+	return lr.first[id] <= t && t <= lr.last[id] || lr.again[id] >= 0 && lr.again[id] <= t && t <= lr.lastAgain[id]
+}
+
+// PeakWith is the peak per-device memory of r's plan of g, gathered copies included, when
+// the stage recomputes as rc says (nil: it does not). With the Options.Recompute r was
+// solved under, it is r.PeakMemory.
+func (r *Result) PeakWith(g *ir.Graph, rc *Recompute) (int64, error) {
+	if len(r.Strategies) != len(g.Values) {
+		return 0, fmt.Errorf("sharding: a result of %d values for %s of %d", len(r.Strategies), g.Name, len(g.Values))
+	}
+	if err := rc.check(g); err != nil {
+		return 0, err
+	}
+	lr := liveness(g, rc)
+	_, peak := argmax(lr.sweep(func(v ir.ValueID) float64 { return float64(r.Strategies[v].Memory) }))
+	return int64(peak) + r.Gathered, nil
 }
 
 func argmax(xs []float64) (int, float64) {
@@ -263,7 +377,7 @@ func (p *planner) boundPeak() (lo, hi []float64) {
 func (p *planner) memoryTerms(t int, hs []ilp.VarID) []ilp.Term {
 	coef := map[ilp.VarID]float64{}
 	for id := range p.g.Values {
-		if p.first[id] > t || p.last[id] < t {
+		if !p.live.alive(id, t) {
 			continue
 		}
 		v := ir.ValueID(id)
@@ -286,8 +400,11 @@ func (p *planner) topPoints(vals []float64, k int, above float64) []int {
 	n := len(vals)
 	dies := make([]bool, n)
 	dies[n-1] = true
-	for id := range n {
-		dies[p.last[id]] = true
+	for id := range p.live.last {
+		dies[p.live.last[id]] = true
+		if p.live.again[id] >= 0 {
+			dies[p.live.lastAgain[id]] = true
+		}
 	}
 	var pts []int
 	for t := range n {

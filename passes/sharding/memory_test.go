@@ -154,3 +154,42 @@ func TestGatheredParamCounted(t *testing.T) {
 		assert.Equal(t, r.PeakMemory, me.Minimum, "the minimum is the forced plan's own peak, copy included")
 	}
 }
+
+// A recomputing stage's live ranges follow codegen's order: the forward, then, before the
+// first backward op that reads a recomputed value, the recomputation of its segment; the
+// recomputed values live in the forward until their last forward read and again from
+// their recomputation, and a value the recomputation reads (x) lives until then.
+func TestLivenessRecomputing(t *testing.T) {
+	b := newGB(t, "remat")
+	x := b.input("x", 4, 4)                   // 0
+	a := b.op(ir.OpRelu, "a", nil, x)         // 1
+	c := b.op(ir.OpRelu, "c", nil, a)         // 2
+	loss := b.op(ir.OpMul, "loss", nil, c, c) // 3
+	dc := b.op(ir.OpMul, "dc", nil, c, c)     // 4: the backward reads c
+	da := b.op(ir.OpMul, "da", nil, a, dc)    // 5: and a
+	b.g.Outputs = []ir.Output{{Value: loss}}
+	rc := &Recompute{Redo: []bool{false, true, true, false, false, false},
+		Backward: []bool{false, false, false, false, true, true}, Segment: make([]int, 6)}
+	plain := liveness(b.g, nil)
+	require.Equal(t, 6, plain.points)
+	require.Equal(t, []int{1, 5, 4, 5, 5, 5}, plain.last)
+	lr := liveness(b.g, rc)
+	// Points: x a c loss | a' c' | dc da.
+	require.Equal(t, 8, lr.points)
+	require.Equal(t, []int{0, 1, 2, 3, 6, 7}, lr.first)
+	require.Equal(t, []int{4, 2, 3, 7, 7, 7}, lr.last, "x until the recomputation of a; a and c until their forward reads")
+	require.Equal(t, []int{-1, 4, 5, -1, -1, -1}, lr.again)
+	require.Equal(t, []int{-1, 7, 6, -1, -1, -1}, lr.lastAgain)
+	require.Equal(t, ir.ValueID(5), da)
+
+	bad := &Recompute{Redo: make([]bool, 5), Backward: make([]bool, 6), Segment: make([]int, 6)}
+	require.EqualError(t, bad.check(b.g), "sharding: recomputation marks for 5, 6 and 6 values of the 6 of remat")
+	bad = &Recompute{Redo: []bool{true, false, false, false, false, false}, Backward: make([]bool, 6), Segment: make([]int, 6)}
+	require.EqualError(t, bad.check(b.g), "sharding: x of remat is marked recomputed but is a backward op or a leaf")
+	cl, err := mesh.ParseCluster("cpu:1")
+	require.NoError(t, err)
+	lm, err := mesh.NewLogicalMesh(cl, mesh.Submesh{Hosts: 1, Devices: 1}, 1, 1)
+	require.NoError(t, err)
+	_, err = Solve(context.Background(), b.g, lm, Options{DeviceFLOPS: 1, Recompute: bad})
+	require.ErrorContains(t, err, "marked recomputed")
+}

@@ -51,6 +51,9 @@ type Options struct {
 	// layer is a model block, as the graph's ir.Block marks say. A graph without marks is
 	// solved whole.
 	SolveLayersOnce bool
+	// Recompute, if set, is how the stage recomputes its activations: the memory model
+	// (memory.go) and so the budget then see the recomputing stage's peak.
+	Recompute *Recompute
 	// BlockKeys are the tying keys of the graph's values, BlockKeys of the training step a
 	// stage graph was cut from; nil computes them from the graph itself.
 	BlockKeys []uint64
@@ -137,8 +140,8 @@ type Result struct {
 	// Collectives are the op-internal collectives and the resharding steps, in value order.
 	Collectives []Collective `json:"collectives"`
 	Cost        Cost         `json:"cost"`
-	// PeakMemory is bytes per device at the worst point of the step; Budget the limit used
-	// (0: none).
+	// PeakMemory is bytes per device at the worst point of the step (of the recomputing
+	// step under Options.Recompute); Budget the limit used (0: none).
 	PeakMemory int64 `json:"peak_memory"`
 	// Gathered is the part of PeakMemory that the params and state take in the layouts
 	// their consumers read beyond their stored ones: copies codegen makes once per step
@@ -149,12 +152,16 @@ type Result struct {
 }
 
 // Cost is the predicted time of one step on the mesh, in seconds, split by kind.
-// Total equals the ILP's objective.
+// Total equals the ILP's objective, plus Data.
 type Cost struct {
 	Compute       float64 `json:"compute"`
 	Communication float64 `json:"communication"` // op-internal collectives
 	Resharding    float64 `json:"resharding"`
-	Total         float64 `json:"total"`
+	// Data is what a caller prices beside the ILP, which does not see it: the instructions
+	// that load, store, fill and accumulate tensors around the ops' kernels (autopar's
+	// stage prices). Solve leaves it 0.
+	Data  float64 `json:"data,omitempty"`
+	Total float64 `json:"total"`
 }
 
 // ILPStats describes the integer program solved.
@@ -229,6 +236,9 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if opts.MemoryBudget < 0 {
 		return nil, fmt.Errorf("sharding: memory budget must not be negative, got %d", opts.MemoryBudget)
 	}
+	if err := opts.Recompute.check(g); err != nil {
+		return nil, err
+	}
 	if opts.BlockKeys != nil && len(opts.BlockKeys) != len(g.Values) {
 		return nil, fmt.Errorf("sharding: %d block keys for the %d values of %s", len(opts.BlockKeys), len(g.Values), g.Name)
 	}
@@ -259,7 +269,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p.first, p.last = p.liveness()
+	p.live = liveness(g, opts.Recompute)
 	return p, nil
 }
 

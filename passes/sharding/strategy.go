@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/autopar/autopar/ir"
@@ -65,32 +66,57 @@ type costModel struct {
 // devices, bytes its local operands and result hold, while hostDevices devices of its host
 // compute at once (mesh.Cluster.Sharing). fused: the op runs inside a kernel another op of
 // it launches (fusion.go) and pays no kernel overhead.
-func (c costModel) compute(op ir.Op, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int, fused bool) float64 {
+func (c costModel) compute(op ir.Op, class mesh.OpClass, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int, fused bool) float64 {
 	if c.alpa || op.Def().Category == ir.CatLeaf {
 		return 0
 	}
 	if c.cluster == nil {
 		return flops / float64(shards) / c.flops
 	}
-	class := opClass(op)
 	if fused {
 		return c.cluster.FusedOpTime(class, precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(class, hostDevices)
 	}
 	return c.cluster.OpTime(class, precision(dt), flops/float64(shards), bytes) * c.cluster.Sharing(class, hostDevices)
 }
 
-// opClass says which of a device's FLOP rates an op runs at: contractions at the matmul
-// rate, convolutions (forward and both gradients) at the conv rate, the rest at the vector
-// rate. It reads the op table's category; the convolutions are named here because the
-// table files them with the other special ops.
-func opClass(op ir.Op) mesh.OpClass {
-	switch {
-	case op.Def().Category == ir.CatContraction:
+// OpClass says which of a device's FLOP rates an op instance with dims signature d runs
+// at: contractions at the matmul rate, or the batched_matmul rate when a label of size
+// above 1 is in every operand and the result (one GEMM per batch element); convolutions
+// (forward and both gradients) at the conv rate; reductions and row normalizations at
+// the reduce rate; the rest, softmax included (exponentials per element, like gelu's),
+// at the vector rate. It reads the op table's category; the convolutions and softmaxes
+// are named here because the table files them with the special ops and the reductions.
+func OpClass(op ir.Op, d ir.Dims) mesh.OpClass {
+	switch cat := op.Def().Category; {
+	case cat == ir.CatContraction:
+		if batched(d) {
+			return mesh.ClassBatchedMatmul
+		}
 		return mesh.ClassMatmul
 	case op == ir.OpConv2D || op == ir.OpConv2DInputGrad || op == ir.OpConv2DFilterGrad:
 		return mesh.ClassConv
+	case cat == ir.CatReduce && op != ir.OpSoftmax && op != ir.OpLogSoftmax:
+		return mesh.ClassReduce
 	}
 	return mesh.ClassVector
+}
+
+// batched reports whether a label of size above 1 is in every operand of d and in its
+// result.
+func batched(d ir.Dims) bool {
+	for l, n := range d.Sizes {
+		if n <= 1 || !slices.Contains(d.Result, l) {
+			continue
+		}
+		every := true
+		for _, op := range d.Operands {
+			every = every && slices.Contains(op, l)
+		}
+		if every && len(d.Operands) > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // precision is the arithmetic a kernel on dt runs in: f16 and bf16 at the half rate,
@@ -244,7 +270,7 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	if e.fu.writes(e.id) {
 		traffic += base.Memory
 	}
-	base.Compute = e.cm.compute(e.v.Op, e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
+	base.Compute = e.cm.compute(e.v.Op, OpClass(e.v.Op, e.r.dims), e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
 		float64(traffic), e.lm.HostDevices(), !e.fu.launches(e.id))
 	suffix := e.syncStats(&base)
 	if partial == 0 {
