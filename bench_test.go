@@ -59,6 +59,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 		for _, tc := range alpaSuite {
 			b.Run(fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus), func(b *testing.B) {
 				g, c := alpaConfig(b, tc.model, tc.gpus)
+				defer traceILPs(b, fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus))()
 				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers, Microbatches: *alpaMicrobatches}
 				b.ReportAllocs()
 				for b.Loop() {

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes/sharding"
 )
@@ -213,4 +214,122 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 		}
 		o.solveLayers(jobs, progress)
 	}
+}
+
+// layerMem is what bounds from below, without an ILP, the memory of a stage that holds a
+// layer, whatever its sharding and recomputation (memFloor). All in bytes of whole
+// tensors; a device holds at least 1/n of each on a mesh of n devices (shards divide
+// exactly).
+type layerMem struct {
+	params float64 // the layer's params, once
+	// inner is the most bytes of the layer's own values (ops of the layer, leaves and
+	// values brought in from other layers left out) alive at once under the sharding
+	// pass's liveness (a value from its op to its last reader in the layer).
+	inner float64
+	// redo is the bytes of the layer's forward values that the backward reads and that no
+	// op of another layer reads: recomputing layer by layer (remat.go) recomputes every
+	// one of them in the layer's segment, in any stage that holds the layer.
+	redo float64
+}
+
+// memOf returns layer k's layerMem, made once per oracle.
+func (o *oracle) memOf(k int) *layerMem {
+	li := o.infos[k]
+	if li.mem != nil {
+		return li.mem
+	}
+	if o.localOnly == nil {
+		// localOnly marks the step's values that no op of another layer reads.
+		o.localOnly = make([]bool, len(o.step.Values))
+		for i := range o.step.Values {
+			o.localOnly[i] = true
+		}
+		for i := range o.step.Values {
+			for _, a := range o.step.Values[i].Args {
+				if o.lay.Of[a] != o.lay.Of[i] {
+					o.localOnly[a] = false
+				}
+			}
+		}
+	}
+	g := li.sg.g
+	n := len(g.Values)
+	m := &layerMem{}
+	own := make([]bool, n) // an op of layer k
+	fwd := make([]bool, n) // of them, a forward op
+	last := make([]int, n) // last reader in g
+	step := make([]ir.ValueID, n)
+	for i := range g.Values {
+		v := &g.Values[i]
+		last[i] = i
+		if v.Op == ir.OpParam {
+			m.params += float64(v.Type.Bytes())
+		}
+		id, ok := o.step.Lookup(v.Name)
+		if !ok || v.Op.IsLeaf() || o.step.Value(id).Op != v.Op || o.lay.Of[id] != k {
+			continue
+		}
+		own[i], fwd[i], step[i] = true, o.fwd[id], id
+	}
+	readBwd := make([]bool, n) // read by an own op outside the forward
+	for i := range g.Values {
+		for _, a := range g.Values[i].Args {
+			last[a] = max(last[a], i)
+			if own[i] && !fwd[i] {
+				readBwd[a] = true
+			}
+		}
+	}
+	diff := make([]float64, n+1)
+	for i := range g.Values {
+		if !own[i] {
+			continue
+		}
+		b := float64(g.Values[i].Type.Bytes())
+		diff[i] += b
+		diff[last[i]+1] -= b
+		if fwd[i] && readBwd[i] && o.localOnly[step[i]] {
+			m.redo += b
+		}
+	}
+	cur := 0.0
+	for t := range n {
+		cur += diff[t]
+		m.inner = max(m.inner, cur)
+	}
+	li.mem = m
+	return m
+}
+
+// memFloor is a lower bound, on a mesh of devices devices, on what a stage holding layers
+// [start, end) needs per device besides its weights (dp.StageCost.WeightBytes, at least
+// the layers' weights spread perfectly: params twice, optimizer state), whatever its
+// sharding and its way to run; lower gives it as OnceBytes to a range it prices by bounds.
+//
+// Why it holds, for a stage's sharding solve (stageSolution.cost) with params P, state S
+// and gathered copies G per device, weights W = 2P+S+G: its peak is at least P+S+G (held
+// throughout) plus, at any point, the layer's own values alive there, each at 1/n of its
+// bytes or more, so peak ≥ P+S+G+inner/n. Run plainly it holds W + ActBytes = max(W, peak)
+// ≥ W + (inner/n − P). Recomputing (either way, remat.go) it holds max(W + kept, the
+// recomputing peak) (sharding.Recompute's liveness): every value of redo is recomputed
+// in its layer's segment, whose recomputation runs as one block before the first backward
+// op that reads it, and each stays alive until its backward read, after the block; so at
+// the block's end the peak is at least P+S+G+redo/n, and the stage holds at least
+// W + (redo/n − P). The composed prices (compose.go, withRemat) take each layer's own
+// solve's, which obey the same bounds with the layer's smaller P. So under recomputation
+// (auto or full) the floor is max_k min(inner, redo)/n − P (the plain way may be taken),
+// with P the range's params per device, and without it max_k inner/n − P; never below 0.
+func (o *oracle) memFloor(start, end, devices int) float64 {
+	n := float64(devices)
+	var params, inner, redo float64
+	for k := start; k < end; k++ {
+		m := o.memOf(k)
+		params += m.params / n
+		inner = max(inner, m.inner/n)
+		redo = max(redo, m.redo/n)
+	}
+	if o.remat != RematNone {
+		return max(0, min(inner, redo)-params)
+	}
+	return max(0, inner-params)
 }

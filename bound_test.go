@@ -121,3 +121,64 @@ func TestLazySearchCancels(t *testing.T) {
 	assert.Nil(t, p)
 	assert.Positive(t, calls)
 }
+
+// TestMemFloorIsLower: the memory the lazy search gives a range it prices by bounds
+// (memFloor over the layers' weights spread perfectly) is at most what its range ILP's
+// solution needs with one micro-batch in flight, run plainly or recomputing either way,
+// on every layer range of zoo models and every logical mesh of their clusters; without
+// recomputation, at most the plain way's. It is what lets the search drop a micro-batch
+// count whose plans cannot fit without an ILP (searchAll), so it must follow remat.go's
+// memory model.
+func TestMemFloorIsLower(t *testing.T) {
+	total := 0
+	for _, tc := range []struct {
+		model, cluster    string
+		hosts, devices, b int
+		layers            int
+	}{
+		{"mlp-tiny", "cpu", 1, 4, 1, 3},
+		{"gpt-tiny", "dgx-a100", 1, 2, 1, 3},
+		{"moe-tiny", "cpu", 1, 2, 1, 2},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%dx%d", tc.model, tc.cluster, tc.hosts, tc.devices), func(t *testing.T) {
+			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+			require.NoError(t, err)
+			c, err := mesh.ParseCluster(tc.cluster)
+			require.NoError(t, err)
+			c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+			o, dc := testOracle(t, g, c, tc.b, tc.layers)
+			require.NotNil(t, o.layerInfos())
+			checked, positive := 0, 0
+			for _, mk := range o.meshes(dc) {
+				n := mk.sub.NumDevices()
+				for start := range o.lay.L {
+					weights := 0.0
+					for end := start + 1; end <= o.lay.L; end++ {
+						b, ok := o.layerBound(end-1, mk.sub, mk.logical)
+						require.True(t, ok)
+						weights += b.WeightBytes
+						sol := o.solve(start, end, mk.sub, mk.logical)
+						require.True(t, sol.ok)
+						at := fmt.Sprintf("layers %d-%d on %v %v", start, end-1, mk.sub, mk.logical)
+						o.remat = RematNone
+						none := o.memFloor(start, end, n)
+						o.remat = RematAuto
+						auto := o.memFloor(start, end, n)
+						assert.LessOrEqual(t, auto, none, at)
+						assert.LessOrEqual(t, weights+none, sol.cost.Memory(1)*(1+1e-9), "%s: plain", at)
+						for i, r := range sol.remats {
+							assert.LessOrEqual(t, weights+auto, r.Memory(1)*(1+1e-9), "%s: recomputing way %d", at, i)
+						}
+						checked++
+						if auto > 0 {
+							positive++
+						}
+					}
+				}
+			}
+			t.Logf("%d range solves checked, %d with a positive floor under recomputation", checked, positive)
+			total += positive
+		})
+	}
+	assert.Positive(t, total, "the floor says something under recomputation")
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -339,7 +340,18 @@ type attempt struct {
 	bound float64
 	// progress counts the sharding ILPs of the whole compile.
 	progress *ilpProgress
+	// fallback: the fast search found no plan; finish runs the exhaustive search.
+	fallback bool
 }
+
+// noFastPlan, set by tests only, makes the fast search of the micro-batch counts it
+// reports find no plan, as if its stages did not fit (TestDeferredCounts).
+var noFastPlan func(microbatches int) bool
+
+// errNoFastPlan is a count whose fast search found no plan: neither the composed prices
+// nor the stages exactly solved fit (the composition's memory is an estimate). searchAll
+// runs its exhaustive search after the other counts, unless a plan found beats its bound.
+var errNoFastPlan = errors.New("compile: the fast search found no plan")
 
 // errSkipped is a micro-batch count the search did not finish: its optimistic bound
 // loses to a plan already found by more than boundMargin (boundOrder).
@@ -353,8 +365,11 @@ var errSkipped = errors.New("compile: skipped, its optimistic bound loses to ano
 // cores. The fast search solves none up front: the counts are searched in the order of
 // their optimistic bound (from bounds that need no ILP, bound.go), each solving only the
 // layers its optimistic plans run (oracle.settle), and a count whose bound loses to the
-// best plan found by over boundMargin is skipped (errSkipped). It returns one error per
-// compilation, nil where it has a plan.
+// best plan found by over boundMargin is skipped (errSkipped); so is, without an ILP, a
+// count whose optimistic plan does not exist (memFloor: no plan of it can fit). A count
+// whose fast search finds no plan (errNoFastPlan) waits: its exhaustive search runs after
+// the others, unless the plan found beats its bound, which by then counts the layers and
+// stages it solved. It returns one error per compilation, nil where it has a plan.
 func searchAll(ss []*Compilation) []error {
 	errs := make([]error, len(ss))
 	var atts []*attempt
@@ -372,6 +387,7 @@ func searchAll(ss []*Compilation) []error {
 	ctx, opts := atts[0].s.ctx, atts[0].s.Options
 	progress := solveAll(atts, opts.Progress)
 	var best *Compilation
+	var deferred []*attempt
 	for _, a := range boundOrder(ctx, atts) {
 		i := slices.Index(ss, a.s)
 		if err := ctx.Err(); err != nil {
@@ -380,9 +396,7 @@ func searchAll(ss []*Compilation) []error {
 		}
 		if best != nil && a.o.fast {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
-			if res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do); err == nil {
-				a.bound = res.Time
-			}
+			a.bound = a.optimistic(ctx)
 		}
 		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
 			errs[i] = errSkipped
@@ -390,6 +404,30 @@ func searchAll(ss []*Compilation) []error {
 			continue
 		}
 		a.progress = progress
+		errs[i] = a.finish()
+		if errors.Is(errs[i], errNoFastPlan) {
+			deferred = append(deferred, a)
+			continue
+		}
+		if errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
+			best = a.s
+		}
+	}
+	// The counts without a fast plan, by their bounds (now from the layers and stages
+	// they solved): the exhaustive search runs for those that could still win.
+	slices.SortStableFunc(deferred, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
+	for _, a := range deferred {
+		i := slices.Index(ss, a.s)
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
+			errs[i] = errSkipped
+			a.s.shared.skipped.Add(1)
+			continue
+		}
+		a.fallback = true
 		if errs[i] = a.finish(); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
 		}
@@ -444,19 +482,39 @@ func (a *attempt) finish() error {
 	if opts.Progress != nil {
 		do.Progress = func(done, total int) { opts.Progress(b, "stage search", done, total) }
 	}
-	if o.fast {
+	var res *dp.Result
+	var err error
+	switch {
+	case a.fallback:
+		// The fast search found no plan for this count (searchAll deferred it): the reference.
+		a.fallback = false
+		o.fast, o.lazy = false, false
+		o.prefetch(lay.L, dc, nil)
+		res, err = dp.Solve(ctx, lay.L, dc, o, do)
+	case o.fast:
 		o.settle(ctx, lay.L, dc, do, a.progress)
-	}
-	res, err := dp.Solve(ctx, lay.L, dc, o, do)
-	if o.fast && ctx.Err() == nil {
+		res, err = dp.Solve(ctx, lay.L, dc, o, do)
+		if ctx.Err() != nil {
+			break
+		}
 		if err == nil {
 			res, err = exactly(ctx, lay.L, dc, o, do, res, a.progress)
-		} else {
-			// No plan from the composed prices (their memory is an estimate): the reference.
-			o.fast, o.lazy = false, false
-			o.prefetch(lay.L, dc, nil)
-			res, err = dp.Solve(ctx, lay.L, dc, o, do)
 		}
+		if noFastPlan != nil && noFastPlan(b) {
+			res, err = nil, nil
+		}
+		if res == nil && ctx.Err() == nil {
+			// No plan from the composed prices (their memory is an estimate) or from
+			// the stages exactly solved: the exhaustive search of this count decides,
+			// which searchAll runs only if no other count's plan beats its bound.
+			o.fast, o.lazy = true, true // exactly ends them; the bound prices by them
+			a.bound = a.optimistic(ctx)
+			o.fast, o.lazy = false, false
+			o.countComposed()
+			return errNoFastPlan
+		}
+	default:
+		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 	}
 	o.countComposed()
 	if err != nil {
@@ -524,12 +582,21 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 		if !a.o.fast {
 			continue
 		}
-		if res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do); err == nil {
-			a.bound = res.Time
-		}
+		a.bound = a.optimistic(ctx)
 	}
 	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
 	return order
+}
+
+// optimistic is the step time of the count's optimistic plan, a lower bound on every plan
+// of the count; +Inf when there is none, since then not even the bounds (time and memory)
+// fit: the count has no plan.
+func (a *attempt) optimistic(ctx context.Context) float64 {
+	res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return res.Time
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
@@ -544,7 +611,8 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 // meshes only; see settle), and the DP plans again. At most
 // maxRefinements rounds of range solves. If the chosen stages do not fit where the
 // composed ones did (the composition's memory is an estimate) and no round finds a plan,
-// the exhaustive search runs instead.
+// it returns none: the exhaustive search of this count then runs after the other counts,
+// if their plans do not beat its bound (searchAll).
 func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result, progress *ilpProgress) (*dp.Result, error) {
 	quiet := do
 	quiet.Progress = nil
@@ -569,11 +637,7 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 	}
 	o.fast, o.lazy = false, false
-	if best != nil || ctx.Err() != nil {
-		return best, err
-	}
-	o.prefetch(layers, dc, nil)
-	return dp.Solve(ctx, layers, dc, o, do)
+	return best, err
 }
 
 // refineTolerance is how close to the optimistic bound the fast search's plan must be

@@ -55,6 +55,7 @@ type layerInfo struct {
 	// params, states, inputs, constants — by step ValueID: two layers of a range that share
 	// one make the composition inexact.
 	leaves []ir.ValueID
+	mem    *layerMem // the bytes memFloor reads (bound.go), made on first use
 }
 
 // crossEdge is one use, in the consumer layer, of a value produced by an op of another
@@ -324,7 +325,7 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 		}
 	}
 	path, c := o.chain(start, pts, 0)
-	if o.memory > 0 && c.cost.Memory(1) > float64(o.memory) {
+	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) {
 		for k := start; k < end; k++ {
 			pts[k-start] = o.layerPoints(k, s, l, true)
 		}
@@ -548,6 +549,23 @@ func (o *oracle) withRemat(plain dp.StageCost, layers []layerPoint) dp.StageCost
 	return plain
 }
 
+// fitsSomeWay reports whether c, run plainly or recomputing one of its ways, fits memory
+// with one micro-batch in flight. The memory-lean points are solved only where none does:
+// where recomputation fits, the DP has a way to run the range already, and the lean solves
+// (each a layer ILP under a budget, the dearest of the search on 2-D meshes) were most of
+// the compile time of Alpa's suite under --microbatches auto (docs/DECISIONS.md).
+func fitsSomeWay(c dp.StageCost, memory float64) bool {
+	if c.Memory(1) <= memory {
+		return true
+	}
+	for _, r := range c.Remat {
+		if r.Memory(1) <= memory {
+			return true
+		}
+	}
+	return false
+}
+
 func allFastest(path []int) bool {
 	for _, q := range path {
 		if q != 0 {
@@ -612,8 +630,14 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		fastest = append(fastest, pts[0])
 	}
 	if bounded {
-		if o.remat != RematNone {
-			c.ActBytes = 0
+		// Activations: no fewer than memFloor says, whatever the layers' sharding and
+		// recomputation. Without recomputation every in-flight micro-batch holds them;
+		// recomputing, the solved layers' own need not be held.
+		floor := o.memFloor(start, end, s.NumDevices())
+		if o.remat == RematNone {
+			c.ActBytes = max(c.ActBytes, floor)
+		} else {
+			c.ActBytes, c.OnceBytes = 0, floor
 		}
 		return c, true
 	}

@@ -16,7 +16,8 @@ import (
 
 // fastCases are the configurations the fast search is held to the exhaustive one on: tiny
 // zoo models on 1 to 8 devices in 1 or 2 hosts, at the device memory and at budgets that
-// bind. Layers and micro-batches are fixed so that the exhaustive search takes a second.
+// bind. Layers and micro-batches (but in one case) are fixed so that the exhaustive search
+// takes a second.
 var fastCases = []struct {
 	model   string
 	cluster string
@@ -34,6 +35,9 @@ var fastCases = []struct {
 	{"mlp-tiny", "cpu", 2, 2, 3, 4, 20 << 10},
 	{"gpt-tiny", "dgx-a100", 1, 2, 3, 2, 0},
 	{"mlp-tiny", "p3.16xlarge", 1, 8, 8, 4, 0},
+	// micro-batches searched (b 0: --microbatches auto) under a budget that binds, where
+	// memFloor skips counts and the lean points wait for recomputation not to fit
+	{"mlp-tiny", "cpu", 1, 2, 2, 0, 24 << 10},
 }
 
 // fastCasesMore are slower (ten seconds each on 2 busy cores; the two with a binding budget
@@ -133,4 +137,31 @@ func TestSearchOption(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Compile(context.Background(), g, c, Options{Search: "quick"})
 	assert.ErrorContains(t, err, `search "quick": expected fast or exhaustive`)
+}
+
+// TestDeferredCounts: a micro-batch count whose fast search finds no plan waits for the
+// others, then gets its exhaustive search when its bound could still win: with the
+// winning count's fast plan withheld, and then every count's, the compile still finds the
+// exhaustive search's plan.
+func TestDeferredCounts(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu:2")
+	require.NoError(t, err)
+	opts := Options{Layers: 2, Search: SearchExhaustive}
+	ref, _, err := compileSearch(context.Background(), g, c, opts)
+	require.NoError(t, err)
+	opts.Search = SearchFast
+	defer func() { noFastPlan = nil }()
+	for name, withheld := range map[string]func(int) bool{
+		"winner": func(b int) bool { return b == ref.Microbatches },
+		"every":  func(int) bool { return true },
+	} {
+		noFastPlan = withheld
+		p, st, err := compileSearch(context.Background(), g, c, opts)
+		require.NoError(t, err, name)
+		assert.Equal(t, ref.Microbatches, p.Microbatches, name)
+		assert.InEpsilon(t, ref.Predicted.StepTime, p.Predicted.StepTime, 1e-9, name)
+		t.Logf("%s withheld: %d ILPs, %d counts skipped", name, st.solves, st.skipped)
+	}
 }

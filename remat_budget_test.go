@@ -47,11 +47,11 @@ func TestRematFullFitsOnlyRecomputing(t *testing.T) {
 	lm, err := mesh.NewLogicalMesh(c, st.Submesh, st.Logical[0], st.Logical[1])
 	require.NoError(t, err)
 	plainOpts := sharding.Options{Cluster: c, MemoryBudget: budget, SolveLayersOnce: true, BlockKeys: ps.sg.keys}
-	_, err = sharding.Solve(context.Background(), ps.sg.g, lm, plainOpts)
+	_, err = ps.sg.solve(context.Background(), lm, plainOpts)
 	var me *sharding.MemoryError
 	require.ErrorAs(t, err, &me, "no plan fits M keeping its activations")
 	plainOpts.MemoryBudget = me.Minimum
-	least, err := sharding.Solve(context.Background(), ps.sg.g, lm, plainOpts)
+	least, err := ps.sg.solve(context.Background(), lm, plainOpts) // priced as the oracle prices, data instructions included
 	require.NoError(t, err)
 	require.Greater(t, least.Cost.Total, ps.res.Cost.Total, "the plan of least plain memory is slower")
 	_, err = Compile(context.Background(), g, c, opts(RematNone, budget))
@@ -59,7 +59,10 @@ func TestRematFullFitsOnlyRecomputing(t *testing.T) {
 	require.ErrorAs(t, err, &dme)
 
 	p := compile(t, g, c, opts(RematFull, budget))
-	require.Equal(t, ps.res.Cost.Total, p.priced[0].res.Cost.Total, "a fastest plan fits recomputing")
+	// The ILP's own objective: the data instructions (Cost.Data, dataprice.go) are priced
+	// after the solve, so plans of equal ILP cost may differ in them.
+	ilpCost := func(r *sharding.Result) float64 { return r.Cost.Total - r.Cost.Data }
+	require.InDelta(t, ilpCost(ps.res), ilpCost(p.priced[0].res), 1e-12, "a fastest plan fits recomputing")
 	require.InEpsilon(t, fast.Predicted.StepTime, p.Predicted.StepTime, 0.01)
 	require.LessOrEqual(t, p.Stages[0].MemoryBytes, budget)
 	require.True(t, p.Stages[0].Recompute)
@@ -69,7 +72,7 @@ func TestRematFullFitsOnlyRecomputing(t *testing.T) {
 	// recomputing too.
 	auto := compile(t, g, c, opts(RematAuto, budget))
 	require.True(t, auto.Stages[0].Recompute)
-	require.Equal(t, p.priced[0].res.Cost.Total, auto.priced[0].res.Cost.Total)
+	require.InDelta(t, ilpCost(p.priced[0].res), ilpCost(auto.priced[0].res), 1e-12)
 
 	copies := activationCopies(t, p.priced[0])
 	peaks := measuredPeaks(t, p)

@@ -25,7 +25,9 @@ package ilp
 typedef struct {
 	int cancel;         // set atomically by Go when the context ends
 	int timedout;       // set by ap_abort when the deadline has passed
+	int exhausted;      // set by ap_abort when the iteration limit is reached
 	long long deadline; // CLOCK_MONOTONIC nanoseconds; 0 means none
+	long long max_iter; // simplex iterations allowed; 0 means no limit
 } ap_ctrl;
 
 static long long ap_now(void) {
@@ -37,6 +39,12 @@ static long long ap_now(void) {
 static int __WINAPI ap_abort(lprec *lp, void *handle) {
 	ap_ctrl *c = (ap_ctrl *)handle;
 	if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED)) return TRUE;
+	// lp_solve calls this at fixed points of its search and the iteration count is a
+	// function of the model alone, so a stop here does not depend on the machine's load.
+	if (c->max_iter > 0 && get_total_iter(lp) >= c->max_iter) {
+		c->exhausted = 1;
+		return TRUE;
+	}
 	if (c->deadline > 0 && ap_now() >= c->deadline) {
 		c->timedout = 1;
 		return TRUE;
@@ -46,14 +54,28 @@ static int __WINAPI ap_abort(lprec *lp, void *handle) {
 
 static ap_ctrl *ap_new(void) { return (ap_ctrl *)calloc(1, sizeof(ap_ctrl)); }
 
-// ap_arm starts the clock (limit_ns <= 0: no limit) and installs the callback.
-static void ap_arm(lprec *lp, ap_ctrl *c, long long limit_ns) {
+// ap_arm starts the clock (limit_ns <= 0: no limit), sets the iteration limit (<= 0: none)
+// and installs the callback.
+static void ap_arm(lprec *lp, ap_ctrl *c, long long limit_ns, long long max_iter) {
 	c->deadline = limit_ns > 0 ? ap_now() + limit_ns : 0;
+	c->max_iter = max_iter > 0 ? max_iter : 0;
 	put_abortfunc(lp, ap_abort, c);
+}
+
+// ap_solve runs solve() and reports the CPU time of the calling thread it took: lp_solve
+// runs on that one thread, so this is the solve's own CPU time whatever else the process does.
+static int ap_solve(lprec *lp, long long *cpu_ns) {
+	struct timespec a, b;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+	int code = solve(lp);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+	*cpu_ns = (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+	return code;
 }
 
 static void ap_cancel(ap_ctrl *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED); }
 static int ap_timedout(ap_ctrl *c) { return c->timedout; }
+static int ap_exhausted(ap_ctrl *c) { return c->exhausted; }
 */
 import "C"
 
@@ -67,6 +89,8 @@ import (
 // lp_solve's solve() return codes, from lp_lib.h.
 const (
 	lpNoMemory   = int(C.NOMEMORY)
+	lpNumFailure = int(C.NUMFAILURE)
+	lpAccuracy   = int(C.ACCURACYERROR)
 	lpOptimal    = int(C.OPTIMAL)
 	lpSubopt     = int(C.SUBOPTIMAL)
 	lpInfeasible = int(C.INFEASIBLE)
@@ -102,6 +126,10 @@ type lpModel struct {
 	stamp []int32    // stamp[col] == rowSeq when col is already in idx
 	pos   []int32    // pos[col] is col's index in idx while stamped
 	seq   int32
+
+	cpu       time.Duration // thread CPU time of the last solve
+	scaleRows bool          // normalize rows and the objective (see normalize)
+	colExp    []int         // column j is 2^colExp[j] times lp_solve's column (scale.go); nil: none
 }
 
 // newLPModel makes an lprec with ncols columns, no rows, quiet, minimizing.
@@ -159,6 +187,9 @@ func (m *lpModel) setColumn(id int, v Var) error {
 		// problem with the bounds rounded inwards.
 		lo, hi = math.Ceil(lo), math.Floor(hi)
 	}
+	if m.colExp != nil {
+		lo, hi = math.Ldexp(lo, -m.colExp[id]), math.Ldexp(hi, -m.colExp[id])
+	}
 	if C.set_bounds(m.lp, col, lpBound(lo), lpBound(hi)) == 0 {
 		return fmt.Errorf("ilp: lp_solve set_bounds(%d, %g, %g) failed", id+1, v.Lo, v.Hi)
 	}
@@ -188,6 +219,11 @@ func (m *lpModel) load(terms []Term) {
 		}
 	}
 	m.idx, m.val = m.idx[:n], m.val[:n]
+	if m.colExp != nil {
+		for i, col := range m.idx {
+			m.val[i] = C.double(math.Ldexp(float64(m.val[i]), m.colExp[col-1]))
+		}
+	}
 }
 
 // ptrs returns C pointers to the loaded terms (nil when there are none).
@@ -198,9 +234,31 @@ func (m *lpModel) ptrs() (*C.int, *C.double) {
 	return &m.idx[0], &m.val[0]
 }
 
+// normalize scales the loaded terms, and x with them, by the power of two that brings the
+// largest coefficient into [0.5, 1): an exact change (powers of two only move the
+// exponent) that keeps byte-sized memory rows and second-sized costs in one range for
+// lp_solve's tolerances. It returns x scaled.
+func (m *lpModel) normalize(x float64) float64 {
+	big := 0.0
+	for _, v := range m.val {
+		big = math.Max(big, math.Abs(float64(v)))
+	}
+	if big == 0 {
+		return x
+	}
+	_, e := math.Frexp(big)
+	for i := range m.val {
+		m.val[i] = C.double(math.Ldexp(float64(m.val[i]), -e))
+	}
+	return math.Ldexp(x, -e)
+}
+
 // setObjective sets the objective row; the constant is Solve's business.
 func (m *lpModel) setObjective(terms []Term) error {
 	m.load(terms)
+	if m.scaleRows {
+		m.normalize(0)
+	}
 	if len(m.idx) == 0 {
 		return nil // lp_solve rejects an empty set_obj_fnex; zero is its default
 	}
@@ -225,21 +283,63 @@ var lpSense = [...]C.int{LE: C.LE, GE: C.GE, EQ: C.EQ}
 // addRow appends one constraint.
 func (m *lpModel) addRow(r *Row) error {
 	m.load(r.Terms)
+	rhs := r.RHS
+	if m.scaleRows {
+		rhs = m.normalize(rhs)
+	}
 	idx, val := m.ptrs()
-	if C.add_constraintex(m.lp, C.int(len(m.idx)), val, idx, lpSense[r.Sense], C.double(r.RHS)) == 0 {
+	if C.add_constraintex(m.lp, C.int(len(m.idx)), val, idx, lpSense[r.Sense], C.double(rhs)) == 0 {
 		return fmt.Errorf("ilp: lp_solve add_constraintex failed")
 	}
 	return nil
 }
 
-// solve runs lp_solve with a time limit (0: none) and returns its code.
-// lp_solve's own whole-second timeout backs up the abort callback.
-func (m *lpModel) solve(limit time.Duration) int {
+// tune applies solver settings; a negative field keeps lp_solve's default.
+func (m *lpModel) tune(t tuning) {
+	m.scaleRows = t.scaleRows
+	if t.presolve >= 0 {
+		C.set_presolve(m.lp, C.int(t.presolve), C.get_presolveloops(m.lp))
+	}
+	if t.scaling >= 0 {
+		C.set_scaling(m.lp, C.int(t.scaling))
+	}
+	if t.bbRule >= 0 {
+		C.set_bb_rule(m.lp, C.int(t.bbRule))
+	}
+	if t.floor >= 0 {
+		C.set_bb_floorfirst(m.lp, C.int(t.floor))
+	}
+	if t.improve >= 0 {
+		C.set_improve(m.lp, C.int(t.improve))
+	}
+	if t.depth != 0 {
+		C.set_bb_depthlimit(m.lp, C.int(t.depth))
+	}
+	if t.simplex >= 0 {
+		C.set_simplextype(m.lp, C.int(t.simplex))
+	}
+	if t.pivoting >= 0 {
+		C.set_pivoting(m.lp, C.int(t.pivoting))
+	}
+}
+
+// solve runs lp_solve with a time limit and a limit on simplex iterations (0: none) and
+// returns its code. lp_solve's own whole-second timeout backs up the abort callback.
+func (m *lpModel) solve(limit time.Duration, iters int64) int {
 	if limit > 0 {
 		C.set_timeout(m.lp, C.long(limit/time.Second+2))
 	}
-	C.ap_arm(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()))
-	return int(C.solve(m.lp))
+	C.ap_arm(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()), C.longlong(iters))
+	var cpu C.longlong
+	code := int(C.ap_solve(m.lp, &cpu))
+	m.cpu = time.Duration(cpu)
+	return code
+}
+
+// effort returns the last solve's thread CPU time, simplex iterations and branch-and-bound
+// nodes (lp_solve's get_total_iter and get_total_nodes).
+func (m *lpModel) effort() (cpu time.Duration, iters, nodes int64) {
+	return m.cpu, int64(C.get_total_iter(m.lp)), int64(C.get_total_nodes(m.lp))
 }
 
 // cancel makes the running solve stop at lp_solve's next abort check. It is
@@ -249,6 +349,9 @@ func (m *lpModel) cancel() { C.ap_cancel(m.ctrl) }
 // timedOut reports whether the abort callback stopped the solve at the
 // deadline.
 func (m *lpModel) timedOut() bool { return C.ap_timedout(m.ctrl) != 0 }
+
+// exhausted reports whether the abort callback stopped the solve at the iteration limit.
+func (m *lpModel) exhausted() bool { return C.ap_exhausted(m.ctrl) != 0 }
 
 // solutionCount returns how many improved solutions lp_solve found: zero
 // means it holds no feasible point.
@@ -262,6 +365,11 @@ func (m *lpModel) variables() ([]float64, error) {
 	}
 	if C.get_variables(m.lp, (*C.double)(unsafe.Pointer(&dst[0]))) == 0 {
 		return nil, fmt.Errorf("ilp: lp_solve get_variables failed")
+	}
+	if m.colExp != nil {
+		for j := range dst {
+			dst[j] = math.Ldexp(dst[j], m.colExp[j])
+		}
 	}
 	return dst, nil
 }

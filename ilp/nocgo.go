@@ -20,6 +20,8 @@ var ErrNoSolver = errors.New("ilp: this autopar was built without cgo (CGO_ENABL
 // lp_solve's return codes, as in lp_lib.h, so that Solve's policy compiles unchanged.
 const (
 	lpNoMemory   = -2
+	lpNumFailure = 5
+	lpAccuracy   = 25
 	lpOptimal    = 0
 	lpSubopt     = 1
 	lpInfeasible = 2
@@ -30,20 +32,23 @@ const (
 
 var lpCodeNames = map[int]string{}
 
-type lpModel struct{}
+type lpModel struct{ colExp []int }
 
-func newLPModel(int) (*lpModel, error)         { return nil, ErrNoSolver }
-func (*lpModel) free()                         {}
-func (*lpModel) setColumn(int, Var) error      { return ErrNoSolver }
-func (*lpModel) load([]Term)                   {}
-func (*lpModel) setObjective([]Term) error     { return ErrNoSolver }
-func (*lpModel) setRowMode(bool) error         { return ErrNoSolver }
-func (*lpModel) addRow(*Row) error             { return ErrNoSolver }
-func (*lpModel) solve(time.Duration) int       { return lpNoMemory }
-func (*lpModel) cancel()                       {}
-func (*lpModel) timedOut() bool                { return false }
-func (*lpModel) solutionCount() int            { return 0 }
-func (*lpModel) variables() ([]float64, error) { return nil, ErrNoSolver }
+func newLPModel(int) (*lpModel, error)                 { return nil, ErrNoSolver }
+func (*lpModel) free()                                 {}
+func (*lpModel) setColumn(int, Var) error              { return ErrNoSolver }
+func (*lpModel) load([]Term)                           {}
+func (*lpModel) setObjective([]Term) error             { return ErrNoSolver }
+func (*lpModel) setRowMode(bool) error                 { return ErrNoSolver }
+func (*lpModel) addRow(*Row) error                     { return ErrNoSolver }
+func (*lpModel) solve(time.Duration, int64) int        { return lpNoMemory }
+func (*lpModel) exhausted() bool                       { return false }
+func (*lpModel) cancel()                               {}
+func (*lpModel) tune(tuning)                           {}
+func (*lpModel) timedOut() bool                        { return false }
+func (*lpModel) solutionCount() int                    { return 0 }
+func (*lpModel) effort() (time.Duration, int64, int64) { return 0, 0, 0 }
+func (*lpModel) variables() ([]float64, error)         { return nil, ErrNoSolver }
 
 // Available reports whether this build can solve ILPs: ErrNoSolver without cgo.
 func Available() error { return ErrNoSolver }

@@ -14,9 +14,10 @@ var (
 	ErrInfeasible = errors.New("ilp: problem is infeasible")
 	// ErrUnbounded: the objective decreases without bound.
 	ErrUnbounded = errors.New("ilp: problem is unbounded")
-	// ErrTimeout: the time limit ran out before optimality was proven. Solve
-	// may return a feasible Solution alongside it (see Solve).
-	ErrTimeout = errors.New("ilp: time limit reached")
+	// ErrTimeout: the time limit or the iteration limit ran out before
+	// optimality was proven. Solve may return a feasible Solution alongside it
+	// (see Solve).
+	ErrTimeout = errors.New("ilp: search limit reached")
 )
 
 // Options tune Solve.
@@ -24,6 +25,13 @@ type Options struct {
 	// TimeLimit bounds lp_solve's search (model building, linear in the
 	// model's size, is not counted); zero or negative means no limit.
 	TimeLimit time.Duration
+	// Iterations bounds the search by effort instead: lp_solve stops once it has
+	// made this many simplex iterations (branch and bound included); zero or
+	// negative means no limit. Unlike a time limit, the point where it stops,
+	// and so the answer, depends on the problem alone, not on the machine or
+	// its load: the same problem gives the same Solution and error every time.
+	// With both limits, the first reached stops the search.
+	Iterations int64
 }
 
 // Status says how good a returned Solution is.
@@ -74,9 +82,9 @@ const snapTol = 1e-6
 //   - proven optimum: a Solution with Status Optimal and a nil error;
 //   - infeasible or unbounded: nil and an error wrapping ErrInfeasible or
 //     ErrUnbounded;
-//   - time limit reached: an error wrapping ErrTimeout, with a Solution of
-//     Status Feasible when lp_solve had found a feasible point (its best
-//     one), nil otherwise;
+//   - time or iteration limit reached: an error wrapping ErrTimeout, with a
+//     Solution of Status Feasible when lp_solve had found a feasible point
+//     (its best one), nil otherwise;
 //   - ctx done before the search: nil and ctx.Err(); ctx done during it:
 //     ctx.Err() (wrapped) and, like a timeout, the best feasible Solution
 //     found so far or nil;
@@ -95,21 +103,77 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	if len(p.Vars) == 0 {
 		return solveConstant(p) // lp_solve refuses a model without columns
 	}
-	m, err := build(p)
+	k := keyOf(p, opts, defaultTuning)
+	e, mine, err := memo.lookup(ctx, k)
 	if err != nil {
 		return nil, err
 	}
+	if !mine {
+		sol, err := e.answer()
+		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Err: err})
+		return sol, err
+	}
+	var sol *Solution
+	reusable := false
+	defer func() { memo.finish(k, e, sol, err, reusable) }() // also when solving panics
+	sol, reusable, err = solve(ctx, p, opts)
+	return sol, err
+}
+
+// solve builds and solves p with lp_solve; reusable says whether the answer depends on the
+// problem alone (see cacheable).
+func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusable bool, err error) {
+	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
+	t := defaultTuning
+	for {
+		retry := false
+		sol, reusable, retry, err = attempt(ctx, p, opts, t, &st)
+		if !retry {
+			st.Err = err
+			traced(p, st)
+			return sol, reusable, err
+		}
+		// lp_solve's own scaling failed on this problem's range of numbers: solve it again
+		// scaled exactly (scale.go). The failure, and so the retry, is a function of the
+		// problem.
+		t.scaleRows = true
+	}
+}
+
+// attempt is one lp_solve run of p under t, its effort added to st; retry says that it
+// failed numerically and a scaled run may succeed.
+func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats) (*Solution, bool, bool, error) {
+	start := time.Now()
+	m, err := build(p, t)
+	if err != nil {
+		return nil, false, false, err
+	}
 	defer m.free()
-	code := solveWatched(ctx, m, opts.TimeLimit)
-	return result(ctx, p, m, code, opts.TimeLimit)
+	built := time.Now()
+	code := solveWatched(ctx, m, opts)
+	cpu, iters, nodes := m.effort()
+	st.Build += built.Sub(start)
+	st.Wall += time.Since(built)
+	st.CPU += cpu
+	st.Iterations += iters
+	st.Nodes += nodes
+	if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
+		return nil, false, true, nil
+	}
+	sol, err := result(ctx, p, m, code, opts)
+	return sol, cacheable(sol, err, m), false, err
 }
 
 // build loads p into a fresh lp_solve model. On error the model is already
 // freed.
-func build(p *Problem) (*lpModel, error) {
+func build(p *Problem, t tuning) (*lpModel, error) {
 	m, err := newLPModel(len(p.Vars))
 	if err != nil {
 		return nil, err
+	}
+	m.tune(t)
+	if t.scaleRows {
+		m.colExp = colExponents(p)
 	}
 	if err := load(m, p); err != nil {
 		m.free()
@@ -140,13 +204,13 @@ func load(m *lpModel, p *Problem) error {
 
 // solveWatched runs the solve while a context.AfterFunc watches ctx, and
 // returns only once the watcher can no longer touch the model.
-func solveWatched(ctx context.Context, m *lpModel, limit time.Duration) int {
+func solveWatched(ctx context.Context, m *lpModel, opts Options) int {
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		m.cancel()
 	})
-	code := m.solve(limit)
+	code := m.solve(opts.TimeLimit, opts.Iterations)
 	if !stop() {
 		<-done // the watcher started: wait until it is finished with m
 	}
@@ -154,7 +218,7 @@ func solveWatched(ctx context.Context, m *lpModel, limit time.Duration) int {
 }
 
 // result turns lp_solve's return code into Solve's outcome.
-func result(ctx context.Context, p *Problem, m *lpModel, code int, limit time.Duration) (*Solution, error) {
+func result(ctx context.Context, p *Problem, m *lpModel, code int, opts Options) (*Solution, error) {
 	switch code {
 	case lpOptimal:
 		return solution(p, m, Optimal)
@@ -163,19 +227,22 @@ func result(ctx context.Context, p *Problem, m *lpModel, code int, limit time.Du
 	case lpUnbounded:
 		return nil, ErrUnbounded
 	case lpSubopt, lpUserAbort, lpTimeout:
-		return stopped(ctx, p, m, limit)
+		return stopped(ctx, p, m, opts)
 	}
 	return nil, fmt.Errorf("ilp: lp_solve solve returned %d (%s)", code, lpCodeNames[code])
 }
 
 // stopped handles a search cut short by the deadline or the context: it
 // returns the best feasible point, if any, with the reason as error.
-func stopped(ctx context.Context, p *Problem, m *lpModel, limit time.Duration) (*Solution, error) {
+func stopped(ctx context.Context, p *Problem, m *lpModel, opts Options) (*Solution, error) {
 	var why error
-	if err := ctx.Err(); err != nil && !m.timedOut() {
+	switch err := ctx.Err(); {
+	case m.exhausted():
+		why = fmt.Errorf("%w (iteration limit %d)", ErrTimeout, opts.Iterations)
+	case err != nil && !m.timedOut():
 		why = fmt.Errorf("ilp: solve stopped: %w", err)
-	} else {
-		why = fmt.Errorf("%w (%v)", ErrTimeout, limit)
+	default:
+		why = fmt.Errorf("%w (%v)", ErrTimeout, opts.TimeLimit)
 	}
 	if m.solutionCount() == 0 {
 		return nil, why

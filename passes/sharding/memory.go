@@ -437,7 +437,7 @@ func (p *planner) minPeak(ctx context.Context) (peak float64, exact bool, err er
 			terms := append([]ilp.Term{{Var: m, Coef: 1}}, negate(p.memoryTerms(t, hs))...)
 			q.AddRow("peak.t"+strconv.Itoa(t), terms, ilp.GE, 0)
 		}
-		sol, err := ilp.Solve(ctx, q, ilp.Options{TimeLimit: p.opts.timeLimit()})
+		sol, err := ilp.Solve(ctx, q, p.opts.ilpOptions())
 		if sol == nil {
 			return 0, false, err
 		}

@@ -47,7 +47,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 			p.prob.AddRow("mem.t"+strconv.Itoa(t), p.memoryTerms(t, p.hMain), ilp.LE, budget)
 			stats.MemoryRows++
 		}
-		sol, err := ilp.Solve(ctx, p.prob, ilp.Options{TimeLimit: p.opts.timeLimit()})
+		sol, err := ilp.Solve(ctx, p.prob, p.opts.ilpOptions())
 		stats.Rounds = round
 		if errors.Is(err, ilp.ErrInfeasible) {
 			return nil, p.infeasibleMemory(ctx)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 )
@@ -29,6 +30,10 @@ type Options struct {
 	MemoryBudget int64
 	// TimeLimit bounds each lp_solve call; 0 means a minute.
 	TimeLimit time.Duration
+	// Iterations bounds each lp_solve call by effort (simplex iterations, ilp.Options);
+	// 0 means none. A plan cut short by it depends on the graph alone, not on the
+	// machine's load as one cut short by TimeLimit does.
+	Iterations int64
 	// Force pins values to a strategy: an index into CandidatesWith(g, lm, opts)[v].
 	Force map[ir.ValueID]int
 	// ForceSpec pins values to the first candidate whose output has the given layout.
@@ -74,6 +79,11 @@ func (o Options) timeLimit() time.Duration {
 		return o.TimeLimit
 	}
 	return time.Minute
+}
+
+// ilpOptions are the options of each lp_solve call.
+func (o Options) ilpOptions() ilp.Options {
+	return ilp.Options{TimeLimit: o.timeLimit(), Iterations: o.Iterations}
 }
 
 func (o Options) costModel() (costModel, error) {
