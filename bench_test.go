@@ -40,7 +40,7 @@ var alpaSuite = []struct {
 var alpaCap = flag.Duration("alpa-cap", 60*time.Second, "time cap of each configuration of BenchmarkCompileAlpa")
 
 // alpaLayers is the layer count of BenchmarkCompileAlpa (flag -alpa-layers; 0: the
-// compiler's automatic min(8, GPUs)).
+// compiler's automatic DefaultLayers).
 var alpaLayers = flag.Int("alpa-layers", 0, "layers of BenchmarkCompileAlpa's compiles (0: automatic)")
 
 // alpaMicrobatches is the micro-batch count of BenchmarkCompileAlpa (flag

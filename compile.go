@@ -40,7 +40,8 @@ type Options struct {
 	BatchNorm string
 	// Schedule is "1f1b" (default) or "gpipe".
 	Schedule string
-	// Layers is the number of layers the step is clustered into; 0 picks min(8, devices).
+	// Layers is the number of layers the step is clustered into; 0 picks DefaultLayers:
+	// min(8, max(devices, the model's marked blocks)).
 	Layers int
 	// MemoryPerDevice overrides the cluster's device memory, in bytes; 0 keeps it.
 	MemoryPerDevice int64

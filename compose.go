@@ -177,6 +177,11 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	if !lean || len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
 		return pts
 	}
+	if o.memory > 0 && pts[0].res.PeakMemory > o.memory {
+		// Nothing fits the device memory: the one point is already the plan of least
+		// memory (solveStageBudget's fallback), and leaner budgets only solve it again.
+		return pts
+	}
 	o.leaned[key] = true
 	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
 	// footprint gets that footprint's plan.

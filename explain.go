@@ -234,7 +234,7 @@ func (p *Plan) explainOracle(ctx context.Context) *oracle {
 	}
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
 	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
-	o.canonical = true
+	o.canonical, o.leastPlans = true, true
 	o.mb = p.Microbatches // as compile weighed the stages
 	return o
 }

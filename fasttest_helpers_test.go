@@ -28,7 +28,7 @@ func testOracle(t testing.TB, g *ir.Graph, c *mesh.Cluster, b, layers int) (*ora
 		t.Fatal(err)
 	}
 	if layers == 0 {
-		layers = min(8, c.Devices())
+		layers = DefaultLayers(step, c.Devices())
 	}
 	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
 	if err != nil {

@@ -42,6 +42,9 @@ type oracle struct {
 	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
 	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
 	canonical bool
+	// leastPlans: a one-layer stage that cannot fit is priced by its plan of least memory,
+	// solved, not by hopeless's bound (explain shows what each mesh would need).
+	leastPlans bool
 	// remat is the recomputation mode (RematAuto, RematNone, RematFull); pinned, when set,
 	// fixes the choice per layer range [start, end) (a saved plan's stages; see choice).
 	remat  string
@@ -97,6 +100,7 @@ type stageGraph struct {
 	ids     []ir.ValueID // the step's values the stage computes, in graph order
 	remat   *stageRemat
 	hash    string
+	single  bool    // the stage is one layer
 	weights int64   // bytes of its params (twice: their gradients) and optimizer state
 	flops   float64 // of one micro-batch
 	// once and acc mark, per value of g, an op of the update (run once per step) and a
@@ -422,6 +426,13 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 			atomicMax(&o.maxVars, int64(res.ILP.Variables))
 		}
 	}
+	if errors.As(err, &me) && !o.leastPlans {
+		// me.Minimum: the least footprint as the stage would run, recomputing where the
+		// mode lets it (the solve above).
+		if sol := hopeless(o.c, sg, n, me.Minimum, o.memory); sol != nil {
+			return sol
+		}
+	}
 	if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
@@ -457,6 +468,39 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: remats}
+}
+
+// hopeless prices a one-layer stage that cannot come near the device memory, whatever its
+// sharding and recomputation, without the ILPs the fallback solves for its plan of least
+// memory (the dearest of a Wide-ResNet compile: its micro-batch counts of up to 768 images
+// need hundreds of GiB per layer); nil when it might. minimum is the sharding pass's least
+// footprint of the stage as it would run (MemoryError of solveStageBudget's last solve:
+// recomputing layer by layer under RematAuto and RematFull, plain under RematNone; exact,
+// or a lower bound).
+//
+// Every plan of the stage, priced as solveStageBudget prices it (remat.go), needs at least
+// that with one micro-batch in flight: plain, its peak, which recomputation only lowers;
+// recomputing, Memory(1) is the plan's recomputing peak, and a one-layer stage recomputes
+// the same one segment either way (whole or layer by layer). Past pruneFactor times the
+// memory only (so that, as with the weights, a memory error's least memory that would fit
+// is exact up to that factor), the stage is priced as a pruned one (res nil): time and
+// weights lower bounds (compute spread perfectly, weights spread evenly), activations
+// making up the footprint, so that the DP rejects every way to run it; a composed range
+// holding it holds its weights and activations too (compose.go's withRemat) and is
+// rejected as well. TestHopelessStage checks these premises against the solved plans.
+func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum, memory int64) *stageSolution {
+	m := float64(minimum)
+	if !sg.single || memory <= 0 || m <= pruneFactor*float64(memory) {
+		return nil // solved, so that a memory error names what would fit
+	}
+	floor := float64(sg.weights) / n
+	act := max(0, m-floor)
+	plain := dp.StageCost{Time: c.ComputeTime(sg.flops) / n, WeightBytes: floor, ActBytes: act}
+	whole := plain
+	whole.Recompute, whole.ActBytes, whole.OnceBytes = true, 0, act
+	layered := whole
+	layered.Checkpoints = true
+	return &stageSolution{ok: true, cost: plain, remats: []dp.StageCost{whole, layered}}
 }
 
 // countComposed adds the oracle's composed prices to the compile's counts.
@@ -588,7 +632,7 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg := &stageGraph{g: g, ids: ids, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
+	sg := &stageGraph{g: g, ids: ids, single: end-start == 1, flops: g.TotalFLOPs(), remat: newStageRemat(o.step, o.fwd, o.lay.Of, g),
 		once: make([]bool, len(g.Values)), acc: make([]bool, len(g.Values)), feed: make([]bool, len(g.Values)),
 		keys: make([]uint64, len(g.Values))}
 	var kinds strings.Builder // the step part of each value, which the price depends on

@@ -378,12 +378,31 @@ func runOptimizer(s *Compilation) (err error) {
 func runCluster(s *Compilation) (err error) {
 	layers := s.Options.Layers
 	if layers == 0 {
-		// More layers than devices buys no more stages, and every layer range is priced on
-		// every submesh: the search grows with L².
-		layers = min(8, s.Cluster.Devices())
+		layers = DefaultLayers(s.Step, s.Cluster.Devices())
 	}
 	s.Layering, err = passes.ClusterLayers(s.Step, passes.ClusterOptions{Layers: layers})
 	return err
+}
+
+// MaxDefaultLayers caps the automatic layer count (DefaultLayers).
+const MaxDefaultLayers = 8
+
+// DefaultLayers is the layer count Compile clusters step g into when Options.Layers is 0,
+// for a cluster of the given devices: at least one layer per device, so that every device
+// can run a stage of its own, and at least one layer per repeated block the model marks
+// (ir.Value.Block), so that a stage recomputing layer by layer has the block boundaries to
+// keep, as Alpa's benchmarks give each model a fixed number of layers whatever the GPU
+// count; both up to MaxDefaultLayers, as more layers than that buy little balance while
+// the DP grows with L² (identical layers are solved once, so more of them cost little
+// else). ClusterLayers gives fewer where the step has fewer forward ops.
+func DefaultLayers(g *ir.Graph, devices int) int {
+	blocks := map[ir.Block]bool{}
+	for i := range g.Values {
+		if b := g.Values[i].Block; b != ir.NoBlock && len(blocks) < MaxDefaultLayers {
+			blocks[b] = true
+		}
+	}
+	return min(MaxDefaultLayers, max(1, devices, len(blocks)))
 }
 
 func runLower(s *Compilation) (err error) {

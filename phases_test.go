@@ -164,3 +164,24 @@ func TestVerifierRunsBetweenPhases(t *testing.T) {
 	cfg.Check = false
 	require.NoError(t, r.run(base, PerMicrobatches), "without Check nothing verifies between phases")
 }
+
+// TestDefaultLayers: the automatic layer count is at least the devices and at least the
+// model's marked blocks, up to 8, so that one device still has block boundaries to
+// recompute at (gpt-350m's 24 blocks on one V100: 8 layers, not 1).
+func TestDefaultLayers(t *testing.T) {
+	for _, tc := range []struct {
+		model   string
+		devices int
+		want    int
+	}{
+		{"gpt-tiny", 1, 2}, {"gpt-tiny", 4, 4}, {"gpt-tiny", 64, 8},
+		{"wresnet-tiny", 1, 1}, {"wresnet-tiny", 2, 2}, // no marked blocks: the devices
+		{"moe-380m", 1, 8}, {"gpt-350m", 1, 8}, {"gpt-350m", 2, 8}, {"gpt-350m", 64, 8},
+	} {
+		assert.Equal(t, tc.want, DefaultLayers(model(t, tc.model), tc.devices), "%s on %d devices", tc.model, tc.devices)
+	}
+	// The cluster phase uses it when Options.Layers is 0.
+	s, err := Run(context.Background(), model(t, "gpt-tiny"), cluster(t, "cpu:1"), Options{Microbatches: 1}, &PhaseConfig{UpTo: "cluster"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, s.Layering.L)
+}

@@ -85,7 +85,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.batchNorm, "batch-norm", autopar.BatchNormStep, "what batch_norm's statistics run over: step (the step's whole batch, as the model says: one micro-batch) or microbatch (each micro-batch, as GPipe and Alpa take them)")
 	fl.StringVar(&f.remat, "remat", "auto", "activation recomputation: auto (per stage, where memory forces it), none, or full (every stage)")
 	fl.StringVar(&f.memory, "memory", "", "device memory to plan for (e.g. 16GiB; default the cluster's)")
-	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default automatic)")
+	fl.IntVar(&f.layers, "layers", 0, "layers to cluster the step into (default min(8, max(devices, the model's blocks)))")
 	fl.StringVar(&f.plan, "plan", "", "cost a manual plan instead of searching: tp=N,pp=N,dp=N, or the stages of a plan.json")
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 	fl.StringVar(&f.search, "search", autopar.DefaultSearch, "stage search: fast (layer solutions composed, chosen stages solved exactly) or exhaustive (one ILP per layer range and mesh)")
