@@ -52,14 +52,21 @@ type Cluster struct {
 	// KernelOverhead is the seconds every kernel costs beyond its roofline time (a
 	// GPU's launch, the runtime's dispatch of one instruction). Default 0.
 	KernelOverhead float64 `json:"kernel_overhead,omitempty"`
-	// FuseElementwise prices chains of elementwise ops as one fused kernel, as XLA and
-	// Megatron-LM's fused kernels (bias+gelu, scale+mask+softmax, bias+dropout+add) run
-	// them: an intermediate one elementwise op produces and one elementwise op alone reads
-	// is neither written nor read from memory, and only the chain's last op pays
+	// FuseElementwise prices the step as a fusing compiler runs it on a GPU: elementwise
+	// chains, their input fusion into reductions, row reductions with the ops that use
+	// their rows (softmax, layer norm and their gradients, as Megatron-LM's fused kernels
+	// run them) and sibling consumers in one multi-output kernel. A kernel reads its
+	// external inputs once, writes what is read outside it once and pays one
 	// KernelOverhead (FusedOpTime; the rule in passes/sharding's fusion.go). Default
 	// false: the built-in runtime runs each op as its own instruction, so the cpu preset
 	// and calibrated files leave it off.
 	FuseElementwise bool `json:"fuse_elementwise,omitempty"`
+	// FuseEpilogue, with FuseElementwise, also fuses a bias add and a gelu or relu into
+	// the matmul whose result they take, as cuBLASLt's epilogues (BIAS, GELU_BIAS,
+	// RELU_BIAS, GELU_AUX_BIAS) run them. Default false, and off in the presets:
+	// Megatron-LM (SC'21) runs the matmul without its bias and then one fused bias+gelu
+	// kernel, which FuseElementwise prices.
+	FuseEpilogue bool `json:"fuse_epilogue,omitempty"`
 	// ClassOverhead is what a kernel of a class costs beyond KernelOverhead and its
 	// roofline time: the fixed work of a contraction or convolution kernel (operand
 	// transposes, one BLAS call per batch) that a one-element kernel does not show.

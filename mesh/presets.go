@@ -16,9 +16,11 @@ import (
 // practice (MLPerf-style measurements), not a promise; it scales every rate.
 // KernelOverhead is a few µs of launch and synchronization per kernel, the
 // usual CUDA figure: an assumption, not fitted to any run. FuseElementwise is
-// on for the GPUs: XLA fuses elementwise chains, and Megatron-LM runs fused
-// bias+gelu, scale+mask+softmax and bias+dropout+add kernels (Narayanan et
-// al., SC'21, §4.2); off for cpu, whose runtime runs one instruction per op.
+// on for the GPUs: XLA fuses elementwise chains into each other and into
+// reductions, and Megatron-LM runs fused bias+gelu, scale+mask+softmax,
+// bias+dropout+add and layer-norm kernels (Narayanan et al., SC'21, §4.2);
+// off for cpu, whose runtime runs one instruction per op. FuseEpilogue is off:
+// Megatron-LM runs its matmuls without cuBLASLt epilogues.
 var presets = map[string]func() Cluster{
 	// AWS p3.16xlarge, Alpa's testbed: 8× V100-SXM2 16 GB, 125 TFLOP/s fp16
 	// tensor cores, 900 GB/s HBM2. NVLink 2 in a hybrid cube mesh gives each

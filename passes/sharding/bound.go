@@ -25,22 +25,21 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 	out := make([]float64, len(g.Values))
 	for id := range g.Values {
 		v := &g.Values[id]
-		fused := fu.fusedWrite(ir.ValueID(id))
 		var bytes int64
-		if !fused {
+		if fu.writes(ir.ValueID(id)) {
 			bytes = v.Type.Bytes()
 		}
 		dt := v.Type.DType
 		for i, a := range v.Args {
 			t := g.Value(a).Type
-			if !fu.fusedWrite(a) {
-				bytes += t.Bytes()
+			if fu.reads(ir.ValueID(id), i) {
+				bytes += int64(float64(t.Bytes()) * fu.readScale(ir.ValueID(id), i))
 			}
 			if i == 0 {
 				dt = t.DType // as enumerator.computeDType
 			}
 		}
-		out[id] = cm.compute(v.Op, OpClass(v.Op, g.Dims(ir.ValueID(id))), dt, g.FLOPs(ir.ValueID(id)), n, float64(bytes)/float64(n), lm.HostDevices(), fused)
+		out[id] = cm.compute(v.Op, OpClass(v.Op, g.Dims(ir.ValueID(id))), dt, g.FLOPs(ir.ValueID(id)), n, float64(bytes)/float64(n), lm.HostDevices(), !fu.launches(ir.ValueID(id)))
 	}
 	return out, nil
 }

@@ -22,6 +22,7 @@ type planner struct {
 	lm   *mesh.LogicalMesh
 	opts Options
 	cm   costModel
+	fu   *fusion // the kernels the candidates were priced with (nil: no fusion)
 
 	cands     [][]Strategy // per value
 	groups    []*group

@@ -238,6 +238,10 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 				ms = ms[:1]
 			}
 			for _, m := range ms {
+				if m.reshard > 0 && p.fu.internal(u, v) {
+					m.reshard += p.fusedSpill(u, p.cands[u][gs.pick[ui]].Memory, p.cands[v][m.k].In, slots)
+				}
+				sib := p.siblingReshard(gr, gs, u, v, p.cands[v][m.k].In)
 				s := &p.cands[v][m.k]
 				pick := gs.pick
 				if len(ms) > 1 {
@@ -246,7 +250,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
 				}
 				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
-					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard, reshard: gs.reshard + m.reshard})
+					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard + sib, reshard: gs.reshard + m.reshard})
 			}
 		}
 		return out
@@ -306,4 +310,45 @@ func allEqual(in []mesh.Spec, slots []int, s mesh.Spec) bool {
 		}
 	}
 	return true
+}
+
+// fusedSpill is what a resharding costs beyond its collectives on an edge inside a kernel
+// (fusion.go): u's result, have bytes per device, is written after all, and v reads it back
+// in the layouts in gives its slots.
+func (p *planner) fusedSpill(u ir.ValueID, have int64, in []mesh.Spec, slots []int) float64 {
+	t := p.g.Value(u).Type
+	var want int64
+	for _, i := range slots {
+		b, err := p.lm.LocalBytes(t.Shape, t.DType.Size(), in[i])
+		if err != nil {
+			panic("sharding: local bytes of a checked spec: " + err.Error())
+		}
+		want += b
+	}
+	return p.fu.spill(p.cm, have, want)
+}
+
+// siblingReshard prices v's operands other than u that sit in v's group and in v's kernel
+// (fusion.go; a value and the broadcast of its row sums, both following one leader): the
+// resharding each needs from its layout under gs into in, and its spill, weighed as the
+// step runs it (weights.go). Result prices the same, so that the ILP sees what the kernel
+// would lose; it goes into the group's objective only, not into reshard, so the group
+// stays tight for dominance pruning. (Other operands in the group are left as they were:
+// the ILP does not price them, and result does.)
+func (p *planner) siblingReshard(gr *group, gs groupStrategy, u, v ir.ValueID, in []mesh.Spec) float64 {
+	if p.fu == nil {
+		return 0
+	}
+	gi := p.groupOf[u]
+	t := 0.0
+	for j, a := range p.g.Value(v).Args {
+		if a == u || !p.fu.internal(a, v) || p.groupOf[a] != gi || p.memberIdx[a] >= len(gr.members) || gr.members[p.memberIdx[a]] != a {
+			continue
+		}
+		s := &p.cands[a][gs.pick[p.memberIdx[a]]]
+		if r := p.reshard(a, s.Out, in[j]).Time; r > 0 {
+			t += p.wReshard[a] * (r + p.fusedSpill(a, s.Memory, in, []int{j}))
+		}
+	}
+	return t
 }

@@ -121,6 +121,9 @@ func (r *Result) addReshard(p *planner, seen map[reshardOnce]bool, from, to ir.V
 	seen[k] = true
 	rs := p.reshard(from, have, want)
 	r.Cost.Resharding += rs.Time
+	if rs.Time > 0 && slot >= 0 && p.fu.internal(from, to) {
+		r.Cost.Resharding += p.fusedSpill(from, r.Strategies[from].Memory, []mesh.Spec{want}, []int{0})
+	}
 	for _, st := range rs.Steps {
 		if st.Time == 0 && st.Sent == 0 {
 			continue // a free slice moves nothing

@@ -113,28 +113,30 @@ func Candidates(g *ir.Graph, lm *mesh.LogicalMesh) ([][]Strategy, error) {
 // CandidatesWith lists every value's strategies, indexed by ValueID, priced under opts.
 // The order and the set depend only on the graph, the mesh and opts.AlpaCompute.
 func CandidatesWith(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, error) {
-	return candidates(context.Background(), g, lm, opts)
+	cands, _, err := candidates(context.Background(), g, lm, opts)
+	return cands, err
 }
 
 // candidates is CandidatesWith, stopping with ctx's error once ctx ends: on a large graph
-// the enumeration takes seconds.
-func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, error) {
+// the enumeration takes seconds. It also returns the kernels the strategies were priced
+// with (nil: no fusion).
+func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, *fusion, error) {
 	if err := ir.Verify(g); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cm, err := opts.costModel()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fu := fusionOf(g, opts, cm)
 	out := make([][]Strategy, len(g.Values))
 	for id := range g.Values {
 		if id%16 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id))
 	}
-	return out, nil
+	return out, fu, nil
 }
 
 // Result is the sharding the pass chose and what it predicts.
@@ -237,7 +239,7 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 
 // newPlannerContext is newPlanner, stopping with ctx's error while it enumerates candidates.
 func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
-	cands, err := candidates(ctx, g, lm, opts)
+	cands, fu, err := candidates(ctx, g, lm, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +261,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()
-	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, cands: cands, memo: map[reshardKey]mesh.Reshard{},
+	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, fu: fu, cands: cands, memo: map[reshardKey]mesh.Reshard{},
 		typeKey: make([]string, len(g.Values))}
 	if err := p.checkForce(); err != nil {
 		return nil, err

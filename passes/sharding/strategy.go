@@ -64,8 +64,8 @@ type costModel struct {
 
 // compute prices one op's kernel on one device: flops of the whole op split over shards
 // devices, bytes its local operands and result hold, while hostDevices devices of its host
-// compute at once (mesh.Cluster.Sharing). fused: the op runs inside its reader's kernel
-// (fusion.go) and pays no kernel overhead.
+// compute at once (mesh.Cluster.Sharing). fused: the op runs inside a kernel another op of
+// it launches (fusion.go) and pays no kernel overhead.
 func (c costModel) compute(op ir.Op, class mesh.OpClass, dt ir.DType, flops float64, shards int, bytes float64, hostDevices int, fused bool) float64 {
 	if c.alpa || op.Def().Category == ir.CatLeaf {
 		return 0
@@ -267,12 +267,11 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	base := Strategy{In: in, Out: out}
 	base.Memory = e.bytes(out)
 	traffic := e.operandBytes(in)
-	fused := e.fu.fusedWrite(e.id)
-	if !fused {
+	if e.fu.writes(e.id) {
 		traffic += base.Memory
 	}
 	base.Compute = e.cm.compute(e.v.Op, OpClass(e.v.Op, e.r.dims), e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
-		float64(traffic), e.lm.HostDevices(), fused)
+		float64(traffic), e.lm.HostDevices(), !e.fu.launches(e.id))
 	suffix := e.syncStats(&base)
 	if partial == 0 {
 		base.Name = e.name(base, suffix)
@@ -376,17 +375,21 @@ func (e *enumerator) bytes(s mesh.Spec) int64 {
 	return b
 }
 
-// operandBytes is what one device reads of the op's operands laid out as in, less the
-// operands fused into its kernel (fusion.go), which it never reads from memory.
+// operandBytes is what one device reads of the op's operands laid out as in, less what
+// its kernel does not read from memory for it (fusion.go): operands made inside the kernel,
+// and inputs another op of the kernel reads already.
 func (e *enumerator) operandBytes(in []mesh.Spec) int64 {
 	var sum int64
 	for i, t := range e.args {
-		if e.fu.fusedWrite(e.v.Args[i]) {
+		if !e.fu.reads(e.id, i) {
 			continue
 		}
 		b, err := e.lm.LocalBytes(t.Shape, t.DType.Size(), in[i])
 		if err != nil {
 			panic("sharding: local bytes of a checked spec: " + err.Error())
+		}
+		if s := e.fu.readScale(e.id, i); s != 1 {
+			b = int64(float64(b) * s) // a broadcast, read as its source
 		}
 		sum += b
 	}
