@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/mesh"
 )
@@ -18,24 +19,14 @@ import (
 // logical mesh of their clusters, two-dimensional ones included; on one device it is the
 // solved price.
 func TestLayerBoundIsLower(t *testing.T) {
-	for _, tc := range []struct {
-		model, cluster    string
-		hosts, devices, b int
-		layers            int
-	}{
+	for _, tc := range []boundCase{
 		{"mlp-tiny", "cpu", 1, 4, 2, 3},
 		{"mlp-tiny", "cpu", 2, 2, 4, 3},
 		{"gpt-tiny", "dgx-a100", 1, 2, 2, 3},
 		{"moe-tiny", "cpu", 1, 2, 2, 2},
 	} {
-		t.Run(fmt.Sprintf("%s/%s/%dx%d", tc.model, tc.cluster, tc.hosts, tc.devices), func(t *testing.T) {
-			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
-			require.NoError(t, err)
-			c, err := mesh.ParseCluster(tc.cluster)
-			require.NoError(t, err)
-			c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
-			o, dc := testOracle(t, g, c, tc.b, tc.layers)
-			require.NotNil(t, o.layerInfos())
+		t.Run(tc.name(), func(t *testing.T) {
+			o, dc := tc.oracle(t)
 			checked := 0
 			for _, mk := range o.meshes(dc) {
 				for k := range o.lay.L {
@@ -131,23 +122,13 @@ func TestLazySearchCancels(t *testing.T) {
 // memory model.
 func TestMemFloorIsLower(t *testing.T) {
 	total := 0
-	for _, tc := range []struct {
-		model, cluster    string
-		hosts, devices, b int
-		layers            int
-	}{
+	for _, tc := range []boundCase{
 		{"mlp-tiny", "cpu", 1, 4, 1, 3},
 		{"gpt-tiny", "dgx-a100", 1, 2, 1, 3},
 		{"moe-tiny", "cpu", 1, 2, 1, 2},
 	} {
-		t.Run(fmt.Sprintf("%s/%s/%dx%d", tc.model, tc.cluster, tc.hosts, tc.devices), func(t *testing.T) {
-			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
-			require.NoError(t, err)
-			c, err := mesh.ParseCluster(tc.cluster)
-			require.NoError(t, err)
-			c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
-			o, dc := testOracle(t, g, c, tc.b, tc.layers)
-			require.NotNil(t, o.layerInfos())
+		t.Run(tc.name(), func(t *testing.T) {
+			o, dc := tc.oracle(t)
 			checked, positive := 0, 0
 			for _, mk := range o.meshes(dc) {
 				n := mk.sub.NumDevices()
@@ -181,4 +162,29 @@ func TestMemFloorIsLower(t *testing.T) {
 		})
 	}
 	assert.Positive(t, total, "the floor says something under recomputation")
+}
+
+// boundCase is a zoo model on a cluster of hosts × devices, its step at b micro-batches cut
+// into layers, as the bound tests check it.
+type boundCase struct {
+	model, cluster    string
+	hosts, devices, b int
+	layers            int
+}
+
+func (tc boundCase) name() string {
+	return fmt.Sprintf("%s/%s/%dx%d", tc.model, tc.cluster, tc.hosts, tc.devices)
+}
+
+// oracle is the case's oracle with its layers' infos built, and its DP cluster.
+func (tc boundCase) oracle(t *testing.T) (*oracle, dp.Cluster) {
+	t.Helper()
+	g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster(tc.cluster)
+	require.NoError(t, err)
+	c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+	o, dc := testOracle(t, g, c, tc.b, tc.layers)
+	require.NotNil(t, o.layerInfos())
+	return o, dc
 }
