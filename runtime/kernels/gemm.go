@@ -142,16 +142,8 @@ func rowsOf[T number](m mat[T], t bool, i, n, l, nk int) mat[T] {
 }
 
 // colsOf is rows [l, l+nk) and columns [j, j+n) of op(m) (m transposed when t); nk 0: every
-// row.
+// row. Columns of op(m) are rows of its transpose, stored the same way: rowsOf with t
+// flipped.
 func colsOf[T number](m mat[T], t bool, j, n, l, nk int) mat[T] {
-	if t {
-		if nk == 0 {
-			nk = m.cols
-		}
-		return mat[T]{data: m.data[j*m.stride+l:], rows: n, cols: nk, stride: m.stride}
-	}
-	if nk == 0 {
-		nk = m.rows
-	}
-	return mat[T]{data: m.data[l*m.stride+j:], rows: nk, cols: n, stride: m.stride}
+	return rowsOf(m, !t, j, n, l, nk)
 }
