@@ -116,17 +116,22 @@ func TestPredictDetail(t *testing.T) {
 
 var clockFlag = flag.Float64("predict-detail-clock", 0.5, "µs the clock reads add to each instruction's CPU time in TestPredictDetail")
 
-func instrWork(p *program.Program, in *program.Instr) (flops, bytes float64) {
-	var args []ir.Type
+// instrTypes is the types of an instruction's operands and result (the zero type when it
+// has none) and the bytes they hold together.
+func instrTypes(p *program.Program, in *program.Instr) (args []ir.Type, out ir.Type, bytes float64) {
 	for _, a := range in.Args {
 		args = append(args, p.Buffers[a].Type)
 		bytes += float64(p.Buffers[a].Type.Bytes())
 	}
-	var out ir.Type
 	if in.Out != program.NoBuffer {
 		out = p.Buffers[in.Out].Type
 		bytes += float64(out.Bytes())
 	}
+	return args, out, bytes
+}
+
+func instrWork(p *program.Program, in *program.Instr) (flops, bytes float64) {
+	args, out, bytes := instrTypes(p, in)
 	if in.Kind == program.Compute {
 		flops = in.Op.Def().FLOPs(args, in.Attrs, out)
 	}
@@ -159,17 +164,7 @@ func detailKey(p *program.Program, in *program.Instr) string {
 // accumulation is an add), collectives and frees at nothing (priced by their fits, and in
 // the instruction whose result is freed).
 func instrPrice(c *mesh.Cluster, p *program.Program, in *program.Instr) float64 {
-	var args []ir.Type
-	bytes := 0.0
-	for _, a := range in.Args {
-		args = append(args, p.Buffers[a].Type)
-		bytes += float64(p.Buffers[a].Type.Bytes())
-	}
-	var out ir.Type
-	if in.Out != program.NoBuffer {
-		out = p.Buffers[in.Out].Type
-		bytes += float64(out.Bytes())
-	}
+	args, out, bytes := instrTypes(p, in)
 	switch in.Kind {
 	case program.Compute:
 		class := sharding.OpClass(in.Op, in.Op.Def().Dims(args, in.Attrs, out))
