@@ -212,3 +212,16 @@ func requireSolutionChecks(t *testing.T, p *Problem, sol *Solution) {
 		t.Fatalf("Evaluate objective %g, Solution.Objective %g", ev.Objective, sol.Objective)
 	}
 }
+
+// choiceOf reads the strategy each node's one-hot variables s[v] chose in sol.
+func choiceOf(sol *Solution, s [][]VarID) []int {
+	choice := make([]int, len(s))
+	for v := range s {
+		for st, id := range s[v] {
+			if sol.Value(id) == 1 {
+				choice[v] = st
+			}
+		}
+	}
+	return choice
+}

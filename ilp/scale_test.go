@@ -46,15 +46,7 @@ func TestScaledSolveMatchesBruteForce(t *testing.T) {
 		sol := solveScaled(t, p)
 		want := a.bruteForce()
 		assert.InDelta(t, want, sol.Objective, 1e-9*math.Max(1, math.Abs(want)), "seed %d", seed)
-		choice := make([]int, len(s))
-		for v := range s {
-			for st, id := range s[v] {
-				if sol.Value(id) == 1 {
-					choice[v] = st
-				}
-			}
-		}
-		got, fits := a.cost(choice)
+		got, fits := a.cost(choiceOf(sol, s))
 		assert.True(t, fits, "seed %d: decoded choice breaks the memory budget", seed)
 		assert.InDelta(t, want, got, 1e-9*math.Max(1, math.Abs(want)), "seed %d", seed)
 	}

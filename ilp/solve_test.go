@@ -208,15 +208,7 @@ func TestSolveAlpaModelMatchesBruteForce(t *testing.T) {
 		sol := solveOK(t, p)
 		want := a.bruteForce()
 		assert.InDelta(t, want, sol.Objective, 1e-6, "seed %d", seed)
-		choice := make([]int, len(s))
-		for v := range s {
-			for st, id := range s[v] {
-				if sol.Value(id) == 1 {
-					choice[v] = st
-				}
-			}
-		}
-		got, fits := a.cost(choice)
+		got, fits := a.cost(choiceOf(sol, s))
 		assert.True(t, fits, "seed %d: decoded choice breaks the memory budget", seed)
 		assert.InDelta(t, want, got, 1e-6, "seed %d", seed)
 	}
