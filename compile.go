@@ -59,7 +59,13 @@ type Options struct {
 	// stage, recomputing where memory forces it), "none" or "full" (every stage, as
 	// Megatron-LM's full recomputation). See remat.go.
 	Remat string
-	// ILPTimeLimit bounds each sharding ILP; 0 means 30 s.
+	// ILPIterations bounds each sharding ILP by effort: lp_solve's simplex iterations,
+	// branch and bound included (ilp.Options.Iterations). A solve it stops returns the
+	// same feasible point on any machine under any load, so the search, and the plan, do
+	// not depend on them; 0 means DefaultILPIterations, negative no limit.
+	ILPIterations int64
+	// ILPTimeLimit bounds the CPU time of each sharding ILP, a backstop behind
+	// ILPIterations (it varies from machine to machine); 0 means 30 s.
 	ILPTimeLimit time.Duration
 	// Search is how stages are priced: "fast" (the default) solves each distinct layer
 	// at most once per logical mesh, only where a plan priced by lower bounds needs it
@@ -253,6 +259,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ILPTimeLimit == 0 {
 		o.ILPTimeLimit = 30 * time.Second
+	}
+	if o.ILPIterations == 0 {
+		o.ILPIterations = DefaultILPIterations
 	}
 	if o.Search == "" {
 		o.Search = DefaultSearch
@@ -458,6 +467,7 @@ func setUp(s *Compilation) (*attempt, error) {
 		return nil, err // before the sharding ILPs, which a refused search would waste
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), s.shared)
+	o.iters = opts.ILPIterations
 	if !opts.unweighted {
 		o.mb = s.Microbatches
 	}

@@ -32,6 +32,7 @@ type oracle struct {
 	lay    *passes.Layering
 	c      *mesh.Cluster
 	limit  time.Duration
+	iters  int64 // each full solve's iteration limit (Options.ILPIterations); < 0: none
 	memory int64
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
@@ -177,6 +178,14 @@ func (s *stageSolution) chosen(i int) dp.StageCost {
 // priced exactly, so a memory error's minimum is exact up to it.
 const pruneFactor = 4
 
+// DefaultILPIterations is Options.ILPIterations' default: lp_solve's simplex iterations,
+// branch and bound included, allowed each sharding ILP. About the effort the former 30 s
+// wall-clock limit allowed on a quiet core (0.5–0.75 ms an iteration on the recorded
+// GPT-1.3B ILPs of 6.5–20k variables), but the same stop on any machine under any load.
+// No ILP of the recorded corpus that lp_solve proves optimal needs a tenth of it
+// (docs/DECISIONS.md, "lp_solve settings over a recorded corpus").
+const DefaultILPIterations = 40000
+
 // leanIterations bounds each ILP of a memory-lean layer solution by lp_solve's simplex
 // iterations: about 3 s of the largest layer ILPs (GPT-1.3B on 2×2, 27k variables, ~1 ms an
 // iteration) on a quiet core, and, unlike the 3 s wall-clock limit it replaces, the same
@@ -187,7 +196,7 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	if sh == nil {
 		sh = newShared()
 	}
-	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, memory: memory,
+	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
 		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}}
 }
@@ -403,7 +412,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if o.remat == RematFull {
 		marks = sg.remat.layers.marks
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, SolveLayersOnce: true,
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), SolveLayersOnce: true,
 		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
 		Recompute: marks}
 	if memory != o.memory {

@@ -107,6 +107,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		p.Manual = opts.Manual.String()
 	}
 	p.ILPTimeLimit = opts.ILPTimeLimit.Seconds()
+	p.ILPIterations = opts.ILPIterations
 	for l := range lay.L {
 		p.Layers = append(p.Layers, Layer{FLOPs: lay.FLOPs[l], InBytes: lay.InBytes[l]})
 	}
@@ -254,6 +255,14 @@ func ilpStatsOf(s sharding.ILPStats) plan.ILPStats {
 	return plan.ILPStats{Values: s.Values, Nodes: s.Nodes, Variables: s.Variables, EdgeVars: s.EdgeVars, Rows: s.Rows,
 		MemoryRows: s.MemoryRows, TiedGroups: s.TiedGroups, Rounds: s.Rounds, SharedValues: s.SharedValues,
 		PerEdgeValues: s.PerEdgeValues, Status: s.Status, Objective: s.Objective, SolveTime: s.SolveTime}
+}
+
+// ilpIterations is the iteration limit the plan's sharding solves ran under (< 0: none).
+func (p *Plan) ilpIterations() int64 {
+	if p.ILPIterations == 0 {
+		return Options{}.withDefaults().ILPIterations
+	}
+	return p.ILPIterations
 }
 
 // ilpTimeLimit is the time limit the plan's sharding solves ran under.

@@ -12,8 +12,9 @@ package ilp
 //
 // Cancellation: lp_solve polls an abort callback during its search. The
 // callback is written in C (no Go callback, so nothing re-enters the Go
-// runtime from lp_solve's stack); it reads a deadline and a cancel flag that
-// Go sets atomically when the context ends.
+// runtime from lp_solve's stack); it reads an iteration limit, a deadline on the
+// solving thread's CPU time, and a cancel flag that Go sets atomically when the
+// context ends.
 
 /*
 #cgo CFLAGS: -I/usr/include/lpsolve
@@ -26,13 +27,19 @@ typedef struct {
 	int cancel;         // set atomically by Go when the context ends
 	int timedout;       // set by ap_abort when the deadline has passed
 	int exhausted;      // set by ap_abort when the iteration limit is reached
-	long long deadline; // CLOCK_MONOTONIC nanoseconds; 0 means none
+	long long deadline; // CPU time of the solving thread, nanoseconds; 0 means none
 	long long max_iter; // simplex iterations allowed; 0 means no limit
+	long long bb_min;   // > 0: give up branching after max(root's iterations, bb_min) more
+	long long root_iter; // iterations when branch and bound began (bb_started)
+	int bb_started;
+	int gaveup;         // set by ap_abort when the branching allowance is spent
 } ap_ctrl;
 
-static long long ap_now(void) {
+// ap_cpu returns the CPU time of the calling thread: lp_solve runs on that one thread, so
+// this is the solve's own CPU time whatever else the machine does.
+static long long ap_cpu(void) {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -45,7 +52,23 @@ static int __WINAPI ap_abort(lprec *lp, void *handle) {
 		c->exhausted = 1;
 		return TRUE;
 	}
-	if (c->deadline > 0 && ap_now() >= c->deadline) {
+	// The branching allowance: as many iterations again as the root relaxation took
+	// (at least bb_min), counted from the first branch-and-bound node.
+	if (c->bb_min > 0 && get_total_nodes(lp) > 0) {
+		long long it = get_total_iter(lp);
+		if (!c->bb_started) {
+			c->bb_started = 1;
+			c->root_iter = it;
+		}
+		long long allow = c->root_iter > c->bb_min ? c->root_iter : c->bb_min;
+		if (it - c->root_iter >= allow) {
+			c->gaveup = 1;
+			return TRUE;
+		}
+	}
+	// lp_solve calls this from the thread that runs solve(), so the clock read is the
+	// solve's own CPU time: the machine's load does not move the deadline.
+	if (c->deadline > 0 && ap_cpu() >= c->deadline) {
 		c->timedout = 1;
 		return TRUE;
 	}
@@ -54,28 +77,26 @@ static int __WINAPI ap_abort(lprec *lp, void *handle) {
 
 static ap_ctrl *ap_new(void) { return (ap_ctrl *)calloc(1, sizeof(ap_ctrl)); }
 
-// ap_arm starts the clock (limit_ns <= 0: no limit), sets the iteration limit (<= 0: none)
-// and installs the callback.
-static void ap_arm(lprec *lp, ap_ctrl *c, long long limit_ns, long long max_iter) {
-	c->deadline = limit_ns > 0 ? ap_now() + limit_ns : 0;
+// ap_solve installs the callback with a CPU-time limit (limit_ns <= 0: none), an
+// iteration limit (<= 0: none) and a branching allowance (bb_min <= 0: none), runs solve()
+// and reports the CPU time it took. Arming and solving are one C call so that both read
+// the clock of the same thread.
+static int ap_solve(lprec *lp, ap_ctrl *c, long long limit_ns, long long max_iter, long long bb_min, long long *cpu_ns) {
+	long long start = ap_cpu();
+	c->deadline = limit_ns > 0 ? start + limit_ns : 0;
 	c->max_iter = max_iter > 0 ? max_iter : 0;
+	c->bb_min = bb_min > 0 ? bb_min : 0;
+	c->bb_started = c->gaveup = 0;
 	put_abortfunc(lp, ap_abort, c);
-}
-
-// ap_solve runs solve() and reports the CPU time of the calling thread it took: lp_solve
-// runs on that one thread, so this is the solve's own CPU time whatever else the process does.
-static int ap_solve(lprec *lp, long long *cpu_ns) {
-	struct timespec a, b;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
 	int code = solve(lp);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-	*cpu_ns = (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+	*cpu_ns = ap_cpu() - start;
 	return code;
 }
 
 static void ap_cancel(ap_ctrl *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED); }
 static int ap_timedout(ap_ctrl *c) { return c->timedout; }
 static int ap_exhausted(ap_ctrl *c) { return c->exhausted; }
+static int ap_gaveup(ap_ctrl *c) { return c->gaveup; }
 */
 import "C"
 
@@ -321,17 +342,31 @@ func (m *lpModel) tune(t tuning) {
 	if t.pivoting >= 0 {
 		C.set_pivoting(m.lp, C.int(t.pivoting))
 	}
+	if t.verbose > 0 {
+		C.set_verbose(m.lp, C.int(t.verbose))
+	}
+	if t.crash >= 0 {
+		C.set_basiscrash(m.lp, C.int(t.crash))
+	}
+	if t.epsPivot > 0 {
+		C.set_epspivot(m.lp, C.double(t.epsPivot))
+	}
+	if t.epsEl > 0 {
+		C.set_epsel(m.lp, C.double(t.epsEl))
+	}
+	if t.gapAbs > 0 {
+		C.set_mip_gap(m.lp, 1, C.double(t.gapAbs))
+	}
+	if t.gapRel > 0 {
+		C.set_mip_gap(m.lp, 0, C.double(t.gapRel))
+	}
 }
 
-// solve runs lp_solve with a time limit and a limit on simplex iterations (0: none) and
-// returns its code. lp_solve's own whole-second timeout backs up the abort callback.
-func (m *lpModel) solve(limit time.Duration, iters int64) int {
-	if limit > 0 {
-		C.set_timeout(m.lp, C.long(limit/time.Second+2))
-	}
-	C.ap_arm(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()), C.longlong(iters))
+// solve runs lp_solve with a limit on its CPU time, one on simplex iterations and a
+// branching allowance (see ap_abort; 0: none) and returns its code.
+func (m *lpModel) solve(limit time.Duration, iters, bbMin int64) int {
 	var cpu C.longlong
-	code := int(C.ap_solve(m.lp, &cpu))
+	code := int(C.ap_solve(m.lp, m.ctrl, C.longlong(limit.Nanoseconds()), C.longlong(iters), C.longlong(bbMin), &cpu))
 	m.cpu = time.Duration(cpu)
 	return code
 }
@@ -352,6 +387,9 @@ func (m *lpModel) timedOut() bool { return C.ap_timedout(m.ctrl) != 0 }
 
 // exhausted reports whether the abort callback stopped the solve at the iteration limit.
 func (m *lpModel) exhausted() bool { return C.ap_exhausted(m.ctrl) != 0 }
+
+// gaveUp reports whether the abort callback stopped the solve at the branching allowance.
+func (m *lpModel) gaveUp() bool { return C.ap_gaveup(m.ctrl) != 0 }
 
 // solutionCount returns how many improved solutions lp_solve found: zero
 // means it holds no feasible point.

@@ -70,8 +70,11 @@ func keyOf(p *Problem, opts Options, t tuning) memoKey {
 		f(p.Rows[i].RHS)
 	}
 	u(uint64(max(0, opts.Iterations)))
-	for _, x := range []int{t.presolve, t.scaling, t.bbRule, t.floor, t.improve, t.depth, t.simplex, t.pivoting} {
+	for _, x := range []int{t.presolve, t.scaling, t.bbRule, t.floor, t.improve, t.depth, t.simplex, t.pivoting, t.crash, t.firstRule} {
 		u(uint64(int64(x)))
+	}
+	for _, x := range []float64{t.epsPivot, t.epsEl, t.gapAbs, t.gapRel} {
+		f(x)
 	}
 	if t.scaleRows {
 		u(1)

@@ -41,7 +41,8 @@ func (*lpModel) load([]Term)                           {}
 func (*lpModel) setObjective([]Term) error             { return ErrNoSolver }
 func (*lpModel) setRowMode(bool) error                 { return ErrNoSolver }
 func (*lpModel) addRow(*Row) error                     { return ErrNoSolver }
-func (*lpModel) solve(time.Duration, int64) int        { return lpNoMemory }
+func (*lpModel) solve(time.Duration, int64, int64) int { return lpNoMemory }
+func (*lpModel) gaveUp() bool                          { return false }
 func (*lpModel) exhausted() bool                       { return false }
 func (*lpModel) cancel()                               {}
 func (*lpModel) tune(tuning)                           {}

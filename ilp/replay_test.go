@@ -22,6 +22,7 @@ var (
 	replayCorpus  = flag.String("ilp-corpus", "", "directory of gob-encoded ILPs to replay (TestReplay)")
 	replayMemo    = flag.Bool("ilp-memo", false, "TestReplay: solve through Solve's memo")
 	replayLean    = flag.Int64("ilp-lean", 0, "TestReplay: solve problems recorded with a limit under 10 s with this iteration limit and 30 s")
+	replayIters   = flag.Int64("ilp-iters", 0, "TestReplay: stop every solve after this many simplex iterations (ilp.Options.Iterations)")
 	replayNoLimit = flag.Bool("ilp-nolimit", false, "TestReplay: ignore the recorded time limits")
 	replayTune    = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
 )
@@ -36,10 +37,11 @@ func TestReplay(t *testing.T) {
 			continue
 		}
 		k, v, _ := strings.Cut(kv, "=")
-		n, err := strconv.Atoi(v)
+		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := int(x)
 		switch k {
 		case "presolve":
 			tu.presolve = n
@@ -59,6 +61,20 @@ func TestReplay(t *testing.T) {
 			tu.scaleRows = n != 0
 		case "pivoting":
 			tu.pivoting = n
+		case "firstrule":
+			tu.firstRule = n
+		case "verbose":
+			tu.verbose = n
+		case "crash":
+			tu.crash = n
+		case "epspivot":
+			tu.epsPivot = x
+		case "epsel":
+			tu.epsEl = x
+		case "gapabs":
+			tu.gapAbs = x
+		case "gaprel":
+			tu.gapRel = x
 		default:
 			t.Fatalf("unknown setting %q", k)
 		}
@@ -89,7 +105,7 @@ func TestReplay(t *testing.T) {
 		if *replayNoLimit {
 			rec.Limit = 0
 		}
-		opts := Options{TimeLimit: rec.Limit}
+		opts := Options{TimeLimit: rec.Limit, Iterations: *replayIters}
 		if *replayLean > 0 && rec.Limit > 0 && rec.Limit < 10*time.Second {
 			// a lean solve of the oracle: effort-limited now, with its full time limit
 			opts = Options{TimeLimit: 30 * time.Second, Iterations: *replayLean}

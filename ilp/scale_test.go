@@ -14,11 +14,11 @@ import (
 // solveScaled solves p scaled exactly (scale.go), as the fallback does.
 func solveScaled(t *testing.T, p *Problem) *Solution {
 	t.Helper()
-	m, err := build(p, tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1, scaleRows: true})
+	m, err := build(p, tuning{presolve: -1, scaling: -1, bbRule: -1, floor: -1, improve: -1, simplex: -1, pivoting: -1, crash: -1, firstRule: -1, scaleRows: true})
 	require.NoError(t, err)
 	defer m.free()
-	code := solveWatched(context.Background(), m, Options{})
-	sol, err := result(context.Background(), p, m, code, Options{})
+	code := solveWatched(context.Background(), m, limits{})
+	sol, err := result(context.Background(), p, m, code, Options{}, nil)
 	require.NoError(t, err)
 	return sol
 }
@@ -64,7 +64,7 @@ func TestSolveWideRangePeak(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &p))
 	m, err := build(&p, defaultTuning)
 	require.NoError(t, err)
-	code := solveWatched(context.Background(), m, Options{})
+	code := solveWatched(context.Background(), m, limits{})
 	m.free()
 	t.Logf("lp_solve unscaled: %s", lpCodeNames[code])
 

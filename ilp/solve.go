@@ -22,8 +22,12 @@ var (
 
 // Options tune Solve.
 type Options struct {
-	// TimeLimit bounds lp_solve's search (model building, linear in the
-	// model's size, is not counted); zero or negative means no limit.
+	// TimeLimit bounds the CPU time of lp_solve's search, measured on the
+	// thread that runs it (model building, linear in the model's size, is not
+	// counted); zero or negative means no limit. CPU time rather than wall time,
+	// so that other work on the machine does not move the stop; it still varies
+	// from machine to machine, so use it as a backstop behind Iterations where
+	// the answer must be reproducible.
 	TimeLimit time.Duration
 	// Iterations bounds the search by effort instead: lp_solve stops once it has
 	// made this many simplex iterations (branch and bound included); zero or
@@ -122,15 +126,78 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 
 // solve builds and solves p with lp_solve; reusable says whether the answer depends on the
 // problem alone (see cacheable).
+//
+// A problem with integer variables is searched under two branching rules in turn
+// (docs/DECISIONS.md, "lp_solve settings over a recorded corpus"): first under
+// tuning.firstRule within a branching allowance — as many simplex iterations again as the
+// root relaxation took, at least bbAllowanceMin, counted from the first branch — then,
+// if that did not settle it, afresh under tuning.bbRule with what is left of the limits,
+// keeping the better feasible point of the two. Both stops are counted in iterations, so
+// the answer is still a function of the problem and the options.
 func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusable bool, err error) {
 	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
+	defer func() {
+		st.Err = err
+		traced(p, st)
+	}()
 	t := defaultTuning
+	if !hasIntegers(p) {
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
+	}
+	st.Rules = 1
+	if t.firstRule < 0 {
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
+	}
+	first := t
+	first.bbRule = t.firstRule
+	lim := limits{opts.TimeLimit, opts.Iterations, bbAllowanceMin}
+	sol, reusable, err = run(ctx, p, opts, lim, &first, nil, &st)
+	if !errors.Is(err, errGaveUp) {
+		return sol, reusable, err
+	}
+	// What is left of the limits; > 0, as the allowance struck first.
+	if opts.Iterations > 0 {
+		lim.iters = max(opts.Iterations-st.Iterations, 1)
+	}
+	if opts.TimeLimit > 0 {
+		lim.time = max(opts.TimeLimit-st.CPU, time.Nanosecond)
+	}
+	lim.bbMin = 0
+	t.scaleRows = first.scaleRows
+	st.Rules = 2
+	return run(ctx, p, opts, lim, &t, sol, &st)
+}
+
+// errGaveUp: the branching allowance stopped the first rule's search (see solve).
+var errGaveUp = errors.New("ilp: branching allowance spent")
+
+// bbAllowanceMin is the least branching allowance of the first rule, in simplex iterations
+// (a variable for the tests).
+var bbAllowanceMin int64 = 1000
+
+func hasIntegers(p *Problem) bool {
+	for _, v := range p.Vars {
+		if v.Kind != Continuous {
+			return true
+		}
+	}
+	return false
+}
+
+// limits are what stops one lp_solve run: CPU time, simplex iterations (0: none) and the
+// branching allowance (see solve; 0: none).
+type limits struct {
+	time         time.Duration
+	iters, bbMin int64
+}
+
+// run solves p under *t within lim, retrying scaled when lp_solve fails numerically
+// (t.scaleRows is then set); prior, if set, is a feasible point found before, returned
+// instead of a worse one when the search stops early. Errors name opts' limits.
+func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, st *Stats) (*Solution, bool, error) {
 	for {
-		retry := false
-		sol, reusable, retry, err = attempt(ctx, p, opts, t, &st)
+		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, st)
 		if !retry {
-			st.Err = err
-			traced(p, st)
 			return sol, reusable, err
 		}
 		// lp_solve's own scaling failed on this problem's range of numbers: solve it again
@@ -142,7 +209,7 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 
 // attempt is one lp_solve run of p under t, its effort added to st; retry says that it
 // failed numerically and a scaled run may succeed.
-func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats) (*Solution, bool, bool, error) {
+func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning, prior *Solution, st *Stats) (*Solution, bool, bool, error) {
 	start := time.Now()
 	m, err := build(p, t)
 	if err != nil {
@@ -150,7 +217,7 @@ func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats)
 	}
 	defer m.free()
 	built := time.Now()
-	code := solveWatched(ctx, m, opts)
+	code := solveWatched(ctx, m, lim)
 	cpu, iters, nodes := m.effort()
 	st.Build += built.Sub(start)
 	st.Wall += time.Since(built)
@@ -160,7 +227,7 @@ func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats)
 	if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
 		return nil, false, true, nil
 	}
-	sol, err := result(ctx, p, m, code, opts)
+	sol, err := result(ctx, p, m, code, opts, prior)
 	return sol, cacheable(sol, err, m), false, err
 }
 
@@ -204,21 +271,21 @@ func load(m *lpModel, p *Problem) error {
 
 // solveWatched runs the solve while a context.AfterFunc watches ctx, and
 // returns only once the watcher can no longer touch the model.
-func solveWatched(ctx context.Context, m *lpModel, opts Options) int {
+func solveWatched(ctx context.Context, m *lpModel, lim limits) int {
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		m.cancel()
 	})
-	code := m.solve(opts.TimeLimit, opts.Iterations)
+	code := m.solve(lim.time, lim.iters, lim.bbMin)
 	if !stop() {
 		<-done // the watcher started: wait until it is finished with m
 	}
 	return code
 }
 
-// result turns lp_solve's return code into Solve's outcome.
-func result(ctx context.Context, p *Problem, m *lpModel, code int, opts Options) (*Solution, error) {
+// result turns lp_solve's return code into Solve's outcome; prior is as for run.
+func result(ctx context.Context, p *Problem, m *lpModel, code int, opts Options, prior *Solution) (*Solution, error) {
 	switch code {
 	case lpOptimal:
 		return solution(p, m, Optimal)
@@ -227,16 +294,29 @@ func result(ctx context.Context, p *Problem, m *lpModel, code int, opts Options)
 	case lpUnbounded:
 		return nil, ErrUnbounded
 	case lpSubopt, lpUserAbort, lpTimeout:
-		return stopped(ctx, p, m, opts)
+		return stopped(ctx, p, m, opts, prior)
 	}
 	return nil, fmt.Errorf("ilp: lp_solve solve returned %d (%s)", code, lpCodeNames[code])
 }
 
-// stopped handles a search cut short by the deadline or the context: it
-// returns the best feasible point, if any, with the reason as error.
-func stopped(ctx context.Context, p *Problem, m *lpModel, opts Options) (*Solution, error) {
+// stopped handles a search cut short by a limit, the branching allowance (errGaveUp) or the
+// context: it returns the best feasible point, of this search or prior, if any, with the
+// reason as error.
+func stopped(ctx context.Context, p *Problem, m *lpModel, opts Options, prior *Solution) (*Solution, error) {
+	var sol *Solution
+	if m.solutionCount() > 0 {
+		var err error
+		if sol, err = solution(p, m, Feasible); err != nil {
+			return nil, err
+		}
+	}
+	if prior != nil && (sol == nil || prior.Objective < sol.Objective) {
+		sol = prior
+	}
 	var why error
 	switch err := ctx.Err(); {
+	case m.gaveUp():
+		return sol, errGaveUp
 	case m.exhausted():
 		why = fmt.Errorf("%w (iteration limit %d)", ErrTimeout, opts.Iterations)
 	case err != nil && !m.timedOut():
@@ -244,12 +324,8 @@ func stopped(ctx context.Context, p *Problem, m *lpModel, opts Options) (*Soluti
 	default:
 		why = fmt.Errorf("%w (%v)", ErrTimeout, opts.TimeLimit)
 	}
-	if m.solutionCount() == 0 {
+	if sol == nil {
 		return nil, why
-	}
-	sol, err := solution(p, m, Feasible)
-	if err != nil {
-		return nil, err
 	}
 	return sol, fmt.Errorf("%w; returning a feasible solution of objective %g", why, sol.Objective)
 }

@@ -248,11 +248,14 @@ func TestSolveUnbounded(t *testing.T) {
 // must come back with Status Feasible and pass Evaluate.
 func TestSolveTimeLimit(t *testing.T) {
 	p := hardSubsetSum(60, 1)
-	start := time.Now()
+	var st Stats
+	restore := Trace(func(_ *Problem, s Stats) { st = s })
 	sol, err := Solve(context.Background(), p, Options{TimeLimit: 20 * time.Millisecond})
-	elapsed := time.Since(start)
+	restore()
 	require.ErrorIs(t, err, ErrTimeout)
-	assert.Less(t, elapsed, 2*time.Second, "the limit must stop the search")
+	// The limit is on the solve's CPU time (TestSolveTimeLimitIsCPUTime): the wall clock
+	// of a loaded machine may run far past it.
+	assert.Less(t, st.CPU, time.Second, "the limit must stop the search")
 	require.NotNil(t, sol, "lp_solve found no feasible point in 20ms: %v", err)
 	assert.Equal(t, Feasible, sol.Status)
 	requireSolutionChecks(t, p, sol)

@@ -17,6 +17,9 @@ type Stats struct {
 	// Iterations are simplex iterations (get_total_iter), Nodes branch-and-bound nodes
 	// (get_total_nodes), over the whole solve.
 	Iterations, Nodes int64
+	// Rules is how many branching rules searched (see solve): 0 for a problem without
+	// integer variables, 2 when the first gave up.
+	Rules int
 	// Err is Solve's error (nil: a proven optimum).
 	Err error
 	// Cached: the answer came from the memo of earlier solves (memo.go); nothing was
@@ -45,14 +48,34 @@ func traced(p *Problem, st Stats) {
 // tuning holds lp_solve settings; a negative value (0 for depth) keeps lp_solve's default.
 type tuning struct {
 	presolve, scaling, bbRule, floor, improve, depth, simplex, pivoting int
-	scaleRows                                                           bool
+	crash                                                               int
+	// firstRule, when ≥ 0, is the branching rule tried first on a problem with integer
+	// variables, within a branching allowance, before bbRule (see solve).
+	firstRule int
+	verbose   int // lp_solve's set_verbose, for the replay harness; 0: quiet
+	// epsPivot, epsEl, gapAbs and gapRel replace lp_solve's epsilons and MIP gaps when
+	// positive (set_epspivot, set_epsel, set_mip_gap).
+	epsPivot, epsEl, gapAbs, gapRel float64
+	scaleRows                       bool
 }
 
-// defaultTuning is every solve's settings: lp_solve's defaults but for the branching
-// variable, the one with the largest fractional part (NODE_FRACTIONSELECT, 3) instead of
-// the lowest-indexed fractional one. The sharding ILPs' LP relaxations were integral in
-// the benchmarks measured (no branching at all); on the random miniature of
-// TestSolveAlpaModelMedium, which branches, it cut branch-and-bound from 3,266 nodes and
-// 58k iterations to 732 and 19k. Presolve is left off: lp_solve 5.5.2.5's presolve
-// (ROWS|COLS|LINDEP) returned points violating the one-hot rows of a GPT-1.3B stage ILP.
-var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: 3, floor: -1, improve: -1, simplex: -1, pivoting: -1}
+// lp_solve's branching rules used (set_bb_rule, lp_lib.h).
+const (
+	// nodeFractionSelect: the variable with the largest fractional part (NODE_FRACTIONSELECT).
+	nodeFractionSelect = 3
+	// nodePseudoGreedy: the variable by pseudo-costs of the non-integer count
+	// (NODE_PSEUDONONINTSELECT), the branch taken first by the objective's slope
+	// (NODE_GREEDYMODE).
+	nodePseudoGreedy = 5 | 32
+)
+
+// defaultTuning is every solve's settings: lp_solve's defaults but for branch and bound,
+// which tries nodePseudoGreedy within a branching allowance, then nodeFractionSelect (see
+// solve and docs/DECISIONS.md, "lp_solve settings over a recorded corpus"). lp_solve's own
+// default rule (NODE_PSEUDONONINTSELECT with greedy, dynamic and reduced-cost-fixing
+// modes) is not used: on the random miniature of TestSolveAlpaModelMedium it took 3,266
+// nodes and 58k iterations to nodeFractionSelect's 732 and 19k. Presolve is left off:
+// lp_solve 5.5.2.5's presolve (ROWS|COLS|LINDEP) returned points violating the one-hot
+// rows of a GPT-1.3B stage ILP.
+var defaultTuning = tuning{presolve: -1, scaling: -1, bbRule: nodeFractionSelect, firstRule: nodePseudoGreedy,
+	floor: -1, improve: -1, simplex: -1, pivoting: -1, crash: -1}

@@ -40,9 +40,12 @@ type Plan struct {
 	Optimizer    OptimizerSpec `json:"optimizer"`
 	Manual       string        `json:"manual,omitempty"` // the tp/pp/dp degrees it was forced to
 	ILPTimeLimit float64       `json:"ilp_time_limit_s"` // each sharding solve's, so explain can redo them
-	Layers       []Layer       `json:"layers"`
-	Stages       []Stage       `json:"stages"`
-	Predicted    Prediction    `json:"predicted"`
+	// ILPIterations is each sharding solve's limit on simplex iterations (negative: none;
+	// 0, in plans written before it was recorded: the compiler's default).
+	ILPIterations int64      `json:"ilp_iterations,omitempty"`
+	Layers        []Layer    `json:"layers"`
+	Stages        []Stage    `json:"stages"`
+	Predicted     Prediction `json:"predicted"`
 
 	model *ir.Graph // the forward graph
 	step  *ir.Graph // the training step of one micro-batch

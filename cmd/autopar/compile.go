@@ -28,6 +28,7 @@ type compileFlags struct {
 	lr, lossScale                                            float64
 	timePasses, checkPhases                                  bool
 	timeLimit                                                time.Duration
+	ilpIterations                                            int64
 }
 
 func newCompileCmd() *cobra.Command {
@@ -91,7 +92,8 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.search, "search", autopar.DefaultSearch, "stage search: fast (layer solutions composed, chosen stages solved exactly) or exhaustive (one ILP per layer range and mesh)")
 	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16 or bf16 (every float of the model in it), mixed (bf16 with f32 master weights and optimizer state) or mixed-f16 (default: the model's dtypes)")
 	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
-	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve time limit per sharding ILP (0: the default)")
+	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve CPU-time limit per sharding ILP, a backstop behind --ilp-iterations (0: the default)")
+	fl.Int64Var(&f.ilpIterations, "ilp-iterations", autopar.DefaultILPIterations, "lp_solve simplex iterations allowed per sharding ILP, branch and bound included: the same stop on any machine under any load (0: the default, -1: no limit)")
 }
 
 // compileModel reads a model and compiles it as the flags say, showing progress on stderr
@@ -184,6 +186,10 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--time-limit %v: expected a positive duration, e.g. 30s", f.timeLimit)
 	}
 	o.ILPTimeLimit = f.timeLimit
+	if f.ilpIterations < -1 {
+		return o, fmt.Errorf("--ilp-iterations %d: expected a count ≥ 1, 0 for the default or -1 for no limit", f.ilpIterations)
+	}
+	o.ILPIterations = f.ilpIterations
 	if f.search != "" && f.search != autopar.SearchFast && f.search != autopar.SearchExhaustive {
 		return o, fmt.Errorf("--search %q: expected fast or exhaustive", f.search)
 	}
