@@ -219,6 +219,7 @@ var badInputs = []badInput{
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --microbatch-size 3`, 1, `--microbatch-size 3: expected a divisor of the batch`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --microbatch-size 4 --microbatches 2`, 1, `--microbatch-size 4 and --microbatches 2: give one`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --time-limit -1s`, 1, `--time-limit -1s: expected a positive duration`},
+	{`compile $M/mlp-tiny.ir --cluster cpu:2 --ilp-iterations -2`, 1, `--ilp-iterations -2: expected a count ≥ 1, 0 for the default or -1 for no limit`},
 	{`compile $M/mlp-tiny.ir --cluster cpu:2 --search quick`, 1, `--search "quick": expected fast or exhaustive`},
 	{`model gpt --tied=2`, 1, `invalid argument "2" for "--tied"`},
 	{`model gpt --tied 0`, 1, `model gpt: unexpected argument "0"`},
