@@ -28,11 +28,11 @@ type Options struct {
 	// MemoryBudget is the bytes each device may hold at its peak; 0 means the cluster's
 	// device memory, or no limit without a cluster.
 	MemoryBudget int64
-	// TimeLimit bounds each lp_solve call; 0 means a minute.
+	// TimeLimit bounds each lp_solve call's CPU time (ilp.Options); 0 means a minute.
 	TimeLimit time.Duration
 	// Iterations bounds each lp_solve call by effort (simplex iterations, ilp.Options);
 	// 0 means none. A plan cut short by it depends on the graph alone, not on the
-	// machine's load as one cut short by TimeLimit does.
+	// machine as one cut short by TimeLimit does.
 	Iterations int64
 	// Force pins values to a strategy: an index into CandidatesWith(g, lm, opts)[v].
 	Force map[ir.ValueID]int
