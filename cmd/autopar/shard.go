@@ -40,7 +40,7 @@ func newShardCmd() *cobra.Command {
 	f.StringVar(&o.budget, "memory-budget", "", "the old name of --memory")
 	_ = f.MarkDeprecated("memory-budget", "use --memory, as compile and run do")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
-	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve time limit per sharding ILP")
+	f.DurationVar(&o.timeLimit, "time-limit", time.Minute, "lp_solve CPU-time limit per sharding ILP")
 	f.BoolVar(&o.layersOnce, "layers-once", true, "solve identical layers once")
 	f.StringVar(&o.notation, "notation", "alpa", notationUsage)
 	_ = cmd.MarkFlagRequired("mesh")
