@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -171,4 +173,52 @@ func BenchmarkILPSize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPlannerBuild times newPlanner alone — candidates, merging, cut, tying, pruning
+// and building the ILP, no lp_solve — on one GPT-1.3B layer (a micro-batch of 16) and the
+// tiny MoE's SGD step, on p3.16xlarge's 2×2 mesh. The resharding prices are memoized across
+// the iterations (Options.Reshard, filled by one untimed build), as the search's solves on
+// one mesh share them:
+//
+//	go test ./passes/sharding -run '^$' -bench PlannerBuild
+func BenchmarkPlannerBuild(b *testing.B) {
+	gpt := func(b *testing.B) *ir.Graph {
+		m, err := zoo.NewPreset("gpt-1.3b")
+		require.NoError(b, err)
+		m.(*zoo.GPT).Layers = 1
+		g, err := m.Build()
+		require.NoError(b, err)
+		return benchStep(b, g)
+	}
+	for _, m := range []struct {
+		name string
+		g    func(b *testing.B) *ir.Graph
+	}{{"gpt-1.3b-layer", gpt}, {"moe-tiny", func(b *testing.B) *ir.Graph { return tinyStep(b, "moe-tiny") }}} {
+		b.Run(m.name, func(b *testing.B) {
+			g := m.g(b)
+			c, lm := benchMesh(b, "p3.16xlarge", 2, 2)
+			opts := Options{Cluster: c, Reshard: &ReshardMemo{}}
+			p, err := newPlanner(g, lm, opts)
+			require.NoError(b, err)
+			b.ResetTimer()
+			cpu := cpuTime()
+			for range b.N {
+				p, err = newPlanner(g, lm, opts)
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(p.prob.NumVars()), "vars")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far (the machine is shared: wall
+// time says little).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

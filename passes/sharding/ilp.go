@@ -2,7 +2,9 @@ package sharding
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,8 +32,12 @@ type planner struct {
 	memberIdx []int // per value: index in its group's members
 	rep       []int // per group: the group whose variables it shares (itself unless tied)
 
-	memo    map[reshardKey]mesh.Reshard
-	typeKey []string // per value, its type printed once
+	memo map[localReshardKey]mesh.Reshard
+	// typeID numbers each value's type (0: not yet), typeIDs the numbers of the types'
+	// texts and typeKeys the texts, by number − 1.
+	typeID   []int32
+	typeIDs  map[string]int32
+	typeKeys []string
 
 	// wB weighs the per-micro-batch costs and wReshard, per value, its reshardings in the
 	// objective (weights.go); all 1 for an unweighted solve.
@@ -99,27 +105,42 @@ func specBits(s mesh.Spec) uint64 {
 }
 
 // reshard prices turning value v from one layout into another, memoized per (type, from,
-// to): a GPT step prices the same few pairs thousands of times.
+// to): a GPT step prices the same few pairs thousands of times. The planner's own memo
+// keys a type by its number in typeIDs; the shared one (Options.Reshard) by its text.
 func (p *planner) reshard(v ir.ValueID, from, to mesh.Spec) mesh.Reshard {
 	t := p.g.Value(v).Type
-	if p.typeKey[v] == "" {
-		p.typeKey[v] = t.String()
+	if p.typeID[v] == 0 {
+		key := t.String()
+		id, ok := p.typeIDs[key]
+		if !ok {
+			id = int32(len(p.typeIDs) + 1)
+			p.typeIDs[key] = id
+			p.typeKeys = append(p.typeKeys, key)
+		}
+		p.typeID[v] = id
 	}
-	k := reshardKey{p.typeKey[v], specBits(from), specBits(to)}
-	if r, ok := p.memo[k]; ok {
+	lk := localReshardKey{p.typeID[v], specBits(from), specBits(to)}
+	if r, ok := p.memo[lk]; ok {
 		return r
 	}
+	k := reshardKey{p.typeKeys[lk.typ-1], lk.from, lk.to}
 	if r, ok := p.opts.Reshard.get(k); ok {
-		p.memo[k] = r
+		p.memo[lk] = r
 		return r
 	}
 	r, err := mesh.ReshardCost(p.lm, t.Shape, t.DType.Size(), from, to)
 	if err != nil {
 		panic(fmt.Sprintf("sharding: resharding %s from %s to %s: %v", p.g.Value(v).Name, from, to, err))
 	}
-	p.memo[k] = r
+	p.memo[lk] = r
 	p.opts.Reshard.put(k, r)
 	return r
+}
+
+// localReshardKey is reshardKey with the type numbered by the planner (typeIDs).
+type localReshardKey struct {
+	typ      int32
+	from, to uint64
 }
 
 // ReshardMemo holds resharding prices on one logical mesh shape, shared by the solves on
@@ -530,14 +551,19 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	colOf, cols := p.classes(m, es, p.want)
 	cost := make([][]float64, len(rows))
 	zero := true
+	type once struct {
+		v    ir.ValueID
+		want uint64
+	}
+	var seen []once // a value resharded into one layout once, for every edge reading it
 	for r, ka := range rows {
 		cost[r] = make([]float64, len(cols))
 		for c, km := range cols {
-			seen := map[string]bool{} // a value resharded into one layout once, for every edge reading it
+			seen = seen[:0]
 			for _, e := range es {
 				want := p.want(e, km)
-				if k := strconv.Itoa(int(e.from)) + " " + want.String(); !seen[k] {
-					seen[k] = true
+				if k := (once{e.from, specBits(want)}); !slices.Contains(seen, k) {
+					seen = append(seen, k)
 					cost[r][c] += p.reshardCost(e.from, p.outSpec(e.from, ka), want)
 				}
 			}
@@ -562,23 +588,37 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 }
 
 // classes numbers group g's strategies by the tuple of layouts spec(e, k) over the edges;
-// it returns each strategy's class and one representative strategy per class.
+// it returns each strategy's class and one representative strategy per class. Classes
+// are numbered in the order of their first strategy.
 func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]int, []int) {
 	n := len(p.groups[g].strats)
 	of := make([]int, n)
-	seen := map[string]int{}
 	var reps []int
-	var b strings.Builder
-	for k := range n {
-		b.Reset()
-		for _, e := range es {
-			b.WriteString(spec(e, k).String())
-			b.WriteByte('|')
+	if len(es) == 1 {
+		seen := map[uint64]int{}
+		for k := range n {
+			b := specBits(spec(es[0], k))
+			c, ok := seen[b]
+			if !ok {
+				c = len(reps)
+				seen[b] = c
+				reps = append(reps, k)
+			}
+			of[k] = c
 		}
-		c, ok := seen[b.String()]
+		return of, reps
+	}
+	seen := map[string]int{}
+	buf := make([]byte, 0, 8*len(es))
+	for k := range n {
+		buf = buf[:0]
+		for _, e := range es {
+			buf = binary.LittleEndian.AppendUint64(buf, specBits(spec(e, k)))
+		}
+		c, ok := seen[string(buf)]
 		if !ok {
 			c = len(reps)
-			seen[b.String()] = c
+			seen[string(buf)] = c
 			reps = append(reps, k)
 		}
 		of[k] = c
@@ -601,10 +641,14 @@ func (p *planner) addEdge(a, m int, rowOf, colOf []int, cost [][]float64) []ilp.
 	base := fmt.Sprintf("e.%d.%d.", a, m)
 	vars := make([][]ilp.VarID, nr)
 	var obj []ilp.Term
+	name := []byte(base)
 	for r := range nr {
 		vars[r] = make([]ilp.VarID, nc)
+		row := strconv.AppendInt(name[:len(base)], int64(r), 10)
+		row = append(row, '.')
 		for c := range nc {
-			vars[r][c] = p.prob.AddContinuous(base+strconv.Itoa(r)+"."+strconv.Itoa(c), 0, 1)
+			name = strconv.AppendInt(row, int64(c), 10)
+			vars[r][c] = p.prob.AddContinuous(string(name), 0, 1)
 			if cost[r][c] != 0 {
 				obj = append(obj, ilp.Term{Var: vars[r][c], Coef: cost[r][c]})
 			}

@@ -230,10 +230,15 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 			slots = append(slots, i)
 		}
 	}
+	memo := map[int32][]match{} // per strategy of u: v's matches
 	extend := func(firstOnly bool) []groupStrategy {
 		var out []groupStrategy
 		for _, gs := range gr.strats {
-			ms := p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
+			ms, ok := memo[gs.pick[ui]]
+			if !ok {
+				ms = p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
+				memo[gs.pick[ui]] = ms
+			}
 			if firstOnly {
 				ms = ms[:1]
 			}
