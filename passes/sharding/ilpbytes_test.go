@@ -52,11 +52,20 @@ func hashProblem(h hash.Hash, p *ilp.Problem) {
 	num(p.ObjConstant)
 }
 
-// plannerHash is the SHA-256 of what newPlanner built for the solver and the result.
+// plannerHash is the SHA-256 of what newPlanner built for the solver and the result: the
+// candidates (names included), the groups, the problem and the rows the solve adds.
 func plannerHash(p *planner) string {
 	h := sha256.New()
 	hashProblem(h, p.prob)
 	fmt.Fprintf(h, "|%d %d %d %d %d %d %d|", p.numS, p.numOneHot, p.edgeVars, p.shared, p.perEdge, p.pruned, p.cut)
+	for v, cs := range p.cands {
+		for _, c := range cs {
+			fmt.Fprintf(h, "c %d %q %v %v %v|", v, c.Name, c.In, c.Out, c.Collectives)
+			for _, x := range []float64{c.Compute, c.Comm, float64(c.Memory)} {
+				binary.Write(h, binary.LittleEndian, math.Float64bits(x))
+			}
+		}
+	}
 	for gi, gr := range p.groups {
 		fmt.Fprintf(h, "g %d %d %v %v|", gi, p.rep[gi], gr.members, gr.leaky)
 		for _, s := range gr.strats {

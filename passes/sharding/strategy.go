@@ -1,7 +1,9 @@
 package sharding
 
 import (
+	"encoding/binary"
 	"fmt"
+	"strconv"
 	"slices"
 	"strings"
 
@@ -152,6 +154,9 @@ type enumerator struct {
 	v    *ir.Value
 	args []ir.Type
 	r    rule
+	// flops and class are the op's, worked out once for all its assignments.
+	flops float64
+	class mesh.OpClass
 }
 
 // strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
@@ -159,6 +164,7 @@ type enumerator struct {
 func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID) []Strategy {
 	v := g.Value(id)
 	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	e.flops, e.class = g.FLOPs(id), OpClass(v.Op, e.r.dims)
 	var out []Strategy
 	for _, a := range e.assignments() {
 		out = append(out, e.expand(a)...)
@@ -169,7 +175,13 @@ func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, i
 	if len(out) == 0 {
 		panic(fmt.Sprintf("sharding: value %s has no strategy", v.Name))
 	}
-	return prune(out)
+	// Until here Name holds the suffix of the name (the op's collective); the survivors
+	// of prune get their names.
+	out = prune(out)
+	for i := range out {
+		out[i].Name = e.name(out[i], out[i].Name)
+	}
+	return out
 }
 
 // assignment gives each label its mesh axes.
@@ -270,11 +282,11 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	if e.fu.writes(e.id) {
 		traffic += base.Memory
 	}
-	base.Compute = e.cm.compute(e.v.Op, OpClass(e.v.Op, e.r.dims), e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
+	base.Compute = e.cm.compute(e.v.Op, e.class, e.computeDType(), e.flops, e.lm.AxisSize(used),
 		float64(traffic), e.lm.HostDevices(), !e.fu.launches(e.id))
 	suffix := e.syncStats(&base)
 	if partial == 0 {
-		base.Name = e.name(base, suffix)
+		base.Name = suffix // the name's suffix until strategiesOf names it
 		return []Strategy{base}
 	}
 	return e.finishPartial(base, partial)
@@ -306,7 +318,7 @@ func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strate
 	B := float64(base.Memory)
 	ar := base.clone()
 	ar.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: partial, Dim: -1, Reduce: e.r.reduce, Bytes: B})
-	ar.Name = e.name(ar, fmt.Sprintf(" (all_reduce %s)", partial.Digits()))
+	ar.Name = " (all_reduce " + partial.Digits() + ")" // the name's suffix until strategiesOf names it
 	out := []Strategy{ar}
 	if !e.r.scatterOK {
 		return out
@@ -322,7 +334,7 @@ func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strate
 		}
 		rs.Memory = e.bytes(rs.Out)
 		rs.addCollective(e.lm, OpCollective{Kind: mesh.ReduceScatter, Axes: partial, Dim: dim, Reduce: e.r.reduce, Bytes: B})
-		rs.Name = e.name(rs, fmt.Sprintf(" (reduce_scatter %s dim %d)", partial.Digits(), dim))
+		rs.Name = " (reduce_scatter " + partial.Digits() + " dim " + strconv.Itoa(dim) + ")"
 		out = append(out, rs)
 	}
 	return out
@@ -475,11 +487,10 @@ func prune(ss []Strategy) []Strategy {
 
 // specKey identifies a strategy by its specs alone.
 func specKey(s Strategy) string {
-	var b strings.Builder
-	b.WriteString(s.Out.String())
+	b := make([]byte, 0, 8*(1+len(s.In)))
+	b = binary.LittleEndian.AppendUint64(b, specBits(s.Out))
 	for _, in := range s.In {
-		b.WriteByte('|')
-		b.WriteString(in.String())
+		b = binary.LittleEndian.AppendUint64(b, specBits(in))
 	}
-	return b.String()
+	return string(b)
 }
