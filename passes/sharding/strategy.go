@@ -3,8 +3,8 @@ package sharding
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/autopar/autopar/ir"
