@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +66,15 @@ func runSolve(b *testing.B, g *ir.Graph, c *mesh.Cluster, lm *mesh.LogicalMesh, 
 // instead of failing it.
 func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, skipTimeout bool) {
 	var r *Result
+	var mu sync.Mutex
+	var lpCPU time.Duration
+	var iters int64
+	defer ilp.Trace(func(_ *ilp.Problem, st ilp.Stats) {
+		mu.Lock()
+		defer mu.Unlock()
+		lpCPU += st.CPU
+		iters += st.Iterations
+	})()
 	b.ResetTimer()
 	for range b.N {
 		var err error
@@ -80,6 +90,8 @@ func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options,
 	b.ReportMetric(float64(r.ILP.Rows), "rows")
 	b.ReportMetric(float64(r.ILP.Nodes), "nodes")
 	b.ReportMetric(r.ILP.SolveTime.Seconds(), "lp-s")
+	b.ReportMetric(lpCPU.Seconds()/float64(b.N), "lp-cpu-s")
+	b.ReportMetric(float64(iters)/float64(b.N), "iters")
 	b.ReportMetric(r.Cost.Total*1e6, "step-µs")
 }
 

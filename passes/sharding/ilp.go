@@ -634,8 +634,8 @@ func (p *planner) foldDiagonal(g int, e edge) {
 	}
 }
 
-// addEdge adds the edge variables of one group pair and their row and column sums; it
-// returns the objective terms.
+// addEdge adds the edge variables of one group pair and their row and column sums (all
+// but the last column's, which the others imply); it returns the objective terms.
 func (p *planner) addEdge(a, m int, rowOf, colOf []int, cost [][]float64) []ilp.Term {
 	nr, nc := len(cost), len(cost[0])
 	base := fmt.Sprintf("e.%d.%d.", a, m)
@@ -668,7 +668,10 @@ func (p *planner) addEdge(a, m int, rowOf, colOf []int, cost [][]float64) []ilp.
 		}
 		p.prob.AddRow(base+"row"+strconv.Itoa(r), terms, ilp.EQ, 0)
 	}
-	for c := range nc {
+	// The last column's sum is implied: the row sums add up to Σ s_a = 1 and the other
+	// column sums to 1 − (m's strategies in the last class), by the one-hot rows of a and
+	// m. Leaving it out changes neither the integer problem nor its relaxation.
+	for c := range nc - 1 {
 		terms := make([]ilp.Term, 0, nr+4)
 		for r := range nr {
 			terms = append(terms, ilp.Term{Var: vars[r][c], Coef: 1})
