@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -69,6 +70,8 @@ type planner struct {
 	pruned int
 	// cut counts the strategies cutEinsums dropped.
 	cut int
+	// merged counts the edge cells mergeEqual saved.
+	merged int
 }
 
 // sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,
@@ -464,7 +467,25 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 			// folds into the consumer's node cost; shared cells bound y by the consumer's
 			// binaries.
 			if len(rows) > 1 {
-				obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+				n := len(cost) * len(cost[0])
+				rowOf, colOf, cost := mergeEqual(rowOf, sd.colOf, cost)
+				p.merged += n - len(cost)*len(cost[0])
+				switch {
+				case len(cost) == 1:
+					for km, c := range colOf {
+						if cost[0][c] != 0 {
+							obj = append(obj, ilp.Term{Var: p.s[sd.m][km], Coef: cost[0][c]})
+						}
+					}
+				case len(cost[0]) == 1:
+					for ka, r := range rowOf {
+						if cost[r][0] != 0 {
+							obj = append(obj, ilp.Term{Var: p.s[a][ka], Coef: cost[r][0]})
+						}
+					}
+				default:
+					obj = append(obj, p.addEdge(a, sd.m, rowOf, colOf, cost)...)
+				}
 				continue
 			}
 			for km, c := range sd.colOf {
@@ -570,21 +591,85 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 			zero = zero && cost[r][c] == 0
 		}
 	}
+	if !zero {
+		n := len(cost) * len(cost[0])
+		rowOf, colOf, cost = mergeEqual(rowOf, colOf, cost)
+		p.merged += n - len(cost)*len(cost[0])
+	}
 	switch {
 	case zero:
 		return pairCost{}, false
-	case len(rows) == 1:
+	case len(cost) == 1:
 		for km := range p.nodeCost[m] {
 			p.nodeCost[m][km] += cost[0][colOf[km]]
 		}
 		return pairCost{}, false
-	case len(cols) == 1:
+	case len(cost[0]) == 1:
 		for ka := range p.nodeCost[a] {
 			p.nodeCost[a][ka] += cost[rowOf[ka]][0]
 		}
 		return pairCost{}, false
 	}
 	return pairCost{a, m, rowOf, colOf, cost}, true
+}
+
+// mergeEqual merges the row classes of a pair whose costs are equal cell for cell, then the
+// column classes, until none are: the ILP cannot tell two such classes apart (a transport
+// over the merged classes is the image of the full one, and every merged point splits
+// back in proportion to the classes' node sums), so its optimum and its relaxation stay,
+// with fewer edge variables (a convolution's layouts that reshard alike, for one). rowOf
+// and colOf map strategies to classes; merged classes are numbered in order of their
+// first class.
+func mergeEqual(rowOf, colOf []int, cost [][]float64) ([]int, []int, [][]float64) {
+	for {
+		nr, nc := len(cost), len(cost[0])
+		rowOf, cost = mergeRows(rowOf, cost)
+		colOf, cost = mergeRows(colOf, transpose(cost))
+		cost = transpose(cost)
+		if len(cost) == nr && len(cost[0]) == nc {
+			return rowOf, colOf, cost
+		}
+	}
+}
+
+// mergeRows merges the equal rows of cost, renumbering of.
+func mergeRows(of []int, cost [][]float64) ([]int, [][]float64) {
+	seen := map[string]int{}
+	to := make([]int, len(cost))
+	var out [][]float64
+	buf := make([]byte, 0, 8*len(cost[0]))
+	for r, row := range cost {
+		buf = buf[:0]
+		for _, x := range row {
+			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(x))
+		}
+		i, ok := seen[string(buf)]
+		if !ok {
+			i = len(out)
+			seen[string(buf)] = i
+			out = append(out, row)
+		}
+		to[r] = i
+	}
+	if len(out) == len(cost) {
+		return of, cost
+	}
+	nof := make([]int, len(of))
+	for k, c := range of {
+		nof[k] = to[c]
+	}
+	return nof, out
+}
+
+func transpose(m [][]float64) [][]float64 {
+	t := make([][]float64, len(m[0]))
+	for c := range t {
+		t[c] = make([]float64, len(m))
+		for r := range m {
+			t[c][r] = m[r][c]
+		}
+	}
+	return t
 }
 
 // classes numbers group g's strategies by the tuple of layouts spec(e, k) over the edges;
