@@ -262,6 +262,12 @@ func (p *planner) buildILP() {
 		p.prob.AddRow("onehot."+name, one, ilp.EQ, 1)
 	}
 	p.numS, p.numOneHot = p.prob.NumVars(), p.prob.NumRows()
+	cells := 0
+	for _, t := range todo {
+		cells += len(t.cost) * len(t.cost[0])
+	}
+	p.prob.Vars = slices.Grow(p.prob.Vars, cells)
+	obj = slices.Grow(obj, cells)
 	for _, t := range todo {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
@@ -275,20 +281,20 @@ func (p *planner) buildILP() {
 			obj = append(obj, t)
 		}
 	}
-	p.prob.SetObjective(coalesce(obj), 0)
+	p.prob.SetObjective(coalesce(obj, p.prob.NumVars()), 0)
 }
 
-// coalesce sums the terms of each variable into one, in order of first appearance.
-func coalesce(terms []ilp.Term) []ilp.Term {
-	at := map[ilp.VarID]int{}
-	var out []ilp.Term
+// coalesce sums the terms of each variable (of n) into one, in order of first appearance.
+func coalesce(terms []ilp.Term, n int) []ilp.Term {
+	at := make([]int32, n) // per variable: 1 + its index in out, 0: none yet
+	out := make([]ilp.Term, 0, len(terms))
 	for _, t := range terms {
-		if i, ok := at[t.Var]; ok {
-			out[i].Coef += t.Coef
+		if i := at[t.Var]; i > 0 {
+			out[i-1].Coef += t.Coef
 			continue
 		}
-		at[t.Var] = len(out)
 		out = append(out, t)
+		at[t.Var] = int32(len(out))
 	}
 	return out
 }

@@ -232,7 +232,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 	}
 	memo := map[int32][]match{} // per strategy of u: v's matches
 	extend := func(firstOnly bool) []groupStrategy {
-		var out []groupStrategy
+		out := make([]groupStrategy, 0, len(gr.strats))
 		for _, gs := range gr.strats {
 			ms, ok := memo[gs.pick[ui]]
 			if !ok {
