@@ -468,10 +468,10 @@ func dropReplicatedWork(ss []Strategy, lm *mesh.LogicalMesh) []Strategy {
 // cannot lose the optimum. The order of the survivors is the generation order, which is
 // what Options.Force indexes.
 func prune(ss []Strategy) []Strategy {
-	best := map[string]int{}
+	best := map[specsKey]int{}
 	var out []Strategy
 	for _, s := range ss {
-		key := specKey(s)
+		key := specKeyOf(s)
 		j, seen := best[key]
 		if !seen {
 			best[key] = len(out)
@@ -483,6 +483,26 @@ func prune(ss []Strategy) []Strategy {
 		}
 	}
 	return out
+}
+
+// specsKey identifies a strategy by its specs alone: their specBits when the op has at most
+// five operands, else the text of specKey.
+type specsKey struct {
+	bits [6]uint64
+	long string
+}
+
+func specKeyOf(s Strategy) specsKey {
+	var k specsKey
+	if len(s.In) >= len(k.bits) {
+		k.long = specKey(s)
+		return k
+	}
+	k.bits[0] = specBits(s.Out)
+	for i, in := range s.In {
+		k.bits[i+1] = specBits(in)
+	}
+	return k
 }
 
 // specKey identifies a strategy by its specs alone.
