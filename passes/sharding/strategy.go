@@ -1,7 +1,6 @@
 package sharding
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -494,7 +493,7 @@ type specsKey struct {
 
 func specKeyOf(s Strategy) specsKey {
 	var k specsKey
-	if len(s.In) >= len(k.bits) {
+	if len(s.In) >= len(k.bits) || !packable(s.Out) || slices.ContainsFunc(s.In, func(in mesh.Spec) bool { return !packable(in) }) {
 		k.long = specKey(s)
 		return k
 	}
@@ -505,12 +504,16 @@ func specKeyOf(s Strategy) specsKey {
 	return k
 }
 
-// specKey identifies a strategy by its specs alone.
+// specKey identifies a strategy by its specs alone, as text (any rank).
 func specKey(s Strategy) string {
-	b := make([]byte, 0, 8*(1+len(s.In)))
-	b = binary.LittleEndian.AppendUint64(b, specBits(s.Out))
+	var b strings.Builder
+	b.WriteString(s.Out.String())
 	for _, in := range s.In {
-		b = binary.LittleEndian.AppendUint64(b, specBits(in))
+		b.WriteByte('|')
+		b.WriteString(in.String())
 	}
-	return string(b)
+	return b.String()
 }
+
+// packable reports whether specBits can pack s (rank 31 at most).
+func packable(s mesh.Spec) bool { return len(s.Dims) <= 31 }
