@@ -27,7 +27,8 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 	out := make([]float64, len(g.Values))
 	for id := range g.Values {
 		v := &g.Values[id]
-		k := maxShards(g, lm, cm, fu, ir.ValueID(id))
+		r := ruleOf(g, ir.ValueID(id)) // its dims, read once (Dims is the dear part)
+		k := maxShards(g, lm, cm, fu, ir.ValueID(id), r)
 		n := float64(k)
 		var bytes float64 // a device's share, at least 1/k of each tensor
 		if fu.writes(ir.ValueID(id)) {
@@ -47,7 +48,7 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 				dt = t.DType // as enumerator.computeDType
 			}
 		}
-		out[id] = cm.compute(v.Op, OpClass(v.Op, g.Dims(ir.ValueID(id))), dt, g.FLOPs(ir.ValueID(id)), k, bytes, lm.HostDevices(), !fu.launches(ir.ValueID(id)))
+		out[id] = cm.compute(v.Op, OpClass(v.Op, r.dims), dt, g.FLOPs(ir.ValueID(id)), k, bytes, lm.HostDevices(), !fu.launches(ir.ValueID(id)))
 	}
 	return out, nil
 }
@@ -59,9 +60,9 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 // tensors, a batch smaller than the mesh): every strategy of the op then does at least
 // FLOPs/maxShards of the work on a device and holds at least 1/maxShards of each operand
 // and result, since an operand's dims carry only axes of the assignment.
-func maxShards(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID) int {
+func maxShards(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID, r rule) int {
 	v := g.Value(id)
-	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, r: r}
 	k := 1
 	for _, a := range e.assignments() {
 		var used mesh.AxisSet
