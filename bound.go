@@ -371,7 +371,7 @@ func (o *oracle) memOf(k int) *layerMem {
 		}
 		own[i], fwd[i], step[i] = true, o.fwd[id], id
 	}
-	readBwd := make([]bool, n) // read by an own op outside the forward
+	readBwd := make([]bool, n)  // read by an own op outside the forward
 	readLate := make([]bool, n) // read by an own op after the step's last forward op
 	for i := range g.Values {
 		for _, a := range g.Values[i].Args {
