@@ -444,11 +444,12 @@ type memFloor struct {
 // and gathered copies G per device, weights W = 2P+S+G: its peak is at least P+S+G (held
 // throughout) plus, at any point, the layer's own values alive there, each at 1/n of its
 // bytes or more, so peak ≥ P+S+G+inner/n; and, at the end of its forward, every layer's
-// saved values, so peak ≥ P+S+G+Σ saved/n (inner below is the larger). Run plainly it holds W + i·ActBytes with i
-// micro-batches in flight, ActBytes = max(0, peak − W) ≥ inner/n − P: so W + ActBytes ≥
-// W + (inner/n − P), and ActBytes ≥ inner/n − P_all, P_all the range's params undivided
-// (P is at most that; P itself may be a replica, so inner/n − P is a floor of the first
-// micro-batch only, where the weights' own floor makes up for P). Recomputing (either way,
+// saved values, so peak ≥ P+S+G+Σ saved/n (inner below is the larger of the two). Run
+// plainly it holds W + i·ActBytes with i micro-batches in flight, ActBytes =
+// max(0, peak − W) ≥ inner/n − P: so W + ActBytes ≥ W + (inner/n − P), and ActBytes ≥
+// inner/n − P_all, P_all the range's params undivided (P is at most that; P itself may be
+// a replica, so inner/n − P is a floor of the first micro-batch only, where the weights'
+// own floor makes up for P). Recomputing (either way,
 // remat.go) it holds max(W + kept, the recomputing peak) plus kept per further
 // micro-batch (sharding.Recompute's liveness): every value of redo is recomputed in its
 // layer's segment, whose recomputation runs as one block before the first backward op

@@ -351,9 +351,11 @@ type attempt struct {
 var noFastPlan func(microbatches int) bool
 
 // countTrace, set by tests and benchmarks only (-count-trace), hears what searchAll does
-// with each micro-batch count: its bound when its turn comes, what became of it
-// ("searched", "skipped", "deferred", "failed"), the step time of its plan (0: none) and
-// the sharding ILPs the compile had solved when it was done.
+// with each micro-batch count: its bound and optimistic plan ("bounded", boundOrder); after
+// its lazy layer solves, its optimistic step again and the composed plan ("settled");
+// then its bound when its turn came and what became of it ("searched", "skipped",
+// "deferred", "exhaustive"), with the step time of its plan (0: none), and the sharding
+// ILPs the compile had solved by then.
 var countTrace func(microbatches int, bound float64, outcome string, step float64, solves int64)
 
 // errNoFastPlan is a count whose fast search found no plan: neither the composed prices
