@@ -32,6 +32,11 @@ type Options struct {
 	// its load: the same problem gives the same Solution and error every time.
 	// With both limits, the first reached stops the search.
 	Iterations int64
+	// Start, if set, is the basis lp_solve's simplex starts from (basis.go): typically
+	// the Basis of an earlier Solution of this problem before its right-hand sides
+	// changed or rows and variables were appended to it. It changes the search's path,
+	// not the objective it proves optimal.
+	Start *Basis
 }
 
 // Status says how good a returned Solution is.
@@ -67,6 +72,11 @@ type Solution struct {
 	// Objective is Σ Objective·Values + ObjConstant recomputed from Values.
 	Objective float64
 	Status    Status
+	// Basis is the optimal basis of the problem's LP relaxation when that optimum was
+	// integral (no branching), to start a later solve of this problem changed
+	// (Options.Start); nil otherwise: after branching, lp_solve's last basis is a
+	// subproblem's.
+	Basis *Basis
 }
 
 // Value returns the value of v.
@@ -149,6 +159,15 @@ func attempt(ctx context.Context, p *Problem, opts Options, t tuning, st *Stats)
 		return nil, false, false, err
 	}
 	defer m.free()
+	if opts.Start != nil {
+		b, err := opts.Start.extend(p)
+		if err == nil {
+			err = m.setBasis(b)
+		}
+		if err != nil {
+			return nil, false, false, err
+		}
+	}
 	built := time.Now()
 	code := solveWatched(ctx, m, opts)
 	cpu, iters, nodes := m.effort()
@@ -264,7 +283,11 @@ func solution(p *Problem, m *lpModel, st Status) (*Solution, error) {
 	for i, v := range p.Vars {
 		vals[i] = snap(vals[i], v)
 	}
-	return &Solution{Values: vals, Objective: objective(p, vals), Status: st}, nil
+	sol := &Solution{Values: vals, Objective: objective(p, vals), Status: st}
+	if _, _, nodes := m.effort(); nodes == 0 {
+		sol.Basis = m.basis()
+	}
+	return sol, nil
 }
 
 // snap removes lp_solve's round-off: integral kinds become exact integers and
