@@ -185,12 +185,15 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	o.leaned[key] = true
 	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
 	// footprint gets that footprint's plan.
-	peak := pts[0].res.PeakMemory
+	// Each starts lp_solve from the basis of the last solve of the layer's ILP (warm.go in
+	// passes/sharding): only the memory rows' budget changes.
+	peak, last := pts[0].res.PeakMemory, pts[0].res
 	for _, f := range []float64{0.6, 0.3} {
-		sol := o.solveStageBudget(sg, s, l, int64(f*float64(peak)), nil)
+		sol := o.solveStageBudget(sg, s, l, int64(f*float64(peak)), nil, last)
 		if !sol.ok || sol.res == nil {
 			continue
 		}
+		last = sol.res
 		pts = paretoAdd(pts, pointOf(sg, sol), o.weight(k))
 	}
 	o.points[key] = pts

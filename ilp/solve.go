@@ -120,7 +120,7 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	}
 	if !mine {
 		sol, err := e.answer()
-		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Err: err})
+		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Warm: opts.Start != nil, Err: err})
 		return sol, err
 	}
 	var sol *Solution
@@ -133,7 +133,7 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 // solve builds and solves p with lp_solve; reusable says whether the answer depends on the
 // problem alone (see cacheable).
 func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusable bool, err error) {
-	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
+	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Warm: opts.Start != nil}
 	t := defaultTuning
 	for {
 		retry := false
