@@ -175,7 +175,8 @@ func TestDefaultLayers(t *testing.T) {
 		want    int
 	}{
 		{"gpt-tiny", 1, 2}, {"gpt-tiny", 4, 4}, {"gpt-tiny", 64, 8},
-		{"wresnet-tiny", 1, 1}, {"wresnet-tiny", 2, 2}, // no marked blocks: the devices
+		{"wresnet-tiny", 1, 4}, {"wresnet-tiny", 8, 8}, // 4 residual blocks
+		{"wresnet-500m", 2, 8}, {"wresnet-13b", 64, 8},
 		{"moe-380m", 1, 8}, {"gpt-350m", 1, 8}, {"gpt-350m", 2, 8}, {"gpt-350m", 64, 8},
 	} {
 		assert.Equal(t, tc.want, DefaultLayers(model(t, tc.model), tc.devices), "%s on %d devices", tc.model, tc.devices)

@@ -99,13 +99,15 @@ func (m *WResNet) Build() (*ir.Graph, error) {
 	stem := b.Scope("stem")
 	x = stem.Named("relu").Relu(r.batchNorm(stem.Scope("bn"), r.conv(stem, "conv", x, m.Channels, 7, 2), false))
 	x = stem.Named("pool").MaxPool(x, []int{3, 3}, []int{2, 2}, []int{1, 1})
+	block := 0
 	for i, n := range stages {
 		for j := 0; j < n; j++ {
 			stride := 1
 			if i > 0 && j == 0 {
 				stride = 2
 			}
-			s := b.Scope(fmt.Sprintf("s%d.b%d", i, j))
+			block++
+			s := b.Scope(fmt.Sprintf("s%d.b%d", i, j)).Block(block)
 			f := m.Channels << i
 			if bottleneck {
 				x = r.bottleneck(s, x, f, m.Width, stride)

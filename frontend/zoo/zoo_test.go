@@ -1,6 +1,7 @@
 package zoo
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -206,4 +207,48 @@ func TestGPTOptions(t *testing.T) {
 	_, ok := untied.Lookup("head.w")
 	assert.True(t, ok)
 	assert.Equal(t, ParamCount(tied)+int64(m.Hidden*m.Vocab), ParamCount(untied))
+}
+
+// TestWResNetBlocks: each residual block is a block of its own (ir.Value.Block, numbered
+// from 1 in build order) and the stem, the pool, the classifier and the loss are in none,
+// so that the identical blocks of a stage tie in the sharding ILP and the default layer
+// count sees one block per residual block, as Alpa's one auto layer per block.
+func TestWResNetBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		depth  int
+		blocks int
+	}{{14, 4}, {50, 16}, {18, 8}} {
+		m := NewWResNet()
+		m.Depth = tc.depth
+		g, err := m.Build()
+		require.NoError(t, err)
+		blocks, any := g.Blocks()
+		require.True(t, any)
+		seen := map[ir.Block]bool{}
+		for i, v := range g.Values {
+			var want ir.Block
+			var stage, blk int
+			if n, _ := fmt.Sscanf(v.Name, "s%d.b%d.", &stage, &blk); n == 2 {
+				want = ir.Block(blockIndex(bottleneckStages, basicStages, tc.depth, stage, blk))
+			}
+			assert.Equal(t, want, blocks[i], "depth %d: %s", tc.depth, v.Name)
+			if blocks[i] != ir.NoBlock {
+				seen[blocks[i]] = true
+			}
+		}
+		assert.Len(t, seen, tc.blocks, "depth %d", tc.depth)
+	}
+}
+
+// blockIndex is the 1-based number of block j of stage i in build order.
+func blockIndex(bottleneck, basic map[int][]int, depth, i, j int) int {
+	stages := bottleneck[depth]
+	if stages == nil {
+		stages = basic[depth]
+	}
+	n := 0
+	for s := range i {
+		n += stages[s]
+	}
+	return n + j + 1
 }

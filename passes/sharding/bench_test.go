@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,6 +66,15 @@ func runSolve(b *testing.B, g *ir.Graph, c *mesh.Cluster, lm *mesh.LogicalMesh, 
 // instead of failing it.
 func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, skipTimeout bool) {
 	var r *Result
+	var mu sync.Mutex
+	var lpCPU time.Duration
+	var iters int64
+	defer ilp.Trace(func(_ *ilp.Problem, st ilp.Stats) {
+		mu.Lock()
+		defer mu.Unlock()
+		lpCPU += st.CPU
+		iters += st.Iterations
+	})()
 	b.ResetTimer()
 	for range b.N {
 		var err error
@@ -78,6 +90,8 @@ func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options,
 	b.ReportMetric(float64(r.ILP.Rows), "rows")
 	b.ReportMetric(float64(r.ILP.Nodes), "nodes")
 	b.ReportMetric(r.ILP.SolveTime.Seconds(), "lp-s")
+	b.ReportMetric(lpCPU.Seconds()/float64(b.N), "lp-cpu-s")
+	b.ReportMetric(float64(iters)/float64(b.N), "iters")
 	b.ReportMetric(r.Cost.Total*1e6, "step-µs")
 }
 
@@ -171,4 +185,52 @@ func BenchmarkILPSize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPlannerBuild times newPlanner alone — candidates, merging, cut, tying, pruning
+// and building the ILP, no lp_solve — on one GPT-1.3B layer (a micro-batch of 16) and the
+// tiny MoE's SGD step, on p3.16xlarge's 2×2 mesh. The resharding prices are memoized across
+// the iterations (Options.Reshard, filled by one untimed build), as the search's solves on
+// one mesh share them:
+//
+//	go test ./passes/sharding -run '^$' -bench PlannerBuild
+func BenchmarkPlannerBuild(b *testing.B) {
+	gpt := func(b *testing.B) *ir.Graph {
+		m, err := zoo.NewPreset("gpt-1.3b")
+		require.NoError(b, err)
+		m.(*zoo.GPT).Layers = 1
+		g, err := m.Build()
+		require.NoError(b, err)
+		return benchStep(b, g)
+	}
+	for _, m := range []struct {
+		name string
+		g    func(b *testing.B) *ir.Graph
+	}{{"gpt-1.3b-layer", gpt}, {"moe-tiny", func(b *testing.B) *ir.Graph { return tinyStep(b, "moe-tiny") }}} {
+		b.Run(m.name, func(b *testing.B) {
+			g := m.g(b)
+			c, lm := benchMesh(b, "p3.16xlarge", 2, 2)
+			opts := Options{Cluster: c, Reshard: &ReshardMemo{}}
+			p, err := newPlanner(g, lm, opts)
+			require.NoError(b, err)
+			b.ResetTimer()
+			cpu := cpuTime()
+			for range b.N {
+				p, err = newPlanner(g, lm, opts)
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(p.prob.NumVars()), "vars")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far (the machine is shared: wall
+// time says little).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,7 +1,7 @@
 package sharding
 
 import (
-	"strings"
+	"encoding/binary"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -121,29 +121,25 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 	}
 	own := make([]float64, ns)
 	key := make([]string, ns)
-	var b strings.Builder
+	var b []byte
 	for k := range ns {
 		for _, gi := range n.groups {
 			own[k] += p.groups[gi].strats[k].cost()
 		}
-		b.Reset()
+		b = b[:0]
 		for _, e := range n.in {
-			b.WriteString(p.want(e, k).String())
-			b.WriteByte('|')
+			b = binary.LittleEndian.AppendUint64(b, specBits(p.want(e, k)))
 		}
 		for _, e := range n.diag {
-			b.WriteString(p.outSpec(e.from, k).String())
-			b.WriteByte('>')
-			b.WriteString(p.want(e, k).String())
-			b.WriteByte('|')
+			b = binary.LittleEndian.AppendUint64(b, specBits(p.outSpec(e.from, k)))
+			b = binary.LittleEndian.AppendUint64(b, specBits(p.want(e, k)))
 		}
 		if internal {
 			for _, v := range n.out {
-				b.WriteString(p.outSpec(v, k).String())
-				b.WriteByte('|')
+				b = binary.LittleEndian.AppendUint64(b, specBits(p.outSpec(v, k)))
 			}
 		}
-		key[k] = b.String()
+		key[k] = string(b)
 	}
 	// bound memoizes, per outgoing value and pair of its layouts, the most the value's
 	// resharding can cost more under the first than under the second.
@@ -202,9 +198,13 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 		d := own[s] - own[t] + bound(s, t)
 		return d < 0 || d == 0 && (less || s < t)
 	}
+	// Strategies of different keys never dominate each other: each key keeps its own list,
+	// in the order of the strategies.
 	dropped := make([]bool, ns)
-	var kept []int
+	keptOf := map[string][]int{}
+	nkept := 0
 	for t := range ns {
+		kept := keptOf[key[t]]
 		dom := false
 		for _, s := range kept {
 			if dominates(s, t) {
@@ -220,13 +220,15 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 		for _, u := range kept {
 			if dominates(t, u) {
 				dropped[u] = true
+				nkept--
 			} else {
 				live = append(live, u)
 			}
 		}
-		kept = append(live, t)
+		keptOf[key[t]] = append(live, t)
+		nkept++
 	}
-	if len(kept) == ns {
+	if nkept == ns {
 		return
 	}
 	for _, gi := range n.groups {
@@ -239,5 +241,5 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 		}
 		gr.strats = out
 	}
-	p.pruned += ns - len(kept)
+	p.pruned += ns - nkept
 }

@@ -26,10 +26,11 @@ func full(opts Options) Options {
 // 1×2 and 2×2 meshes, without merging and with it, the pruned ILP's optimum equals the
 // cheapest of all strategy combinations (brute force over every candidate, without
 // merging) and the optimum of the ILP without pruning or folding, with no memory budget
-// and with a budget between the smallest and largest peak; pruning does drop strategies.
+// and with a budget between the smallest and largest peak; pruning does drop strategies,
+// and edge classes of equal costs are merged (mergeEqual) in some pairs.
 func TestPrunedILPMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewSource(13))
-	done, pruned, folded, budgeted := 0, 0, 0, 0
+	done, pruned, folded, budgeted, merged := 0, 0, 0, 0, 0
 	for trial := 0; done < 40 && trial < 600; trial++ {
 		m := []*mesh.LogicalMesh{uniform(t, 1, 2), uniform(t, 2, 2)}[trial%2]
 		lm := m.WithAxisCost(0, 2, 0.5)
@@ -60,6 +61,7 @@ func TestPrunedILPMatchesBruteForce(t *testing.T) {
 		assert.InDelta(t, want.ILP.Objective, got.ILP.Objective, 1e-9*max(1, want.ILP.Objective), name)
 		assert.LessOrEqual(t, got.ILP.Variables, want.ILP.Variables, name)
 		pruned += got.ILP.Pruned
+		merged += p.merged + ref.merged
 		if len(p.groups) < len(ref.groups) {
 			folded++
 		}
@@ -88,6 +90,8 @@ func TestPrunedILPMatchesBruteForce(t *testing.T) {
 	assert.Equal(t, 40, done, "too few random graphs small enough to enumerate")
 	assert.Positive(t, pruned, "no strategy was ever dominated")
 	assert.Positive(t, folded, "no constant was ever folded")
+	assert.Positive(t, merged, "no edge classes of equal costs were ever merged")
+	t.Logf("%d strategies pruned, %d edge cells merged", pruned, merged)
 	assert.Positive(t, budgeted, "no budget left a plan")
 }
 

@@ -2,7 +2,10 @@ package sharding
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,8 +33,12 @@ type planner struct {
 	memberIdx []int // per value: index in its group's members
 	rep       []int // per group: the group whose variables it shares (itself unless tied)
 
-	memo    map[reshardKey]mesh.Reshard
-	typeKey []string // per value, its type printed once
+	memo map[localReshardKey]mesh.Reshard
+	// typeID numbers each value's type (0: not yet), typeIDs the numbers of the types'
+	// texts and typeKeys the texts, by number − 1.
+	typeID   []int32
+	typeIDs  map[string]int32
+	typeKeys []string
 
 	// wB weighs the per-micro-batch costs and wReshard, per value, its reshardings in the
 	// objective (weights.go); all 1 for an unweighted solve.
@@ -63,6 +70,8 @@ type planner struct {
 	pruned int
 	// cut counts the strategies cutEinsums dropped.
 	cut int
+	// merged counts the edge cells mergeEqual saved.
+	merged int
 }
 
 // sharedRec remembers one row of a shared value (see addShared): y ≥ z, or, with z −1,
@@ -99,27 +108,42 @@ func specBits(s mesh.Spec) uint64 {
 }
 
 // reshard prices turning value v from one layout into another, memoized per (type, from,
-// to): a GPT step prices the same few pairs thousands of times.
+// to): a GPT step prices the same few pairs thousands of times. The planner's own memo
+// keys a type by its number in typeIDs; the shared one (Options.Reshard) by its text.
 func (p *planner) reshard(v ir.ValueID, from, to mesh.Spec) mesh.Reshard {
 	t := p.g.Value(v).Type
-	if p.typeKey[v] == "" {
-		p.typeKey[v] = t.String()
+	if p.typeID[v] == 0 {
+		key := t.String()
+		id, ok := p.typeIDs[key]
+		if !ok {
+			id = int32(len(p.typeIDs) + 1)
+			p.typeIDs[key] = id
+			p.typeKeys = append(p.typeKeys, key)
+		}
+		p.typeID[v] = id
 	}
-	k := reshardKey{p.typeKey[v], specBits(from), specBits(to)}
-	if r, ok := p.memo[k]; ok {
+	lk := localReshardKey{p.typeID[v], specBits(from), specBits(to)}
+	if r, ok := p.memo[lk]; ok {
 		return r
 	}
+	k := reshardKey{p.typeKeys[lk.typ-1], lk.from, lk.to}
 	if r, ok := p.opts.Reshard.get(k); ok {
-		p.memo[k] = r
+		p.memo[lk] = r
 		return r
 	}
 	r, err := mesh.ReshardCost(p.lm, t.Shape, t.DType.Size(), from, to)
 	if err != nil {
 		panic(fmt.Sprintf("sharding: resharding %s from %s to %s: %v", p.g.Value(v).Name, from, to, err))
 	}
-	p.memo[k] = r
+	p.memo[lk] = r
 	p.opts.Reshard.put(k, r)
 	return r
+}
+
+// localReshardKey is reshardKey with the type numbered by the planner (typeIDs).
+type localReshardKey struct {
+	typ      int32
+	from, to uint64
 }
 
 // ReshardMemo holds resharding prices on one logical mesh shape, shared by the solves on
@@ -238,6 +262,12 @@ func (p *planner) buildILP() {
 		p.prob.AddRow("onehot."+name, one, ilp.EQ, 1)
 	}
 	p.numS, p.numOneHot = p.prob.NumVars(), p.prob.NumRows()
+	cells := 0
+	for _, t := range todo {
+		cells += len(t.cost) * len(t.cost[0])
+	}
+	p.prob.Vars = slices.Grow(p.prob.Vars, cells)
+	obj = slices.Grow(obj, cells)
 	for _, t := range todo {
 		obj = append(obj, p.addEdge(t.a, t.m, t.rowOf, t.colOf, t.cost)...)
 	}
@@ -251,20 +281,20 @@ func (p *planner) buildILP() {
 			obj = append(obj, t)
 		}
 	}
-	p.prob.SetObjective(coalesce(obj), 0)
+	p.prob.SetObjective(coalesce(obj, p.prob.NumVars()), 0)
 }
 
-// coalesce sums the terms of each variable into one, in order of first appearance.
-func coalesce(terms []ilp.Term) []ilp.Term {
-	at := map[ilp.VarID]int{}
-	var out []ilp.Term
+// coalesce sums the terms of each variable (of n) into one, in order of first appearance.
+func coalesce(terms []ilp.Term, n int) []ilp.Term {
+	at := make([]int32, n) // per variable: 1 + its index in out, 0: none yet
+	out := make([]ilp.Term, 0, len(terms))
 	for _, t := range terms {
-		if i, ok := at[t.Var]; ok {
-			out[i].Coef += t.Coef
+		if i := at[t.Var]; i > 0 {
+			out[i-1].Coef += t.Coef
 			continue
 		}
-		at[t.Var] = len(out)
 		out = append(out, t)
+		at[t.Var] = int32(len(out))
 	}
 	return out
 }
@@ -443,7 +473,25 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 			// folds into the consumer's node cost; shared cells bound y by the consumer's
 			// binaries.
 			if len(rows) > 1 {
-				obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
+				n := len(cost) * len(cost[0])
+				rowOf, colOf, cost := mergeEqual(rowOf, sd.colOf, cost)
+				p.merged += n - len(cost)*len(cost[0])
+				switch {
+				case len(cost) == 1:
+					for km, c := range colOf {
+						if cost[0][c] != 0 {
+							obj = append(obj, ilp.Term{Var: p.s[sd.m][km], Coef: cost[0][c]})
+						}
+					}
+				case len(cost[0]) == 1:
+					for ka, r := range rowOf {
+						if cost[r][0] != 0 {
+							obj = append(obj, ilp.Term{Var: p.s[a][ka], Coef: cost[r][0]})
+						}
+					}
+				default:
+					obj = append(obj, p.addEdge(a, sd.m, rowOf, colOf, cost)...)
+				}
 				continue
 			}
 			for km, c := range sd.colOf {
@@ -530,29 +578,39 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	colOf, cols := p.classes(m, es, p.want)
 	cost := make([][]float64, len(rows))
 	zero := true
+	type once struct {
+		v    ir.ValueID
+		want uint64
+	}
+	var seen []once // a value resharded into one layout once, for every edge reading it
 	for r, ka := range rows {
 		cost[r] = make([]float64, len(cols))
 		for c, km := range cols {
-			seen := map[string]bool{} // a value resharded into one layout once, for every edge reading it
+			seen = seen[:0]
 			for _, e := range es {
 				want := p.want(e, km)
-				if k := strconv.Itoa(int(e.from)) + " " + want.String(); !seen[k] {
-					seen[k] = true
+				if k := (once{e.from, specBits(want)}); !slices.Contains(seen, k) {
+					seen = append(seen, k)
 					cost[r][c] += p.reshardCost(e.from, p.outSpec(e.from, ka), want)
 				}
 			}
 			zero = zero && cost[r][c] == 0
 		}
 	}
+	if !zero {
+		n := len(cost) * len(cost[0])
+		rowOf, colOf, cost = mergeEqual(rowOf, colOf, cost)
+		p.merged += n - len(cost)*len(cost[0])
+	}
 	switch {
 	case zero:
 		return pairCost{}, false
-	case len(rows) == 1:
+	case len(cost) == 1:
 		for km := range p.nodeCost[m] {
 			p.nodeCost[m][km] += cost[0][colOf[km]]
 		}
 		return pairCost{}, false
-	case len(cols) == 1:
+	case len(cost[0]) == 1:
 		for ka := range p.nodeCost[a] {
 			p.nodeCost[a][ka] += cost[rowOf[ka]][0]
 		}
@@ -561,24 +619,97 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	return pairCost{a, m, rowOf, colOf, cost}, true
 }
 
+// mergeEqual merges the row classes of a pair whose costs are equal cell for cell, then the
+// column classes, until none are: the ILP cannot tell two such classes apart (a transport
+// over the merged classes is the image of the full one, and every merged point splits
+// back in proportion to the classes' node sums), so its optimum and its relaxation stay,
+// with fewer edge variables (a convolution's layouts that reshard alike, for one). rowOf
+// and colOf map strategies to classes; merged classes are numbered in order of their
+// first class.
+func mergeEqual(rowOf, colOf []int, cost [][]float64) ([]int, []int, [][]float64) {
+	for {
+		nr, nc := len(cost), len(cost[0])
+		rowOf, cost = mergeRows(rowOf, cost)
+		colOf, cost = mergeRows(colOf, transpose(cost))
+		cost = transpose(cost)
+		if len(cost) == nr && len(cost[0]) == nc {
+			return rowOf, colOf, cost
+		}
+	}
+}
+
+// mergeRows merges the equal rows of cost, renumbering of.
+func mergeRows(of []int, cost [][]float64) ([]int, [][]float64) {
+	seen := map[string]int{}
+	to := make([]int, len(cost))
+	var out [][]float64
+	buf := make([]byte, 0, 8*len(cost[0]))
+	for r, row := range cost {
+		buf = buf[:0]
+		for _, x := range row {
+			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(x))
+		}
+		i, ok := seen[string(buf)]
+		if !ok {
+			i = len(out)
+			seen[string(buf)] = i
+			out = append(out, row)
+		}
+		to[r] = i
+	}
+	if len(out) == len(cost) {
+		return of, cost
+	}
+	nof := make([]int, len(of))
+	for k, c := range of {
+		nof[k] = to[c]
+	}
+	return nof, out
+}
+
+func transpose(m [][]float64) [][]float64 {
+	t := make([][]float64, len(m[0]))
+	for c := range t {
+		t[c] = make([]float64, len(m))
+		for r := range m {
+			t[c][r] = m[r][c]
+		}
+	}
+	return t
+}
+
 // classes numbers group g's strategies by the tuple of layouts spec(e, k) over the edges;
-// it returns each strategy's class and one representative strategy per class.
+// it returns each strategy's class and one representative strategy per class. Classes
+// are numbered in the order of their first strategy.
 func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]int, []int) {
 	n := len(p.groups[g].strats)
 	of := make([]int, n)
-	seen := map[string]int{}
 	var reps []int
-	var b strings.Builder
-	for k := range n {
-		b.Reset()
-		for _, e := range es {
-			b.WriteString(spec(e, k).String())
-			b.WriteByte('|')
+	if len(es) == 1 {
+		seen := map[uint64]int{}
+		for k := range n {
+			b := specBits(spec(es[0], k))
+			c, ok := seen[b]
+			if !ok {
+				c = len(reps)
+				seen[b] = c
+				reps = append(reps, k)
+			}
+			of[k] = c
 		}
-		c, ok := seen[b.String()]
+		return of, reps
+	}
+	seen := map[string]int{}
+	buf := make([]byte, 0, 8*len(es))
+	for k := range n {
+		buf = buf[:0]
+		for _, e := range es {
+			buf = binary.LittleEndian.AppendUint64(buf, specBits(spec(e, k)))
+		}
+		c, ok := seen[string(buf)]
 		if !ok {
 			c = len(reps)
-			seen[b.String()] = c
+			seen[string(buf)] = c
 			reps = append(reps, k)
 		}
 		of[k] = c
@@ -594,17 +725,21 @@ func (p *planner) foldDiagonal(g int, e edge) {
 	}
 }
 
-// addEdge adds the edge variables of one group pair and their row and column sums; it
-// returns the objective terms.
+// addEdge adds the edge variables of one group pair and their row and column sums (all
+// but the last column's, which the others imply); it returns the objective terms.
 func (p *planner) addEdge(a, m int, rowOf, colOf []int, cost [][]float64) []ilp.Term {
 	nr, nc := len(cost), len(cost[0])
 	base := fmt.Sprintf("e.%d.%d.", a, m)
 	vars := make([][]ilp.VarID, nr)
 	var obj []ilp.Term
+	name := []byte(base)
 	for r := range nr {
 		vars[r] = make([]ilp.VarID, nc)
+		row := strconv.AppendInt(name[:len(base)], int64(r), 10)
+		row = append(row, '.')
 		for c := range nc {
-			vars[r][c] = p.prob.AddContinuous(base+strconv.Itoa(r)+"."+strconv.Itoa(c), 0, 1)
+			name = strconv.AppendInt(row, int64(c), 10)
+			vars[r][c] = p.prob.AddContinuous(string(name), 0, 1)
 			if cost[r][c] != 0 {
 				obj = append(obj, ilp.Term{Var: vars[r][c], Coef: cost[r][c]})
 			}
@@ -624,7 +759,10 @@ func (p *planner) addEdge(a, m int, rowOf, colOf []int, cost [][]float64) []ilp.
 		}
 		p.prob.AddRow(base+"row"+strconv.Itoa(r), terms, ilp.EQ, 0)
 	}
-	for c := range nc {
+	// The last column's sum is implied: the row sums add up to Σ s_a = 1 and the other
+	// column sums to 1 − (m's strategies in the last class), by the one-hot rows of a and
+	// m. Leaving it out changes neither the integer problem nor its relaxation.
+	for c := range nc - 1 {
 		terms := make([]ilp.Term, 0, nr+4)
 		for r := range nr {
 			terms = append(terms, ilp.Term{Var: vars[r][c], Coef: 1})

@@ -230,10 +230,29 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 			slots = append(slots, i)
 		}
 	}
+	memo := map[int32][]match{} // per strategy of u: v's matches
+	// copyPick copies a pick with room for one more member, out of chunks shared by the
+	// copies (each capped at its own length + 1).
+	var arena []int32
+	copyPick := func(src []int32) []int32 {
+		n := len(src) + 1
+		if cap(arena)-len(arena) < n {
+			arena = make([]int32, 0, max(4096, n))
+		}
+		at := len(arena)
+		arena = arena[:at+n]
+		c := arena[at : at+len(src) : at+n]
+		copy(c, src)
+		return c
+	}
 	extend := func(firstOnly bool) []groupStrategy {
-		var out []groupStrategy
+		out := make([]groupStrategy, 0, len(gr.strats))
 		for _, gs := range gr.strats {
-			ms := p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
+			ms, ok := memo[gs.pick[ui]]
+			if !ok {
+				ms = p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
+				memo[gs.pick[ui]] = ms
+			}
 			if firstOnly {
 				ms = ms[:1]
 			}
@@ -247,7 +266,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 				if len(ms) > 1 {
 					// Several children: each needs its own copy. A single child takes over gs's
 					// slice, which nothing else refers to once gr.strats is replaced.
-					pick = append(make([]int32, 0, len(gs.pick)+1), gs.pick...)
+					pick = copyPick(gs.pick)
 				}
 				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
 					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard + sib, reshard: gs.reshard + m.reshard})

@@ -269,8 +269,8 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	}
 	cm, _ := opts.costModel()
 	opts.MemoryBudget = opts.budget()
-	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, fu: fu, cands: cands, memo: map[reshardKey]mesh.Reshard{},
-		typeKey: make([]string, len(g.Values))}
+	p := &planner{ctx: ctx, g: g, lm: lm, opts: opts, cm: cm, fu: fu, cands: cands, memo: map[localReshardKey]mesh.Reshard{},
+		typeID: make([]int32, len(g.Values)), typeIDs: map[string]int32{}}
 	if err := p.checkForce(); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/autopar/autopar/ir"
@@ -152,6 +153,9 @@ type enumerator struct {
 	v    *ir.Value
 	args []ir.Type
 	r    rule
+	// flops and class are the op's, worked out once for all its assignments.
+	flops float64
+	class mesh.OpClass
 }
 
 // strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
@@ -159,6 +163,7 @@ type enumerator struct {
 func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID) []Strategy {
 	v := g.Value(id)
 	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	e.flops, e.class = g.FLOPs(id), OpClass(v.Op, e.r.dims)
 	var out []Strategy
 	for _, a := range e.assignments() {
 		out = append(out, e.expand(a)...)
@@ -169,7 +174,13 @@ func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, i
 	if len(out) == 0 {
 		panic(fmt.Sprintf("sharding: value %s has no strategy", v.Name))
 	}
-	return prune(out)
+	// Until here Name holds the suffix of the name (the op's collective); the survivors
+	// of prune get their names.
+	out = prune(out)
+	for i := range out {
+		out[i].Name = e.name(out[i], out[i].Name)
+	}
+	return out
 }
 
 // assignment gives each label its mesh axes.
@@ -270,11 +281,11 @@ func (e *enumerator) expand(a assignment) []Strategy {
 	if e.fu.writes(e.id) {
 		traffic += base.Memory
 	}
-	base.Compute = e.cm.compute(e.v.Op, OpClass(e.v.Op, e.r.dims), e.computeDType(), e.g.FLOPs(e.id), e.lm.AxisSize(used),
+	base.Compute = e.cm.compute(e.v.Op, e.class, e.computeDType(), e.flops, e.lm.AxisSize(used),
 		float64(traffic), e.lm.HostDevices(), !e.fu.launches(e.id))
 	suffix := e.syncStats(&base)
 	if partial == 0 {
-		base.Name = e.name(base, suffix)
+		base.Name = suffix // the name's suffix until strategiesOf names it
 		return []Strategy{base}
 	}
 	return e.finishPartial(base, partial)
@@ -306,7 +317,7 @@ func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strate
 	B := float64(base.Memory)
 	ar := base.clone()
 	ar.addCollective(e.lm, OpCollective{Kind: mesh.AllReduce, Axes: partial, Dim: -1, Reduce: e.r.reduce, Bytes: B})
-	ar.Name = e.name(ar, fmt.Sprintf(" (all_reduce %s)", partial.Digits()))
+	ar.Name = " (all_reduce " + partial.Digits() + ")" // the name's suffix until strategiesOf names it
 	out := []Strategy{ar}
 	if !e.r.scatterOK {
 		return out
@@ -322,7 +333,7 @@ func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strate
 		}
 		rs.Memory = e.bytes(rs.Out)
 		rs.addCollective(e.lm, OpCollective{Kind: mesh.ReduceScatter, Axes: partial, Dim: dim, Reduce: e.r.reduce, Bytes: B})
-		rs.Name = e.name(rs, fmt.Sprintf(" (reduce_scatter %s dim %d)", partial.Digits(), dim))
+		rs.Name = " (reduce_scatter " + partial.Digits() + " dim " + strconv.Itoa(dim) + ")"
 		out = append(out, rs)
 	}
 	return out
@@ -456,10 +467,10 @@ func dropReplicatedWork(ss []Strategy, lm *mesh.LogicalMesh) []Strategy {
 // cannot lose the optimum. The order of the survivors is the generation order, which is
 // what Options.Force indexes.
 func prune(ss []Strategy) []Strategy {
-	best := map[string]int{}
+	best := map[specsKey]int{}
 	var out []Strategy
 	for _, s := range ss {
-		key := specKey(s)
+		key := specKeyOf(s)
 		j, seen := best[key]
 		if !seen {
 			best[key] = len(out)
@@ -473,7 +484,27 @@ func prune(ss []Strategy) []Strategy {
 	return out
 }
 
-// specKey identifies a strategy by its specs alone.
+// specsKey identifies a strategy by its specs alone: their specBits when the op has at most
+// five operands, else the text of specKey.
+type specsKey struct {
+	bits [6]uint64
+	long string
+}
+
+func specKeyOf(s Strategy) specsKey {
+	var k specsKey
+	if len(s.In) >= len(k.bits) || !packable(s.Out) || slices.ContainsFunc(s.In, func(in mesh.Spec) bool { return !packable(in) }) {
+		k.long = specKey(s)
+		return k
+	}
+	k.bits[0] = specBits(s.Out)
+	for i, in := range s.In {
+		k.bits[i+1] = specBits(in)
+	}
+	return k
+}
+
+// specKey identifies a strategy by its specs alone, as text (any rank).
 func specKey(s Strategy) string {
 	var b strings.Builder
 	b.WriteString(s.Out.String())
@@ -483,3 +514,6 @@ func specKey(s Strategy) string {
 	}
 	return b.String()
 }
+
+// packable reports whether specBits can pack s (rank 31 at most).
+func packable(s mesh.Spec) bool { return len(s.Dims) <= 31 }
