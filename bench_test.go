@@ -14,6 +14,7 @@ import (
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/zoo"
+	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -60,6 +61,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus), func(b *testing.B) {
 				g, c := alpaConfig(b, tc.model, tc.gpus)
 				defer traceILPs(b, fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus))()
+				defer countILPs(b)()
 				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers, Microbatches: *alpaMicrobatches}
 				b.ReportAllocs()
 				for b.Loop() {
@@ -88,6 +90,42 @@ func BenchmarkCompileAlpa(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// countILPs logs, when the configuration ends, the lp_solve calls it made (a sharding
+// solve makes one per memory round and more for its fallbacks): solved, answered from the
+// memo, stopped by their limit (a feasible point or none), the most CPU one took and the
+// largest. Counted even past -alpa-cap, where the metrics are absent. Off under
+// -ilp-trace, which installs its own tracer.
+func countILPs(b *testing.B) func() {
+	if *ilpTrace != "" {
+		return func() {}
+	}
+	var mu sync.Mutex
+	var solved, cached, limited, vars int
+	var cpu, most time.Duration
+	restore := ilp.Trace(func(p *ilp.Problem, st ilp.Stats) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case st.Cached:
+			cached++
+			return
+		case st.Err != nil:
+			limited++
+		}
+		solved++
+		cpu += st.CPU
+		most = max(most, st.CPU)
+		vars = max(vars, st.Vars)
+	})
+	return func() {
+		restore()
+		mu.Lock()
+		defer mu.Unlock()
+		b.Logf("lp_solve: %d solves (%d not optimal: a limit or no point), %d from the memo; %.1f CPU s in all, the dearest %.1f s; largest %d variables",
+			solved, limited, cached, cpu.Seconds(), most.Seconds(), vars)
 	}
 }
 

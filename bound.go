@@ -87,7 +87,8 @@ func (o *oracle) isSolved(k int, s mesh.Submesh, l mesh.LogicalShape) bool {
 }
 
 // unsolved lists, as solves to run, the layers of plan p's stages whose ILP on their
-// stage's mesh has not run, marking them in o.solved. Not all of them: the cheaper half by
+// stage's mesh has not run, marking them in o.solved; layers of one structure (one solve
+// key) once, as they share the solve. Not all of them: the cheaper half by
 // solveEstimate (at least one per core), since the cheap solves may already show that the
 // plan loses and spare the dear ones — an ILP on a two-dimensional mesh has several times
 // the variables of a one-dimensional one and takes about ten times as long. With
@@ -95,13 +96,18 @@ func (o *oracle) isSolved(k int, s mesh.Submesh, l mesh.LogicalShape) bool {
 // mesh: the cheap ones still buy a better plan where they can.
 func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 	var jobs []job
+	seen := map[solveKey]bool{} // layers of one structure (a transformer's middle ones) share a solve
 	for _, st := range p.Stages {
 		for k := st.Start; k < st.End; k++ {
 			if o.isSolved(k, st.Submesh, st.Logical) || cheapOnly && meshFactor(st.Logical) > 4 {
 				continue
 			}
 			sg := o.infos[k].sg
-			jobs = append(jobs, job{key: solveKey{sg.hash, st.Submesh, st.Logical}, sg: sg})
+			key := solveKey{sg.hash, st.Submesh, st.Logical}
+			if !seen[key] {
+				seen[key] = true
+				jobs = append(jobs, job{key: key, sg: sg})
+			}
 		}
 	}
 	est := make(map[solveKey]float64, len(jobs))

@@ -188,3 +188,27 @@ func (tc boundCase) oracle(t *testing.T) (*oracle, dp.Cluster) {
 	require.NotNil(t, o.layerInfos())
 	return o, dc
 }
+
+// TestUnsolvedOncePerStructure: layers of one structure (a transformer's middle layers)
+// share a solve key, and unsolved lists each key once: a plan over all of GPT-39B's eight
+// layers, of four structures, asks for at most four solves, none twice (duplicates ran
+// the same 64-device ILP on both cores at once, each to its own time limit).
+func TestUnsolvedOncePerStructure(t *testing.T) {
+	o, dc := boundCase{"gpt-39b", "p3.16xlarge", 8, 8, 4, 8}.oracle(t)
+	o.allMeshes = o.meshes(dc)
+	sub := mesh.Submesh{Hosts: 8, Devices: 8}
+	p := &dp.Result{Stages: []dp.Stage{{Start: 0, End: o.lay.L, Submesh: sub, Logical: mesh.LogicalShape{8, 8}}}}
+	keys := map[string]bool{}
+	for k := range o.lay.L {
+		keys[o.infos[k].sg.hash] = true
+	}
+	require.Less(t, len(keys), o.lay.L, "some layers share a structure")
+	jobs := o.unsolved(p, false)
+	require.NotEmpty(t, jobs)
+	seen := map[solveKey]bool{}
+	for _, j := range jobs {
+		assert.False(t, seen[j.key], "layer %s listed twice", j.sg.g.Name)
+		seen[j.key] = true
+	}
+	assert.LessOrEqual(t, len(jobs), len(keys))
+}

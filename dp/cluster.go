@@ -112,14 +112,17 @@ func Submeshes(c Cluster) []mesh.Submesh {
 }
 
 // LogicalShapes lists the logical meshes (dp, mp) the search tries on s, dp ascending:
-// every (dp, mp) with dp·mp = s.NumDevices() on a submesh of at most ExhaustiveHosts hosts; on a
-// larger one only those whose mp is a power of two dividing s.Devices (tensor parallelism
-// inside a host, data parallelism across hosts), so that their number does not grow with
-// the submesh. The order is the tie-break order of [Solve].
+// inside one host every (dp, mp) with dp·mp = s.NumDevices(); on a submesh of whole hosts
+// only those whose mp is a power of two dividing s.Devices (Alpa's tensor parallelism
+// inside a host, data parallelism across hosts: an axis of mp devices never crosses a
+// host), so that their number does not grow with the submesh. A mesh whose tensor axis
+// spans hosts pays the network on every activation collective; it is left out as an
+// approximation, measured in docs/DECISIONS.md ("Logical meshes on whole hosts"). The
+// order is the tie-break order of [Solve].
 func LogicalShapes(s mesh.Submesh) []mesh.LogicalShape {
 	n := s.NumDevices()
 	var out []mesh.LogicalShape
-	if s.Hosts > ExhaustiveHosts {
+	if s.Hosts > 1 {
 		for mp := s.Devices; mp >= 1; mp-- {
 			if mp&(mp-1) == 0 && s.Devices%mp == 0 {
 				out = append(out, mesh.LogicalShape{n / mp, mp})

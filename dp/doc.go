@@ -31,7 +31,8 @@
 //
 // Past [ExhaustiveHosts] hosts the search lists shapes, not one submesh per host count:
 // whole-host submeshes of the sizes that split the cluster evenly into up to
-// [BalancedStages] stages, with tensor parallelism inside a host only. The recurrence counts
+// [BalancedStages] stages (on any cluster, a submesh of whole hosts takes tensor
+// parallelism inside a host only, see [LogicalShapes]). The recurrence counts
 // free devices in blocks (the gcd of the submesh sizes, a host or more there), so its size
 // follows the host count, and a search past [MaxSearchStates] is refused by [Check] before
 // any stage is priced.

@@ -19,9 +19,11 @@ func TestSubmeshes(t *testing.T) {
 }
 
 func TestLogicalShapes(t *testing.T) {
-	assert.Equal(t, []mesh.LogicalShape{{1, 8}, {2, 4}, {4, 2}, {8, 1}}, LogicalShapes(mesh.Submesh{Hosts: 2, Devices: 4}))
+	// Whole hosts: the tensor axis (mp) stays inside a host.
+	assert.Equal(t, []mesh.LogicalShape{{2, 4}, {4, 2}, {8, 1}}, LogicalShapes(mesh.Submesh{Hosts: 2, Devices: 4}))
 	assert.Equal(t, []mesh.LogicalShape{{1, 1}}, LogicalShapes(mesh.Submesh{Hosts: 1, Devices: 1}))
-	assert.Equal(t, []mesh.LogicalShape{{1, 6}, {2, 3}, {3, 2}, {6, 1}}, LogicalShapes(mesh.Submesh{Hosts: 3, Devices: 2}))
+	assert.Equal(t, []mesh.LogicalShape{{3, 2}, {6, 1}}, LogicalShapes(mesh.Submesh{Hosts: 3, Devices: 2}))
+	assert.Equal(t, []mesh.LogicalShape{{1, 8}, {2, 4}, {4, 2}, {8, 1}}, LogicalShapes(mesh.Submesh{Hosts: 1, Devices: 8}))
 }
 
 func TestInFlight(t *testing.T) {
