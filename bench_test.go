@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	goruntime "runtime"
 	"sync"
 	"syscall"
@@ -63,6 +64,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 				defer traceILPs(b, fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus))()
 				defer countILPs(b)()
 				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers, Microbatches: *alpaMicrobatches}
+				defer traceCounts(b)()
 				b.ReportAllocs()
 				for b.Loop() {
 					ctx, cancel := context.WithTimeout(context.Background(), *alpaCap)
@@ -401,4 +403,22 @@ func BenchmarkCompileHugeCluster(b *testing.B) {
 			}
 		})
 	}
+}
+
+// countTraceFlag (flag -count-trace) makes BenchmarkCompileAlpa log, per micro-batch count
+// in the order the search takes them, its bound, what became of it, its plan's step, the
+// ILPs and the CPU seconds of the compile so far (compile.go, countTrace).
+var countTraceFlag = flag.Bool("count-trace", false, "log what BenchmarkCompileAlpa's search does with each micro-batch count")
+
+func traceCounts(b *testing.B) func() {
+	if !*countTraceFlag {
+		return func() {}
+	}
+	cpu0 := cpuTime()
+	countTrace = func(mb int, bound float64, outcome string, step float64, solves int64) {
+		// To stderr: a benchmark's log keeps ten lines.
+		fmt.Fprintf(os.Stderr, "%s: count %d: bound %.6f s, %s, step %.6f s, %d ILPs, %.1f CPU s\n", b.Name(), mb, bound, outcome, step, solves,
+			(cpuTime() - cpu0).Seconds())
+	}
+	return func() { countTrace = nil }
 }

@@ -48,6 +48,7 @@ func (o *oracle) layerBound(k int, s mesh.Submesh, l mesh.LogicalShape) (dp.Stag
 
 type boundCost struct {
 	cost dp.StageCost
+	kb   []float64 // per value of the layer's graph: its sharding.KernelBounds
 	ok   bool
 }
 
@@ -72,7 +73,58 @@ func (o *oracle) boundOf(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) bo
 	c.Time += mb
 	c.Step += step
 	c.WeightBytes = float64(sg.weights) / float64(lm.Size())
-	return boundCost{cost: c, ok: true}
+	return boundCost{cost: c, kb: kb, ok: true}
+}
+
+// redoBound is a lower bound on the time a recomputing stage holding layer k on (s, l)
+// spends per micro-batch recomputing layer k's forward: the sum of the kernel bounds of the
+// layer's forward values that its backward reads and no other layer does (layerMem.redo),
+// which both recomputing ways run again (memFloor's comment says why). remat.go prices a
+// recomputed op at its strategy's Compute + Comm, at least its kernel bound.
+func (o *oracle) redoBound(k int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	m := o.memOf(k)
+	mk := meshKey{s, l}
+	if t, ok := m.redoTime[mk]; ok {
+		return t
+	}
+	t := 0.0
+	if _, ok := o.layerBound(k, s, l); ok {
+		kb := o.bounds[solveKey{o.infos[k].sg.hash, s, l}].kb
+		for _, id := range m.redoIDs {
+			t += kb[id]
+		}
+	}
+	m.redoTime[mk] = t
+	return t
+}
+
+// boundedRange completes c, the optimistic price of layers [start, end) on (s, l) summed
+// over its layers (some priced by their bounds, layerBound), into the ways the range can
+// run, each a lower bound on that way of the range's solved cost (time and memory with any
+// number of micro-batches in flight): plainly, holding the plain floors (memFloors; the
+// solved layers' own activations are no proven floor of the range's and are left out);
+// recomputing, slower by every layer's redoBound, holding once the recomputing floor and
+// nothing per micro-batch. Recomputation's mode picks which ways the DP sees, as costFor does for
+// a solved stage. Before the recomputing way had its own price, a bounded range ran under
+// RematAuto as fast as plainly with the lesser floor of the two, once: a micro-batch
+// count whose stages could only fit recomputing looked as fast as one that ran plainly.
+func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
+	f := o.memFloors(start, end, s.NumDevices())
+	plain := c
+	plain.ActBytes, plain.OnceBytes = f.inFlight, f.plain-f.inFlight // Memory(1) = W + f.plain
+	if o.remat == RematNone {
+		return plain
+	}
+	r := c
+	r.ActBytes, r.OnceBytes, r.Recompute = 0, f.remat, true
+	for k := start; k < end; k++ {
+		r.Time += o.redoBound(k, s, l)
+	}
+	if o.remat == RematFull {
+		return r
+	}
+	plain.Remat = []dp.StageCost{r}
+	return plain
 }
 
 // isSolved reports whether layer k's own ILP on (s, l) has run (or is running), and so
@@ -222,6 +274,41 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	}
 }
 
+// floored raises the memory of each way of c, the optimistic price of layers [start, end)
+// on (s, l) from their solved layers (oracle.lower), to memFloors: with i micro-batches in
+// flight a way holds at least the layers' weights spread perfectly and its floor. The
+// solved layers' own weights and activations, which lower sums and takes the largest of,
+// bound a range of several layers only loosely (a range may lay out its params apart
+// from its layers' solves, and its plain way holds every layer's saved values at once):
+// under memory that binds, the optimistic plan ran plainly where no plan can.
+func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
+	f := o.memFloors(start, end, s.NumDevices())
+	weights := 0.0
+	for k := start; k < end; k++ {
+		b, ok := o.layerBound(k, s, l)
+		if !ok {
+			return c
+		}
+		weights += b.WeightBytes
+	}
+	raise := func(w *dp.StageCost) {
+		inFlight, first := f.inFlight, f.plain
+		if w.Recompute {
+			inFlight, first = 0, f.remat
+		}
+		w.ActBytes = max(w.ActBytes, inFlight)
+		w.OnceBytes = max(w.OnceBytes, weights+first-w.WeightBytes-w.ActBytes)
+	}
+	raise(&c)
+	if len(c.Remat) > 0 {
+		c.Remat = slices.Clone(c.Remat)
+		for i := range c.Remat {
+			raise(&c.Remat[i])
+		}
+	}
+	return c
+}
+
 // layerMem is what bounds from below, without an ILP, the memory of a stage that holds a
 // layer, whatever its sharding and recomputation (memFloor). All in bytes of whole
 // tensors; a device holds at least 1/n of each on a mesh of n devices (shards divide
@@ -236,6 +323,16 @@ type layerMem struct {
 	// op of another layer reads: recomputing layer by layer (remat.go) recomputes every
 	// one of them in the layer's segment, in any stage that holds the layer.
 	redo float64
+	// saved is the bytes of the layer's forward values that an op of the layer after the
+	// step's last forward op reads: in any stage that holds the layer, they are all alive
+	// once the stage's forward has run (a stage's graph keeps the step's order), with
+	// those of the stage's other layers.
+	saved float64
+	// redoIDs are those values and the forward values of the layer, read by no other
+	// layer, that they read, in the layer's graph: what both recomputing ways run again
+	// (memOf); redoTime their redoBound per mesh.
+	redoIDs  []ir.ValueID
+	redoTime map[meshKey]float64
 }
 
 // memOf returns layer k's layerMem, made once per oracle.
@@ -256,11 +353,14 @@ func (o *oracle) memOf(k int) *layerMem {
 					o.localOnly[a] = false
 				}
 			}
+			if o.fwd[i] && !o.step.Values[i].Op.IsLeaf() {
+				o.lastFwd = ir.ValueID(i)
+			}
 		}
 	}
 	g := li.sg.g
 	n := len(g.Values)
-	m := &layerMem{}
+	m := &layerMem{redoTime: map[meshKey]float64{}}
 	own := make([]bool, n) // an op of layer k
 	fwd := make([]bool, n) // of them, a forward op
 	last := make([]int, n) // last reader in g
@@ -277,12 +377,16 @@ func (o *oracle) memOf(k int) *layerMem {
 		}
 		own[i], fwd[i], step[i] = true, o.fwd[id], id
 	}
-	readBwd := make([]bool, n) // read by an own op outside the forward
+	readBwd := make([]bool, n)  // read by an own op outside the forward
+	readLate := make([]bool, n) // read by an own op after the step's last forward op
 	for i := range g.Values {
 		for _, a := range g.Values[i].Args {
 			last[a] = max(last[a], i)
 			if own[i] && !fwd[i] {
 				readBwd[a] = true
+			}
+			if own[i] && step[i] > o.lastFwd {
+				readLate[a] = true
 			}
 		}
 	}
@@ -297,6 +401,28 @@ func (o *oracle) memOf(k int) *layerMem {
 		if fwd[i] && readBwd[i] && o.localOnly[step[i]] {
 			m.redo += b
 		}
+		if fwd[i] && readLate[i] {
+			m.saved += b
+		}
+	}
+	// The values both ways recompute: those of redo, and the layer's forward values that
+	// no other layer reads and that a recomputed one reads (remat.go's need, within one
+	// segment, so none is a checkpoint), found from the last value back.
+	redone := make([]bool, n)
+	for i := n - 1; i >= 0; i-- {
+		if !own[i] || !fwd[i] || !o.localOnly[step[i]] || !readBwd[i] && !redone[i] {
+			redone[i] = false
+			continue
+		}
+		redone[i] = true
+		for _, a := range g.Values[i].Args {
+			redone[a] = true // read by a recomputed op: recomputed too if it is the layer's own forward
+		}
+	}
+	for i := range n {
+		if redone[i] {
+			m.redoIDs = append(m.redoIDs, ir.ValueID(i))
+		}
 	}
 	cur := 0.0
 	for t := range n {
@@ -307,35 +433,46 @@ func (o *oracle) memOf(k int) *layerMem {
 	return m
 }
 
-// memFloor is a lower bound, on a mesh of devices devices, on what a stage holding layers
-// [start, end) needs per device besides its weights (dp.StageCost.WeightBytes, at least
-// the layers' weights spread perfectly: params twice, optimizer state), whatever its
-// sharding and its way to run; lower gives it as OnceBytes to a range it prices by bounds.
+// memFloor is what bounds from below, without an ILP, the memory of a stage holding a
+// range of layers besides its weights (dp.StageCost.WeightBytes, at least the layers'
+// weights spread perfectly: params twice, optimizer state), whatever its sharding.
+type memFloor struct {
+	// plain: run plainly, with one micro-batch in flight; inFlight: each further one.
+	plain, inFlight float64
+	// remat: recomputing, either way, with any number of micro-batches in flight.
+	remat float64
+}
+
+// memFloors is the memFloor of layers [start, end) on a mesh of devices devices.
+// boundedRange gives it to a range it prices by bounds.
 //
 // Why it holds, for a stage's sharding solve (stageSolution.cost) with params P, state S
 // and gathered copies G per device, weights W = 2P+S+G: its peak is at least P+S+G (held
 // throughout) plus, at any point, the layer's own values alive there, each at 1/n of its
-// bytes or more, so peak ≥ P+S+G+inner/n. Run plainly it holds W + ActBytes = max(W, peak)
-// ≥ W + (inner/n − P). Recomputing (either way, remat.go) it holds max(W + kept, the
-// recomputing peak) (sharding.Recompute's liveness): every value of redo is recomputed
-// in its layer's segment, whose recomputation runs as one block before the first backward
-// op that reads it, and each stays alive until its backward read, after the block; so at
-// the block's end the peak is at least P+S+G+redo/n, and the stage holds at least
-// W + (redo/n − P). The composed prices (compose.go, withRemat) take each layer's own
-// solve's, which obey the same bounds with the layer's smaller P. So under recomputation
-// (auto or full) the floor is max_k min(inner, redo)/n − P (the plain way may be taken),
-// with P the range's params per device, and without it max_k inner/n − P; never below 0.
-func (o *oracle) memFloor(start, end, devices int) float64 {
+// bytes or more, so peak ≥ P+S+G+inner/n; and, at the end of its forward, every layer's
+// saved values, so peak ≥ P+S+G+Σ saved/n (inner below is the larger of the two). Run
+// plainly it holds W + i·ActBytes with i micro-batches in flight, ActBytes =
+// max(0, peak − W) ≥ inner/n − P: so W + ActBytes ≥ W + (inner/n − P), and ActBytes ≥
+// inner/n − P_all, P_all the range's params undivided (P is at most that; P itself may be
+// a replica, so inner/n − P is a floor of the first micro-batch only, where the weights'
+// own floor makes up for P). Recomputing (either way,
+// remat.go) it holds max(W + kept, the recomputing peak) plus kept per further
+// micro-batch (sharding.Recompute's liveness): every value of redo is recomputed in its
+// layer's segment, whose recomputation runs as one block before the first backward op
+// that reads it, and each stays alive until its backward read, after the block; so at the
+// block's end the peak is at least P+S+G+redo/n, and the stage holds at least
+// W + (redo/n − P). In all three P is taken spread perfectly over the range's devices,
+// the least it can be, and the largest layer's inner or redo is taken; never below 0.
+func (o *oracle) memFloors(start, end, devices int) memFloor {
 	n := float64(devices)
-	var params, inner, redo float64
+	var params, inner, saved, redo float64
 	for k := start; k < end; k++ {
 		m := o.memOf(k)
-		params += m.params / n
-		inner = max(inner, m.inner/n)
-		redo = max(redo, m.redo/n)
+		params += m.params
+		inner = max(inner, m.inner)
+		saved += m.saved
+		redo = max(redo, m.redo)
 	}
-	if o.remat != RematNone {
-		return max(0, min(inner, redo)-params)
-	}
-	return max(0, inner-params)
+	inner = max(inner, saved)
+	return memFloor{plain: max(0, (inner-params)/n), inFlight: max(0, inner/n-params), remat: max(0, (redo-params)/n)}
 }

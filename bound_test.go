@@ -27,7 +27,7 @@ func TestLayerBoundIsLower(t *testing.T) {
 	} {
 		t.Run(tc.name(), func(t *testing.T) {
 			o, dc := tc.oracle(t)
-			checked := 0
+			checked, redone := 0, 0
 			for _, mk := range o.meshes(dc) {
 				for k := range o.lay.L {
 					b, ok := o.layerBound(k, mk.sub, mk.logical)
@@ -38,8 +38,12 @@ func TestLayerBoundIsLower(t *testing.T) {
 					assert.LessOrEqual(t, b.Time, sol.cost.Time*(1+1e-9), at)
 					assert.LessOrEqual(t, b.Step, sol.cost.Step*(1+1e-9), at)
 					assert.LessOrEqual(t, b.WeightBytes, sol.cost.WeightBytes, at)
+					redo := o.redoBound(k, mk.sub, mk.logical)
 					for _, r := range sol.remats {
-						assert.LessOrEqual(t, b.Time, r.Time*(1+1e-9), at)
+						assert.LessOrEqual(t, b.Time+redo, r.Time*(1+1e-9), "%s: recomputing", at)
+					}
+					if redo > 0 {
+						redone++
 					}
 					if mk.sub.NumDevices() == 1 {
 						assert.InEpsilon(t, sol.cost.Time+sol.cost.Step, b.Time+b.Step, 1e-9, "%s: one device", at)
@@ -47,7 +51,8 @@ func TestLayerBoundIsLower(t *testing.T) {
 					checked++
 				}
 			}
-			t.Logf("%d layer solves checked", checked)
+			t.Logf("%d layer solves checked, %d with a recomputation to bound", checked, redone)
+			assert.Positive(t, redone, "the recomputing bound says something")
 		})
 	}
 }
@@ -113,14 +118,15 @@ func TestLazySearchCancels(t *testing.T) {
 	assert.Positive(t, calls)
 }
 
-// TestMemFloorIsLower: the memory the lazy search gives a range it prices by bounds
-// (memFloor over the layers' weights spread perfectly) is at most what its range ILP's
-// solution needs with one micro-batch in flight, run plainly or recomputing either way,
-// on every layer range of zoo models and every logical mesh of their clusters; without
-// recomputation, at most the plain way's. It is what lets the search drop a micro-batch
-// count whose plans cannot fit without an ILP (searchAll), so it must follow remat.go's
-// memory model.
-func TestMemFloorIsLower(t *testing.T) {
+// TestBoundedRangeIsLower: the price the lazy search gives a range it prices by bounds
+// (boundedRange over its layers' layerBound, memFloors) is below its range ILP's
+// solution, way by way, under each recomputation mode: plainly, its time and its memory
+// with one to four micro-batches in flight; recomputing, below every recomputing way's.
+// On every layer range of zoo models and every logical mesh of their clusters. It is what
+// lets the search drop a micro-batch count whose plans cannot fit without an ILP, or
+// whose stages can fit only recomputing, slower (searchAll), so it must follow remat.go's
+// model.
+func TestBoundedRangeIsLower(t *testing.T) {
 	total := 0
 	for _, tc := range []boundCase{
 		{"mlp-tiny", "cpu", 1, 4, 1, 3},
@@ -131,37 +137,70 @@ func TestMemFloorIsLower(t *testing.T) {
 			o, dc := tc.oracle(t)
 			checked, positive := 0, 0
 			for _, mk := range o.meshes(dc) {
-				n := mk.sub.NumDevices()
 				for start := range o.lay.L {
-					weights := 0.0
+					var sum dp.StageCost
 					for end := start + 1; end <= o.lay.L; end++ {
 						b, ok := o.layerBound(end-1, mk.sub, mk.logical)
 						require.True(t, ok)
-						weights += b.WeightBytes
+						sum.Time += b.Time
+						sum.Step += b.Step
+						sum.WeightBytes += b.WeightBytes
 						sol := o.solve(start, end, mk.sub, mk.logical)
 						require.True(t, sol.ok)
 						at := fmt.Sprintf("layers %d-%d on %v %v", start, end-1, mk.sub, mk.logical)
-						o.remat = RematNone
-						none := o.memFloor(start, end, n)
-						o.remat = RematAuto
-						auto := o.memFloor(start, end, n)
-						assert.LessOrEqual(t, auto, none, at)
-						assert.LessOrEqual(t, weights+none, sol.cost.Memory(1)*(1+1e-9), "%s: plain", at)
-						for i, r := range sol.remats {
-							assert.LessOrEqual(t, weights+auto, r.Memory(1)*(1+1e-9), "%s: recomputing way %d", at, i)
+						for _, mode := range []string{RematNone, RematAuto, RematFull} {
+							o.remat = mode
+							ways := waysOf(o.boundedRange(sum, start, end, mk.sub, mk.logical))
+							o.remat = RematAuto
+							for _, w := range ways {
+								if !w.Recompute {
+									require.NotEqual(t, RematFull, mode, "%s: full recomputation offers a plain way", at)
+									assertBelow(t, w, sol.cost, end == start+1, fmt.Sprintf("%s, %s: plain", at, mode))
+									continue
+								}
+								require.NotEqual(t, RematNone, mode, "%s: no recomputation offers a recomputing way", at)
+								for i, r := range sol.remats {
+									way := fmt.Sprintf("%s, %s: recomputing way %d", at, mode, i)
+									assertBelow(t, w, r, end == start+1, way)
+									assert.LessOrEqual(t, w.Time-sum.Time, (r.Time-sol.cost.Time)*(1+1e-9), "%s: recomputed time", way)
+								}
+								if w.OnceBytes > 0 {
+									positive++
+								}
+							}
 						}
 						checked++
-						if auto > 0 {
-							positive++
-						}
 					}
 				}
 			}
-			t.Logf("%d range solves checked, %d with a positive floor under recomputation", checked, positive)
+			t.Logf("%d range solves checked, %d with a positive floor recomputing", checked, positive)
 			total += positive
 		})
 	}
 	assert.Positive(t, total, "the floor says something under recomputation")
+}
+
+// waysOf lists c and the ways it offers.
+func waysOf(c dp.StageCost) []dp.StageCost {
+	return append([]dp.StageCost{c}, c.Remat...)
+}
+
+// assertBelow checks bound b against a solved way c: memory with one to four
+// micro-batches in flight and, when time is set, time per micro-batch. (Not the weights
+// and the step part alone: summed over a range's layers they count twice what two layers
+// share, which their memory makes up for here; nor, in a range of several layers, its
+// time: the layers' bounds, summed, miss what a kernel fused across a layer boundary
+// saves, up to 1.5% on these models. Those are oracle.lower's caveats for any range,
+// boundMargin's reason; TestLayerBoundIsLower checks a layer's time, and the recomputed
+// time is checked on every range.)
+func assertBelow(t *testing.T, b, c dp.StageCost, time bool, at string) {
+	t.Helper()
+	if time {
+		assert.LessOrEqual(t, b.Time, c.Time*(1+1e-9), "%s: time", at)
+	}
+	for i := 1; i <= 4; i++ {
+		assert.LessOrEqual(t, b.Memory(i), c.Memory(i)*(1+1e-9), "%s: memory, %d in flight", at, i)
+	}
 }
 
 // boundCase is a zoo model on a cluster of hosts × devices, its step at b micro-batches cut

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/autopar/autopar/dp"
@@ -349,6 +350,14 @@ type attempt struct {
 // reports find no plan, as if its stages did not fit (TestDeferredCounts).
 var noFastPlan func(microbatches int) bool
 
+// countTrace, set by tests and benchmarks only (-count-trace), hears what searchAll does
+// with each micro-batch count: its bound and optimistic plan ("bounded", boundOrder); after
+// its lazy layer solves, its optimistic step again and the composed plan ("settled");
+// then its bound when its turn came and what became of it ("searched", "skipped",
+// "deferred", "exhaustive"), with the step time of its plan (0: none), and the sharding
+// ILPs the compile had solved by then.
+var countTrace func(microbatches int, bound float64, outcome string, step float64, solves int64)
+
 // errNoFastPlan is a count whose fast search found no plan: neither the composed prices
 // nor the stages exactly solved fit (the composition's memory is an estimate). searchAll
 // runs its exhaustive search after the other counts, unless a plan found beats its bound.
@@ -402,14 +411,17 @@ func searchAll(ss []*Compilation) []error {
 		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
 			errs[i] = errSkipped
 			a.s.shared.skipped.Add(1)
+			a.trace("skipped")
 			continue
 		}
 		a.progress = progress
 		errs[i] = a.finish()
 		if errors.Is(errs[i], errNoFastPlan) {
+			a.trace("deferred")
 			deferred = append(deferred, a)
 			continue
 		}
+		a.trace("searched")
 		if errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
 		}
@@ -426,12 +438,14 @@ func searchAll(ss []*Compilation) []error {
 		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
 			errs[i] = errSkipped
 			a.s.shared.skipped.Add(1)
+			a.trace("skipped")
 			continue
 		}
 		a.fallback = true
 		if errs[i] = a.finish(); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
 		}
+		a.trace("exhaustive")
 	}
 	return errs
 }
@@ -497,6 +511,9 @@ func (a *attempt) finish() error {
 		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 		if ctx.Err() != nil {
 			break
+		}
+		if countTrace != nil && err == nil {
+			countTrace(b, a.optimistic(ctx), "settled "+stagesOf(res), res.Time, s.shared.solves.Load())
 		}
 		if err == nil {
 			res, err = exactly(ctx, lay.L, dc, o, do, res, a.progress)
@@ -584,6 +601,11 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 			continue
 		}
 		a.bound = a.optimistic(ctx)
+		if countTrace != nil {
+			if res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do); err == nil {
+				countTrace(a.s.Microbatches, a.bound, "bounded "+stagesOf(res), 0, 0)
+			}
+		}
 	}
 	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
 	return order
@@ -709,4 +731,35 @@ func manualConstraints(m *Manual, layers int, c *mesh.Cluster) (dp.Constraints, 
 		}
 	}
 	return dp.Constraints{Boundaries: bounds, Submesh: &sub, Logical: &mesh.LogicalShape{m.DP, m.TP}}, nil
+}
+
+// trace tells countTrace, if set, what became of a's count.
+func (a *attempt) trace(outcome string) {
+	if countTrace == nil {
+		return
+	}
+	step := 0.0
+	if a.s.Plan != nil {
+		step = a.s.Plan.Predicted.StepTime
+	}
+	if r := a.s.Search; r != nil && outcome != "skipped" {
+		outcome += " " + stagesOf(r)
+	}
+	countTrace(a.s.Microbatches, a.bound, outcome, step, a.s.shared.solves.Load())
+}
+
+// stagesOf describes r's stages for countTrace: layers, logical mesh, way to run.
+func stagesOf(r *dp.Result) string {
+	var b strings.Builder
+	for _, st := range r.Stages {
+		fmt.Fprintf(&b, "[%d,%d)%dx%d", st.Start, st.End, st.Logical[0], st.Logical[1])
+		switch {
+		case st.Cost.Checkpoints:
+			b.WriteString("/layers")
+		case st.Cost.Recompute:
+			b.WriteString("/whole")
+		}
+		fmt.Fprintf(&b, " t=%.4g u=%.4g ", st.Cost.Time, st.Cost.Step)
+	}
+	return b.String()
 }

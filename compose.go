@@ -606,9 +606,10 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // fastest times, a lower bound on the range's ILP (a range plan cut to one layer is a plan
 // of that layer, up to the followers merged across a layer boundary), with its weights and
 // the largest of its layers' activations. In the lazy search (bound.go) a layer not
-// solved yet counts its bound (layerBound), with no activations; a range with such a
-// layer then counts no activations at all unless recomputation is off (recomputing, its
-// solved layers' activations need not be held).
+// solved yet counts its bound (layerBound); a range with such a layer then has the ways
+// to run boundedRange gives it, with the memory floors and the recomputed time of all its
+// layers instead of the solved layers' activations; a range of solved layers has its
+// memory raised to the same floors (floored).
 func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
@@ -643,16 +644,7 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		fastest = append(fastest, pts[0])
 	}
 	if bounded {
-		// Activations: no fewer than memFloor says, whatever the layers' sharding and
-		// recomputation. Without recomputation every in-flight micro-batch holds them;
-		// recomputing, the solved layers' own need not be held.
-		floor := o.memFloor(start, end, s.NumDevices())
-		if o.remat == RematNone {
-			c.ActBytes = max(c.ActBytes, floor)
-		} else {
-			c.ActBytes, c.OnceBytes = 0, floor
-		}
-		return c, true
+		return o.boundedRange(c, start, end, s, l), true // its ways to run (bound.go)
 	}
-	return o.withRemat(c, fastest), true
+	return o.floored(o.withRemat(c, fastest), start, end, s, l), true
 }

@@ -52,6 +52,7 @@ type oracle struct {
 	fwd    []bool // the step's forward values (forwardValues)
 	// localOnly marks the step's values no op of another layer reads (memOf, bound.go)
 	localOnly []bool
+	lastFwd   ir.ValueID // the step's last forward op (memOf, bound.go)
 	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
 	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
 	mb int
