@@ -16,8 +16,9 @@ import (
 )
 
 // ilpTrace (flag -ilp-trace FILE) makes BenchmarkCompileAlpa write one CSV line per lp_solve
-// call to FILE: size, build and solve time, lp_solve's iterations and nodes, and whether the
-// root LP relaxation was already integral (found by solving the relaxation again, so a
+// call to FILE: size, build and solve time, lp_solve's iterations and nodes, whether the
+// root LP relaxation was already integral, the outcome, and whether lp_solve started warm
+// (from an earlier solve's basis, ilp.Options.Start) (found by solving the relaxation again, so a
 // traced run is slower than a plain one and its times are per solve, not end to end).
 var ilpTrace = flag.String("ilp-trace", "", "write a CSV line per lp_solve call of BenchmarkCompileAlpa to this file")
 
@@ -52,8 +53,12 @@ func traceILPs(b *testing.B, config string) func() {
 		if *ilpDump != "" && !st.Cached {
 			dumpILP(b, p, st)
 		}
-		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
-			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status)
+		start := "cold"
+		if st.Warm {
+			start = "warm"
+		}
+		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s,%s\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
+			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status, start)
 	})
 	return func() {
 		restore()

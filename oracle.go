@@ -364,7 +364,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force)
+				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil)
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -387,12 +387,13 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
 func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
-	return o.solveStageBudget(sg, s, l, o.memory, nil)
+	return o.solveStageBudget(sg, s, l, o.memory, nil, nil)
 }
 
 // solveStageBudget is solveStage under a memory budget of its own, with the values of
-// force pinned to their layouts.
-func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec) *stageSolution {
+// force pinned to their layouts; warm, if set, is an earlier solution of the same stage
+// on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart).
+func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -415,7 +416,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), SolveLayersOnce: true,
 		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
-		Recompute: marks}
+		Recompute: marks, WarmStart: warm}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves. The limit is

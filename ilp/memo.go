@@ -70,6 +70,13 @@ func keyOf(p *Problem, opts Options, t tuning) memoKey {
 		f(p.Rows[i].RHS)
 	}
 	u(uint64(max(0, opts.Iterations)))
+	if b := opts.Start; b != nil { // the start decides which optimum is found
+		u(math.MaxUint64)
+		u(uint64(len(b.Vars)))
+		u(uint64(len(b.Rows)))
+		h.Write(statusBytes(b.Vars))
+		h.Write(statusBytes(b.Rows))
+	}
 	for _, x := range []int{t.presolve, t.scaling, t.bbRule, t.floor, t.improve, t.depth, t.simplex, t.pivoting, t.crash, t.firstRule} {
 		u(uint64(int64(x)))
 	}
@@ -82,6 +89,14 @@ func keyOf(p *Problem, opts Options, t tuning) memoKey {
 	var k memoKey
 	h.Sum(k[:0])
 	return k
+}
+
+func statusBytes(ss []BasisStatus) []byte {
+	out := make([]byte, len(ss))
+	for i, s := range ss {
+		out[i] = byte(s)
+	}
+	return out
 }
 
 // cacheable says whether an answer is a function of the problem alone: not a stop by the
@@ -131,7 +146,7 @@ func (c *solveMemo) finish(k memoKey, e *memoEntry, sol *Solution, err error, ok
 	defer c.mu.Unlock()
 	e.err, e.ok = err, ok
 	if sol != nil {
-		e.sol = &Solution{Values: append([]float64(nil), sol.Values...), Objective: sol.Objective, Status: sol.Status}
+		e.sol = &Solution{Values: append([]float64(nil), sol.Values...), Objective: sol.Objective, Status: sol.Status, Basis: sol.Basis}
 	}
 	close(e.done)
 	if !ok {

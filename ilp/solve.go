@@ -36,6 +36,11 @@ type Options struct {
 	// its load: the same problem gives the same Solution and error every time.
 	// With both limits, the first reached stops the search.
 	Iterations int64
+	// Start, if set, is the basis lp_solve's simplex starts from (basis.go): typically
+	// the Basis of an earlier Solution of this problem before its right-hand sides
+	// changed or rows and variables were appended to it. It changes the search's path,
+	// not the objective it proves optimal.
+	Start *Basis
 }
 
 // Status says how good a returned Solution is.
@@ -71,6 +76,11 @@ type Solution struct {
 	// Objective is Σ Objective·Values + ObjConstant recomputed from Values.
 	Objective float64
 	Status    Status
+	// Basis is the optimal basis of the problem's LP relaxation when that optimum was
+	// integral (no branching), to start a later solve of this problem changed
+	// (Options.Start); nil otherwise: after branching, lp_solve's last basis is a
+	// subproblem's.
+	Basis *Basis
 }
 
 // Value returns the value of v.
@@ -114,7 +124,7 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	}
 	if !mine {
 		sol, err := e.answer()
-		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Err: err})
+		traced(p, Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Cached: true, Warm: opts.Start != nil, Err: err})
 		return sol, err
 	}
 	var sol *Solution
@@ -135,7 +145,7 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 // keeping the better feasible point of the two. Both stops are counted in iterations, so
 // the answer is still a function of the problem and the options.
 func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusable bool, err error) {
-	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit}
+	st := Stats{Vars: len(p.Vars), Rows: len(p.Rows), Limit: opts.TimeLimit, Warm: opts.Start != nil}
 	defer func() {
 		st.Err = err
 		traced(p, st)
@@ -216,6 +226,15 @@ func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning
 		return nil, false, false, err
 	}
 	defer m.free()
+	if opts.Start != nil {
+		b, err := opts.Start.extend(p)
+		if err == nil {
+			err = m.setBasis(b)
+		}
+		if err != nil {
+			return nil, false, false, err
+		}
+	}
 	built := time.Now()
 	code := solveWatched(ctx, m, lim)
 	cpu, iters, nodes := m.effort()
@@ -340,7 +359,11 @@ func solution(p *Problem, m *lpModel, st Status) (*Solution, error) {
 	for i, v := range p.Vars {
 		vals[i] = snap(vals[i], v)
 	}
-	return &Solution{Values: vals, Objective: objective(p, vals), Status: st}, nil
+	sol := &Solution{Values: vals, Objective: objective(p, vals), Status: st}
+	if _, _, nodes := m.effort(); nodes == 0 {
+		sol.Basis = m.basis()
+	}
+	return sol, nil
 }
 
 // snap removes lp_solve's round-off: integral kinds become exact integers and

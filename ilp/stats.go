@@ -25,6 +25,8 @@ type Stats struct {
 	// Cached: the answer came from the memo of earlier solves (memo.go); nothing was
 	// built or solved.
 	Cached bool
+	// Warm: lp_solve started from a given basis (Options.Start), not the all-slack one.
+	Warm bool
 }
 
 // tracer receives every Solve's Stats; see Trace.

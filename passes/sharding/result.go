@@ -38,17 +38,35 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		}
 		pts = p.topPoints(hi, 4, budget)
 	}
+	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
+	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
+	if w != nil {
+		pts = union(w.points, pts)
+	}
+	var rowPts []int // the points of the memory rows, in row order
+	opts := p.opts.ilpOptions()
 	start := time.Now()
 	for round := 1; ; round++ {
 		if len(pts) > 0 && p.hMain == nil {
 			p.hMain = p.addHolds(p.prob)
 		}
-		for _, t := range pts {
+		for i, t := range pts {
 			p.prob.AddRow("mem.t"+strconv.Itoa(t), p.memoryTerms(t, p.hMain), ilp.LE, budget)
+			rowPts = append(rowPts, t)
 			stats.MemoryRows++
+			if w != nil && i == len(w.points)-1 {
+				opts.Start = w.start(p.prob.NumVars(), p.prob.NumRows())
+			}
 		}
-		sol, err := ilp.Solve(ctx, p.prob, p.opts.ilpOptions())
+		if w != nil && len(w.points) == 0 {
+			opts.Start = w.basis
+		}
+		w = nil
+		sol, err := ilp.Solve(ctx, p.prob, opts)
 		stats.Rounds = round
+		if sol != nil && sol.Basis != nil {
+			opts.Start = sol.Basis // the next round's problem is this one and a row
+		}
 		if errors.Is(err, ilp.ErrInfeasible) {
 			return nil, p.infeasibleMemory(ctx)
 		}
@@ -73,6 +91,9 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		res := p.result(choice, stats)
 		res.PeakMemory = int64(peak)
 		res.Gathered = int64(p.gatheredBytes(choice))
+		if sol.Basis != nil {
+			res.warm = &warmStart{basis: sol.Basis, vars: baseVars, rows: baseRows, points: rowPts}
+		}
 		return res, nil
 	}
 }

@@ -34,6 +34,12 @@ type Options struct {
 	// 0 means none. A plan cut short by it depends on the graph alone, not on the
 	// machine as one cut short by TimeLimit does.
 	Iterations int64
+	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
+	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
+	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an
+	// optimum of the same ILP a cold solve finds, of the same cost, though where several
+	// plans tie it may be another of them.
+	WarmStart *Result
 	// Force pins values to a strategy: an index into CandidatesWith(g, lm, opts)[v].
 	Force map[ir.ValueID]int
 	// ForceSpec pins values to the first candidate whose output has the given layout.
@@ -159,6 +165,8 @@ type Result struct {
 	Gathered int64    `json:"gathered_memory,omitempty"`
 	Budget   int64    `json:"memory_budget"`
 	ILP      ILPStats `json:"ilp"`
+
+	warm *warmStart // to start a later solve of this ILP from (Options.WarmStart)
 }
 
 // Cost is the predicted time of one step on the mesh, in seconds, split by kind.
