@@ -417,10 +417,8 @@ func searchAll(ss []*Compilation) []error {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
 			a.bound = a.optimistic(ctx)
 		}
-		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
+		if a.loses(best) {
 			errs[i] = errSkipped
-			a.s.shared.skipped.Add(1)
-			a.trace("skipped")
 			continue
 		}
 		a.progress = progress
@@ -444,10 +442,8 @@ func searchAll(ss []*Compilation) []error {
 			errs[i] = err
 			continue
 		}
-		if best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
+		if a.loses(best) {
 			errs[i] = errSkipped
-			a.s.shared.skipped.Add(1)
-			a.trace("skipped")
 			continue
 		}
 		a.fallback = true
@@ -457,6 +453,17 @@ func searchAll(ss []*Compilation) []error {
 		a.trace("exhaustive")
 	}
 	return errs
+}
+
+// loses says whether the count's bound loses to the best plan found by more than
+// boundMargin, and counts the count skipped if so.
+func (a *attempt) loses(best *Compilation) bool {
+	if best == nil || a.bound < best.Plan.Predicted.StepTime*(1+boundMargin) {
+		return false
+	}
+	a.s.shared.skipped.Add(1)
+	a.trace("skipped")
+	return true
 }
 
 // setUp checks s's search options and builds its oracle.

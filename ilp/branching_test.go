@@ -93,18 +93,8 @@ func TestBranchingRulesMatchBruteForce(t *testing.T) {
 			}
 			for seed := range uint64(12) {
 				r := newRand(200 + seed)
-				n, capacity := 14+r.IntN(8), 40+r.IntN(60)
-				values, weights := make([]int, n), make([]int, n)
-				var p Problem
-				var row, obj []Term
-				for i := range n {
-					values[i], weights[i] = 1+r.IntN(50), 1+r.IntN(25)
-					v := p.AddBinary("")
-					row, obj = append(row, Term{v, float64(weights[i])}), append(obj, Term{v, -float64(values[i])})
-				}
-				p.AddRow("capacity", row, LE, float64(capacity))
-				p.SetObjective(obj, 0)
-				sol, _, err := solve(context.Background(), &p, Options{})
+				p, values, weights, capacity := randomKnapsack(r, 14+r.IntN(8), 40+r.IntN(60))
+				sol, _, err := solve(context.Background(), p, Options{})
 				require.NoError(t, err, "knapsack seed %d", seed)
 				assert.Equal(t, -float64(knapsackDP(values, weights, capacity)), sol.Objective, "knapsack seed %d", seed)
 			}

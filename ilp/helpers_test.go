@@ -225,3 +225,19 @@ func choiceOf(sol *Solution, s [][]VarID) []int {
 	}
 	return choice
 }
+
+// randomKnapsack draws a 0/1 knapsack of n items (values 1–50, weights 1–25) as a
+// minimisation ILP, with its items for knapsackDP.
+func randomKnapsack(r *rand.Rand, n, capacity int) (p *Problem, values, weights []int, _ int) {
+	p = &Problem{}
+	values, weights = make([]int, n), make([]int, n)
+	var row, obj []Term
+	for i := range n {
+		values[i], weights[i] = 1+r.IntN(50), 1+r.IntN(25)
+		v := p.AddBinary("")
+		row, obj = append(row, Term{v, float64(weights[i])}), append(obj, Term{v, -float64(values[i])})
+	}
+	p.AddRow("capacity", row, LE, float64(capacity))
+	p.SetObjective(obj, 0)
+	return p, values, weights, capacity
+}

@@ -108,18 +108,8 @@ func TestSolveKnapsackKnown(t *testing.T) {
 func TestSolveKnapsackMatchesDP(t *testing.T) {
 	for seed := range uint64(20) {
 		r := newRand(seed)
-		n, capacity := 12+r.IntN(8), 30+r.IntN(60)
-		values, weights := make([]int, n), make([]int, n)
-		var p Problem
-		var row, obj []Term
-		for i := range n {
-			values[i], weights[i] = 1+r.IntN(50), 1+r.IntN(25)
-			v := p.AddBinary("")
-			row, obj = append(row, Term{v, float64(weights[i])}), append(obj, Term{v, -float64(values[i])})
-		}
-		p.AddRow("capacity", row, LE, float64(capacity))
-		p.SetObjective(obj, 0)
-		sol := solveOK(t, &p)
+		p, values, weights, capacity := randomKnapsack(r, 12+r.IntN(8), 30+r.IntN(60))
+		sol := solveOK(t, p)
 		assert.Equal(t, -float64(knapsackDP(values, weights, capacity)), sol.Objective, "seed %d", seed)
 	}
 }
