@@ -47,6 +47,16 @@ func benchStep(b testing.TB, g *ir.Graph) *ir.Graph {
 	return g
 }
 
+// gptLayerStep is benchStep of one layer of GPT-1.3B with its embedding and head.
+func gptLayerStep(t testing.TB) *ir.Graph {
+	m, err := zoo.NewPreset("gpt-1.3b")
+	require.NoError(t, err)
+	m.(*zoo.GPT).Layers = 1
+	g, err := m.Build()
+	require.NoError(t, err)
+	return benchStep(t, g)
+}
+
 func loadModel(b *testing.B, name string) *ir.Graph {
 	path := "../../testdata/models/" + name + ".ir"
 	if _, err := os.Stat(path); err != nil {
@@ -98,12 +108,7 @@ func runSolveWith(b *testing.B, g *ir.Graph, lm *mesh.LogicalMesh, opts Options,
 // BenchmarkGPTLayer: one layer of GPT-1.3B (hidden 2048, 32 heads, seq 1024, batch 1024)
 // with its embedding and head, on one host of dgx-a100, one micro-batch of 16.
 func BenchmarkGPTLayer(b *testing.B) {
-	m, err := zoo.NewPreset("gpt-1.3b")
-	require.NoError(b, err)
-	m.(*zoo.GPT).Layers = 1
-	g0, err := m.Build()
-	require.NoError(b, err)
-	g := benchStep(b, g0)
+	g := gptLayerStep(b)
 	for _, shape := range [][2]int{{2, 4}, {1, 8}} {
 		b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
 			c, lm := benchMesh(b, "dgx-a100", shape[0], shape[1])
@@ -160,14 +165,7 @@ func BenchmarkILPSize(b *testing.B) {
 		{"gpt-tiny", tiny("gpt-tiny")},
 		{"moe-tiny", tiny("moe-tiny")},
 		{"wresnet-tiny", tiny("wresnet-tiny")},
-		{"gpt-1.3b-layer", func(b *testing.B) *ir.Graph {
-			m, err := zoo.NewPreset("gpt-1.3b")
-			require.NoError(b, err)
-			m.(*zoo.GPT).Layers = 1
-			g, err := m.Build()
-			require.NoError(b, err)
-			return benchStep(b, g)
-		}},
+		{"gpt-1.3b-layer", func(b *testing.B) *ir.Graph { return gptLayerStep(b) }},
 	}
 	for _, m := range models {
 		b.Run(m.name, func(b *testing.B) {
@@ -195,14 +193,7 @@ func BenchmarkILPSize(b *testing.B) {
 //
 //	go test ./passes/sharding -run '^$' -bench PlannerBuild
 func BenchmarkPlannerBuild(b *testing.B) {
-	gpt := func(b *testing.B) *ir.Graph {
-		m, err := zoo.NewPreset("gpt-1.3b")
-		require.NoError(b, err)
-		m.(*zoo.GPT).Layers = 1
-		g, err := m.Build()
-		require.NoError(b, err)
-		return benchStep(b, g)
-	}
+	gpt := func(b *testing.B) *ir.Graph { return gptLayerStep(b) }
 	for _, m := range []struct {
 		name string
 		g    func(b *testing.B) *ir.Graph

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 )
@@ -122,12 +121,7 @@ func TestILPBytes(t *testing.T) {
 			if testing.Short() {
 				t.Skip("-short: the GPT-1.3B layer takes seconds")
 			}
-			m, err := zoo.NewPreset("gpt-1.3b")
-			require.NoError(t, err)
-			m.(*zoo.GPT).Layers = 1
-			g, err := m.Build()
-			require.NoError(t, err)
-			return benchStep(t, g)
+			return gptLayerStep(t)
 		}, plain},
 	}
 	want := map[string]string{}
