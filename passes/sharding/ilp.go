@@ -80,6 +80,7 @@ type sharedRec struct {
 	y, z  ilp.VarID
 	m, c  int
 	colOf []int
+	v     ir.ValueID // the shared value
 }
 
 // edgeRec remembers one group pair's edge variables, to write assignments (assignment).
@@ -511,7 +512,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 					}
 				}
 				p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d", name, ei, c), terms, ilp.GE, 0)
-				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, m: sd.m, colOf: sd.colOf, c: c, z: -1})
+				p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, m: sd.m, colOf: sd.colOf, c: c, z: -1, v: v})
 			}
 		default:
 			obj = append(obj, p.addEdge(a, sd.m, rowOf, sd.colOf, cost)...)
@@ -524,7 +525,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 					y := yOf(r, sd.wants[c], p.reshardCost(v, p.outSpec(v, ka), sd.specs[c]))
 					p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d.%d", name, ei, r, c),
 						[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
-					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c]})
+					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c], v: v})
 				}
 			}
 		}

@@ -1,0 +1,309 @@
+package sharding
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/autopar/autopar/ilp"
+	"github.com/autopar/autopar/ir"
+)
+
+// Sweeps of the message-passing solver (msgpass.go) before the planner gives the ILP to
+// lp_solve: at most mpMaxIters, and no more once the bound has stalled for mpStall.
+const (
+	mpMaxIters = 300
+	mpStall    = 30
+)
+
+// energyModel reads the ILP buildILP wrote (before any holding variable or memory row) as
+// a discrete energy over the representative groups' strategies, equal to the ILP's
+// objective at p.assignment(choice) for every choice (TestEnergyEqualsILP). It returns the
+// model and, per group, its variable in it; an error when the ILP has a term the model
+// cannot express (then lp_solve answers alone).
+func (p *planner) energyModel() (*mpModel, []int, error) {
+	nv := p.prob.NumVars()
+	coef := make([]float64, nv)
+	for _, t := range p.prob.Objective {
+		coef[t.Var] += t.Coef
+	}
+	used := make([]bool, nv)
+	m := &mpModel{constant: p.prob.ObjConstant}
+	mv := make([]int, len(p.groups))
+	for gi := range p.groups {
+		if p.rep[gi] != gi {
+			continue
+		}
+		mv[gi] = len(m.labels)
+		u := make([]float64, len(p.s[gi]))
+		for k, sv := range p.s[gi] {
+			u[k], used[sv] = coef[sv], true
+		}
+		m.labels, m.unary = append(m.labels, len(u)), append(m.unary, u)
+	}
+	for gi := range p.groups {
+		mv[gi] = mv[p.rep[gi]]
+	}
+	type cell struct{ e, r, c int }
+	cellOf := map[ilp.VarID]cell{}
+	for ei, e := range p.edgeRecs {
+		nr, nc := len(e.vars), len(e.vars[0])
+		cost := make([]float64, nr*nc)
+		zero := true
+		for r := range nr {
+			for c := range nc {
+				z := e.vars[r][c]
+				cellOf[z], used[z] = cell{ei, r, c}, true
+				cost[r*nc+c] = coef[z]
+				zero = zero && coef[z] == 0
+			}
+		}
+		a, b := mv[e.a], mv[e.m]
+		switch {
+		case zero:
+		case a == b: // one group on both sides: both classes are its strategy's
+			for k := range m.unary[a] {
+				m.unary[a][k] += cost[e.rowOf[k]*nc+e.colOf[k]]
+			}
+		default:
+			m.factors = append(m.factors, pairFactor(a, b, e.rowOf, e.colOf, nc, cost))
+		}
+	}
+	// Each y is the max of its events (sharedRec): an or-factor.
+	var ys []ilp.VarID
+	recs := map[ilp.VarID][]sharedRec{}
+	for _, r := range p.sharedRecs {
+		if _, ok := recs[r.y]; !ok {
+			ys = append(ys, r.y)
+		}
+		recs[r.y] = append(recs[r.y], r)
+	}
+	var order []ir.ValueID
+	byValue := map[ir.ValueID][]mpFactor{}
+	for _, y := range ys {
+		used[y] = true
+		c := coef[y]
+		if c == 0 {
+			continue
+		}
+		f, err := m.orOf(mv, c, recs[y], func(z ilp.VarID) (edgeRec, int, int) {
+			at := cellOf[z]
+			return p.edgeRecs[at.e], at.r, at.c
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p.prob.VarName(y), err)
+		}
+		if f.vars == nil {
+			continue // folded into a unary
+		}
+		v := recs[y][0].v
+		if _, ok := byValue[v]; !ok {
+			order = append(order, v)
+		}
+		byValue[v] = append(byValue[v], f)
+	}
+	for _, v := range order {
+		m.addShared(byValue[v])
+	}
+	for v, c := range coef {
+		if c != 0 && !used[v] {
+			return nil, nil, fmt.Errorf("sharding: the energy model has no place for %s's cost", p.prob.VarName(ilp.VarID(v)))
+		}
+	}
+	return m, mv, nil
+}
+
+// orOf returns the or-factor of one y of cost c ≥ 0 with its rows recs: y is 1 exactly when
+// some rec's event holds — the producer's strategy in a class and a consumer's in another
+// (rows y ≥ z) or a consumer's in a class (rows y ≥ Σ s). A y whose events are of both
+// kinds, or whose producer events differ, is not of the factor's form.
+func (m *mpModel) orOf(mv []int, c float64, recs []sharedRec, cellAt func(ilp.VarID) (edgeRec, int, int)) (mpFactor, error) {
+	if c < 0 {
+		return mpFactor{}, fmt.Errorf("sharding: a shared resharding of negative cost %g", c)
+	}
+	var vars []int
+	cats := map[int][]uint8{}
+	member := func(v int) []uint8 {
+		if _, ok := cats[v]; !ok {
+			vars = append(vars, v)
+			cats[v] = make([]uint8, m.labels[v])
+		}
+		return cats[v]
+	}
+	prod := -1
+	var inClass []bool // the producer's labels in the class
+	trig := func(g int, of []int, cls int) {
+		cat := member(mv[g])
+		for k, x := range of {
+			if x == cls && cat[k] != catKill {
+				cat[k] = catTrigger
+			}
+		}
+	}
+	zs, ss := 0, 0
+	for _, r := range recs {
+		if r.z < 0 {
+			ss++
+			continue
+		}
+		zs++
+		e, row, _ := cellAt(r.z)
+		in := make([]bool, len(e.rowOf))
+		for k, x := range e.rowOf {
+			in[k] = x == row
+		}
+		if prod >= 0 && (prod != mv[e.a] || !slices.Equal(in, inClass)) {
+			return mpFactor{}, fmt.Errorf("sharding: a shared value's events with different producer classes")
+		}
+		prod, inClass = mv[e.a], in
+	}
+	if zs > 0 && ss > 0 {
+		return mpFactor{}, fmt.Errorf("sharding: a shared value's events of two kinds")
+	}
+	if prod >= 0 {
+		cat := member(prod)
+		for k, in := range inClass {
+			if !in {
+				cat[k] = catKill
+			}
+		}
+	}
+	for _, r := range recs {
+		if r.z < 0 {
+			trig(r.m, r.colOf, r.c)
+			continue
+		}
+		e, _, col := cellAt(r.z)
+		trig(e.m, e.colOf, col)
+	}
+	if len(vars) == 1 {
+		for k, q := range cats[vars[0]] {
+			if q == catTrigger {
+				m.unary[vars[0]][k] += c
+			}
+		}
+		return mpFactor{}, nil
+	}
+	slices.Sort(vars)
+	f := mpFactor{vars: vars, or: true, c: c}
+	for _, v := range vars {
+		f.cat = append(f.cat, cats[v])
+	}
+	return f, nil
+}
+
+// maxTableCells bounds the table addShared makes of one shared value's factors.
+const maxTableCells = 1 << 16
+
+// addShared adds the or-factors of one shared value as one table over the union of their
+// variables, with the pair tables already in m whose variables it covers, when that table
+// has at most maxTableCells cells; otherwise it adds them as they are. Message passing
+// gets stuck on many small overlapping factors (each or-factor alone is nearly flat); one
+// table per value lets a single block update see the value's whole price.
+func (m *mpModel) addShared(ors []mpFactor) {
+	var vars []int
+	for _, f := range ors {
+		for _, v := range f.vars {
+			if !slices.Contains(vars, v) {
+				vars = append(vars, v)
+			}
+		}
+	}
+	slices.Sort(vars)
+	var pairs []int
+	for i, f := range m.factors {
+		if !f.or && len(f.vars) == 2 && slices.Contains(vars, f.vars[0]) && slices.Contains(vars, f.vars[1]) {
+			pairs = append(pairs, i)
+		}
+	}
+	t, ok := m.table(vars, ors, pairs)
+	if !ok {
+		pairs = nil
+		if t, ok = m.table(vars, ors, nil); !ok {
+			m.factors = append(m.factors, ors...)
+			return
+		}
+	}
+	for i := len(pairs) - 1; i >= 0; i-- {
+		m.factors = slices.Delete(m.factors, pairs[i], pairs[i]+1)
+	}
+	m.factors = append(m.factors, t)
+}
+
+// table writes factors parts (ors, and the factors of m at pairs) over vars as one table:
+// a label's class is the tuple of its categories and classes in the parts. It reports
+// false when the table would exceed maxTableCells.
+func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool) {
+	parts := slices.Clone(ors)
+	for _, i := range pairs {
+		parts = append(parts, m.factors[i])
+	}
+	t := mpFactor{vars: vars}
+	size := 1
+	reps := make([][]int, len(vars)) // per member, per class: its first label
+	for i, v := range vars {
+		of := make([]int, m.labels[v])
+		seen := map[string]int{}
+		var sig []byte
+		for x := range of {
+			sig = sig[:0]
+			for _, f := range parts {
+				if at := slices.Index(f.vars, v); at >= 0 {
+					if f.or {
+						sig = append(sig, f.cat[at][x])
+					} else {
+						sig = binary.AppendUvarint(sig, uint64(f.classOf[at][x]))
+					}
+				}
+			}
+			c, ok := seen[string(sig)]
+			if !ok {
+				c = len(reps[i])
+				seen[string(sig)] = c
+				reps[i] = append(reps[i], x)
+			}
+			of[x] = c
+		}
+		t.classOf, t.dims = append(t.classOf, of), append(t.dims, len(reps[i]))
+		if size *= len(reps[i]); size > maxTableCells {
+			return mpFactor{}, false
+		}
+	}
+	t.cost = make([]float64, size)
+	x := make([]int, len(m.labels))
+	idx := make([]int, len(vars))
+	for at := range t.cost {
+		for i, v := range vars {
+			x[v] = reps[i][idx[i]]
+		}
+		for _, f := range parts {
+			t.cost[at] += f.value(x)
+		}
+		for i := len(idx) - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < t.dims[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return t, true
+}
+
+// certify tries to answer the ILP without lp_solve: it solves the energy model by message
+// passing and returns the choice of group strategies when its certificate proves it
+// optimal (nil when not, or when the model cannot express the ILP), with the result.
+func (p *planner) certify() ([]int, mpResult) {
+	m, mv, err := p.energyModel()
+	if err != nil {
+		return nil, mpResult{}
+	}
+	res := solveMP(m, mpMaxIters, mpStall)
+	if !res.closed {
+		return nil, res
+	}
+	choice := make([]int, len(p.groups))
+	for gi := range p.groups {
+		choice[gi] = res.x[mv[gi]]
+	}
+	return choice, res
+}

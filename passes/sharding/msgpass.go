@@ -1,0 +1,462 @@
+package sharding
+
+import (
+	"math"
+)
+
+// An exact solver with a certificate for the sharding ILP, tried before lp_solve
+// (certify.go builds its model from a planner; docs/DECISIONS.md, "A certificate before
+// lp_solve").
+//
+// The ILP over integral node choices is a discrete energy: one variable per representative
+// group, its labels the group's strategies, and
+//
+//	E(x) = constant + Σ_v unary_v(x_v) + Σ pair tables cost[rowOf(x_a)][colOf(x_m)]
+//	       + Σ or-factors c·[every member's label is not "kill" ∧ some member's is "trigger"]
+//
+// (an or-factor is one shared value's y variable: the producer in the right class, and
+// some consumer wanting the layout). Dual block-coordinate ascent on the local polytope
+// (SRMP, Kolmogorov 2015: TRW-S's sequential schedule generalized to factors of any
+// arity) keeps a reparametrization of E — messages moved between factors and their
+// variables, which leave E(x) unchanged for every x — and
+//
+//	LB = constant + Σ_v min θ̂_v + Σ_f min θ̂_f ≤ min E,
+//
+// whatever the messages are. A labeling decoded from the messages, improved by ICM, gives
+// UB = E(x). UB − LB ≤ tolerance proves x optimal to that tolerance. Only the bound's
+// validity matters for the proof: the schedule, the weights and the decoding change how
+// often and how fast it closes, never whether a closed certificate is right.
+
+// mpModel is the energy: plain data, no planner inside.
+type mpModel struct {
+	labels   []int       // per variable: its number of labels (≥ 1)
+	unary    [][]float64 // per variable, per label
+	factors  []mpFactor
+	constant float64
+}
+
+// mpFactor is a table over its variables' label classes, or an or-factor.
+type mpFactor struct {
+	vars []int // distinct variables
+	or   bool
+	// A table: classOf[i][x] is the class of label x of vars[i], dims[i] the number of
+	// classes, cost the table, row-major (the last member's class varies fastest).
+	classOf [][]int
+	dims    []int
+	cost    []float64
+	// An or-factor: c ≥ 0, cat[i][x] the category of label x of vars[i].
+	c   float64
+	cat [][]uint8
+}
+
+// pairFactor is the table of a pair: cost[rowOf[x_a]*nc + colOf[x_m]].
+func pairFactor(a, m int, rowOf, colOf []int, nc int, cost []float64) mpFactor {
+	return mpFactor{vars: []int{a, m}, classOf: [][]int{rowOf, colOf}, dims: []int{len(cost) / nc, nc}, cost: cost}
+}
+
+// Label categories of an or-factor's member.
+const (
+	catNeutral uint8 = iota
+	catTrigger       // this label makes the event happen, unless a member kills it
+	catKill          // this label rules the event out (the producer out of the class)
+)
+
+// energy is E(x).
+func (m *mpModel) energy(x []int) float64 {
+	e := m.constant
+	for v, u := range m.unary {
+		e += u[x[v]]
+	}
+	for i := range m.factors {
+		e += m.factors[i].value(x)
+	}
+	return e
+}
+
+// value is the factor's cost under labeling x.
+func (f *mpFactor) value(x []int) float64 {
+	if !f.or {
+		at := 0
+		for i, v := range f.vars {
+			at = at*f.dims[i] + f.classOf[i][x[v]]
+		}
+		return f.cost[at]
+	}
+	trig := false
+	for i, v := range f.vars {
+		switch f.cat[i][x[v]] {
+		case catKill:
+			return 0
+		case catTrigger:
+			trig = true
+		}
+	}
+	if trig {
+		return f.c
+	}
+	return 0
+}
+
+// mpSolver holds the messages: msg[f][i][x] moves cost from factor f to its i-th variable,
+// so θ̂_v = unary_v + Σ msg and θ̂_f = θ_f − Σ_i msg[f][i](x_{vars[i]}).
+type mpSolver struct {
+	m   *mpModel
+	msg [][][]float64
+	adj [][]mpRef // per variable: its factors
+	// scratch
+	theta, buf, mineBuf []float64
+	best, bestBuf       [][]float64
+}
+
+// mpRef is variable's place in a factor: factor f, member i.
+type mpRef struct{ f, i int }
+
+func newMPSolver(m *mpModel) *mpSolver {
+	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels))}
+	most, arity := 0, 0
+	for _, n := range m.labels {
+		most = max(most, n)
+	}
+	for f := range m.factors {
+		fa := &m.factors[f]
+		arity = max(arity, len(fa.vars))
+		s.msg[f] = make([][]float64, len(fa.vars))
+		for i, v := range fa.vars {
+			s.msg[f][i] = make([]float64, m.labels[v])
+			s.adj[v] = append(s.adj[v], mpRef{f, i})
+		}
+	}
+	s.theta = make([]float64, most)
+	s.buf = make([]float64, most)
+	s.best, s.bestBuf = make([][]float64, arity), make([][]float64, arity)
+	return s
+}
+
+// minMarginal writes into out, for every label of member j of factor f, the least of
+// θ_f − Σ_{i≠j} msg[f][i] over the other members' labels; a member with fixed[v] ≥ 0 is
+// held at that label (fixed may be nil).
+func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
+	fa := &s.m.factors[f]
+	if fa.or {
+		s.orMarginal(f, j, fixed, out)
+		return
+	}
+	// best[i][c]: the least of −msg over member i's labels in class c (member j: 0).
+	best := s.best[:len(fa.vars)]
+	for i, v := range fa.vars {
+		b := growTo(&s.bestBuf[i], fa.dims[i])
+		for c := range b {
+			b[c] = math.Inf(1)
+			if i == j {
+				b[c] = 0
+			}
+		}
+		if i != j {
+			mg := s.msg[f][i]
+			for x, c := range fa.classOf[i] {
+				if fixed != nil && fixed[v] >= 0 && fixed[v] != x {
+					continue
+				}
+				b[c] = min(b[c], -mg[x])
+			}
+		}
+		best[i] = b
+	}
+	mine := growTo(&s.mineBuf, fa.dims[j])
+	for c := range mine {
+		mine[c] = math.Inf(1)
+	}
+	tableMin(fa, best, j, mine)
+	for x, c := range fa.classOf[j] {
+		out[x] = mine[c]
+	}
+}
+
+// tableMin sets mine[c] to the least of cost + Σ_i best[i][class_i] over the cells whose
+// member j is in class c. A two-member table, the common case, runs without the odometer.
+func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
+	if len(fa.vars) == 2 {
+		nr, nc := fa.dims[0], fa.dims[1]
+		for r := range nr {
+			br := best[0][r]
+			row := fa.cost[r*nc : r*nc+nc]
+			if j == 0 {
+				m := math.Inf(1)
+				for c, x := range row {
+					m = min(m, x+best[1][c])
+				}
+				mine[r] = min(mine[r], m+br)
+				continue
+			}
+			for c, x := range row {
+				mine[c] = min(mine[c], x+br)
+			}
+		}
+		return
+	}
+	n := len(fa.vars)
+	idx := make([]int, n)
+	for at, x := range fa.cost {
+		sum := x
+		for i := range n {
+			sum += best[i][idx[i]]
+		}
+		mine[idx[j]] = min(mine[idx[j]], sum)
+		for i := n - 1; i >= 0; i-- { // the next cell
+			idx[i]++
+			if idx[i] < fa.dims[i] {
+				break
+			}
+			idx[i] = 0
+		}
+		_ = at
+	}
+}
+
+// growTo returns *buf resized to n, reallocating only when it is too small.
+func growTo(buf *[]float64, n int) []float64 {
+	if cap(*buf) < n {
+		*buf = make([]float64, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// orMarginal is minMarginal for an or-factor: each other member enters through the least
+// of −msg over its labels of each category, and the event's cost c ≥ 0 is paid when no
+// member kills it and some member triggers it.
+func (s *mpSolver) orMarginal(f, j int, fixed []int, out []float64) {
+	fa := &s.m.factors[f]
+	inf := math.Inf(1)
+	var sum3, sumTN, sumN float64 // Σ over others of min(all), min(trigger, neutral), neutral
+	killGain := inf                // least extra cost of making some other member kill
+	for i, v := range fa.vars {
+		if i == j {
+			continue
+		}
+		var m [3]float64
+		m[0], m[1], m[2] = inf, inf, inf
+		for x, q := range fa.cat[i] {
+			if fixed != nil && fixed[v] >= 0 && fixed[v] != x {
+				continue
+			}
+			m[q] = min(m[q], -s.msg[f][i][x])
+		}
+		m3 := min(m[0], m[1], m[2])
+		sum3 += m3
+		sumTN += min(m[0], m[1])
+		sumN += m[0]
+		if m[2] < inf {
+			killGain = min(killGain, m[2]-m3)
+		}
+	}
+	var val [3]float64
+	val[catKill] = sum3
+	killed := sum3 + killGain
+	val[catTrigger] = min(killed, fa.c+sumTN)
+	val[catNeutral] = min(killed, sumN, fa.c+sumTN)
+	for x, q := range fa.cat[j] {
+		out[x] = val[q]
+	}
+}
+
+// pass runs one SRMP sweep over the variables in order (forward) or reversed: each
+// variable takes in the min-marginals of its factors with a member before it in the
+// sweep, then hands its reparametrized unary back, in equal shares, to those with a
+// member after it.
+func (s *mpSolver) pass(forward bool) {
+	n := len(s.m.labels)
+	for step := range n {
+		v := step
+		if !forward {
+			v = n - 1 - step
+		}
+		before := func(u int) bool { return forward && u < v || !forward && u > v }
+		after := func(u int) bool { return forward && u > v || !forward && u < v }
+		nIn, nOut := 0, 0
+		for _, r := range s.adj[v] {
+			in, out := false, false
+			for _, u := range s.m.factors[r.f].vars {
+				in, out = in || before(u), out || after(u)
+			}
+			if in {
+				nIn++
+				s.minMarginal(r.f, r.i, nil, s.msg[r.f][r.i])
+			}
+			if out {
+				nOut++
+			}
+		}
+		if nOut == 0 {
+			continue
+		}
+		th := s.theta[:s.m.labels[v]]
+		copy(th, s.m.unary[v])
+		for _, r := range s.adj[v] {
+			for x, w := range s.msg[r.f][r.i] {
+				th[x] += w
+			}
+		}
+		w := 1 / float64(max(nIn, nOut))
+		for _, r := range s.adj[v] {
+			out := false
+			for _, u := range s.m.factors[r.f].vars {
+				out = out || after(u)
+			}
+			if !out {
+				continue
+			}
+			mg := s.msg[r.f][r.i]
+			for x := range mg {
+				mg[x] -= w * th[x]
+			}
+		}
+	}
+}
+
+// bound is the dual bound of the current messages: a lower bound on min E.
+func (s *mpSolver) bound() float64 {
+	lb := s.m.constant
+	for v, u := range s.m.unary {
+		th := s.theta[:len(u)]
+		copy(th, u)
+		for _, r := range s.adj[v] {
+			for x, w := range s.msg[r.f][r.i] {
+				th[x] += w
+			}
+		}
+		lb += minOf(th)
+	}
+	for f := range s.m.factors {
+		// min θ̂_f = min over member 0's labels of its min-marginal minus its message.
+		mg := s.buf[:len(s.msg[f][0])]
+		s.minMarginal(f, 0, nil, mg)
+		b := math.Inf(1)
+		for x, w := range s.msg[f][0] {
+			b = min(b, mg[x]-w)
+		}
+		lb += b
+	}
+	return lb
+}
+
+func minOf(xs []float64) float64 {
+	b := math.Inf(1)
+	for _, x := range xs {
+		b = min(b, x)
+	}
+	return b
+}
+
+// decode labels the variables in order, each at the least of its unary plus, per factor,
+// the factor's conditional min-marginal given the variables already labeled (TRW-S's
+// rule); ties go to the lowest label.
+func (s *mpSolver) decode() []int {
+	x := make([]int, len(s.m.labels))
+	for v := range x {
+		x[v] = -1
+	}
+	for v := range x {
+		th := s.theta[:s.m.labels[v]]
+		copy(th, s.m.unary[v])
+		mg := s.buf[:len(th)]
+		for _, r := range s.adj[v] {
+			s.minMarginal(r.f, r.i, x, mg)
+			for k := range th {
+				th[k] += mg[k]
+			}
+		}
+		x[v] = argminOf(th)
+	}
+	return x
+}
+
+func argminOf(xs []float64) int {
+	best := 0
+	for i, x := range xs {
+		if x < xs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// icm improves x in place, one variable at a time, to its best label with the others
+// held (iterated conditional modes), until no single change lowers E or rounds run out.
+func (m *mpModel) icm(x []int, adj [][]mpRef, rounds int) {
+	for range rounds {
+		changed := false
+		for v := range x {
+			cur := x[v]
+			best, bestE := cur, math.Inf(1)
+			for k := range m.labels[v] {
+				x[v] = k
+				e := m.unary[v][k]
+				for _, r := range adj[v] {
+					e += m.factors[r.f].value(x)
+				}
+				if e < bestE || e == bestE && k == cur {
+					best, bestE = k, e
+				}
+			}
+			x[v] = best
+			changed = changed || best != cur
+		}
+		if !changed {
+			return
+		}
+	}
+}
+
+// mpResult is what certify found: the best labeling, its energy, the bound, the passes.
+type mpResult struct {
+	x      []int
+	ub, lb float64
+	iters  int
+	closed bool // ub − lb within the tolerance: x is optimal
+}
+
+// Certificate tolerance: lp_solve's own default MIP gaps (ilp.Optimal), 1e-11 absolute
+// and 1e-9 relative. UB − LB ≤ max(mpGapAbs, mpGapRel·|UB|) proves x optimal as
+// precisely as lp_solve's "optimal" does.
+const (
+	mpGapAbs = 1e-11
+	mpGapRel = 1e-9
+)
+
+func mpClosed(ub, lb float64) bool {
+	return ub-lb <= max(mpGapAbs, mpGapRel*math.Abs(ub))
+}
+
+// solveMP runs up to maxIters forward-backward sweeps, decoding after each, and stops as
+// soon as the certificate closes or the bound has not risen by a relative 1e-7 in the
+// last stall sweeps. The answer depends on the model alone (no clocks, no maps).
+func solveMP(m *mpModel, maxIters, stall int) mpResult {
+	s := newMPSolver(m)
+	res := mpResult{ub: math.Inf(1), lb: math.Inf(-1)}
+	lastGain := 0
+	for it := 1; it <= maxIters; it++ {
+		s.pass(true)
+		s.pass(false)
+		res.iters = it
+		if lb := s.bound(); lb > res.lb {
+			if lb-res.lb > 1e-7*math.Abs(lb) {
+				lastGain = it
+			}
+			res.lb = lb
+		}
+		x := s.decode()
+		m.icm(x, s.adj, 4)
+		if e := m.energy(x); e < res.ub {
+			res.ub, res.x = e, x
+		}
+		if mpClosed(res.ub, res.lb) {
+			res.closed = true
+			return res
+		}
+		if it-lastGain >= stall {
+			return res
+		}
+	}
+	return res
+}
