@@ -196,7 +196,7 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
 	}
 	n := len(fa.vars)
 	idx := make([]int, n)
-	for at, x := range fa.cost {
+	for _, x := range fa.cost {
 		sum := x
 		for i := range n {
 			sum += best[i][idx[i]]
@@ -209,7 +209,6 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
 			}
 			idx[i] = 0
 		}
-		_ = at
 	}
 }
 
@@ -229,7 +228,7 @@ func (s *mpSolver) orMarginal(f, j int, fixed []int, out []float64) {
 	fa := &s.m.factors[f]
 	inf := math.Inf(1)
 	var sum3, sumTN, sumN float64 // Σ over others of min(all), min(trigger, neutral), neutral
-	killGain := inf                // least extra cost of making some other member kill
+	killGain := inf               // least extra cost of making some other member kill
 	for i, v := range fa.vars {
 		if i == j {
 			continue
