@@ -225,3 +225,37 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkCertify times the message-passing certificate (certify.go: the energy model
+// and its solve) against lp_solve on the same ILP, one GPT-1.3B layer on dgx-a100 meshes,
+// the planner built outside the timer:
+//
+//	go test ./passes/sharding -run '^$' -bench Certify -benchtime 1x
+func BenchmarkCertify(b *testing.B) {
+	g := gptLayerStep(b)
+	for _, shape := range [][2]int{{2, 2}, {2, 4}, {1, 4}, {4, 2}} {
+		c, lm := benchMesh(b, "dgx-a100", shape[0], shape[1])
+		p, err := newPlanner(g, lm, Options{Cluster: c})
+		require.NoError(b, err)
+		b.Run(fmt.Sprintf("%dx%d/msgpass", shape[0], shape[1]), func(b *testing.B) {
+			var res mpResult
+			cpu := cpuTime()
+			for range b.N {
+				var choice []int
+				choice, res = p.certify()
+				require.NotNil(b, choice)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(res.iters), "sweeps")
+			b.ReportMetric((res.ub-res.lb)/res.ub, "rel-gap")
+		})
+		b.Run(fmt.Sprintf("%dx%d/lp_solve", shape[0], shape[1]), func(b *testing.B) {
+			cpu := cpuTime()
+			for range b.N {
+				_, err := ilp.Solve(context.Background(), p.prob, ilp.Options{Iterations: int64(b.N)*0 + 1<<40})
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
@@ -232,8 +233,11 @@ func (m *mpModel) addShared(ors []mpFactor) {
 
 // table writes factors parts (ors, and the factors of m at pairs) over vars as one table:
 // a label's class is the tuple of its categories and classes in the parts. It reports
-// false when the table would exceed maxTableCells.
+// false when the table would exceed maxTableCells or mpMaxArity members.
 func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool) {
+	if len(vars) > mpMaxArity {
+		return mpFactor{}, false
+	}
 	parts := slices.Clone(ors)
 	for _, i := range pairs {
 		parts = append(parts, m.factors[i])
@@ -276,8 +280,8 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 		for i, v := range vars {
 			x[v] = reps[i][idx[i]]
 		}
-		for _, f := range parts {
-			t.cost[at] += f.value(x)
+		for i := range parts {
+			t.cost[at] += parts[i].value(x)
 		}
 		for i := len(idx) - 1; i >= 0; i-- {
 			if idx[i]++; idx[i] < t.dims[i] {
@@ -307,3 +311,42 @@ func (p *planner) certify() ([]int, mpResult) {
 	}
 	return choice, res
 }
+
+// certified is solve's first try: the certificate's plan, as a Result built as from an
+// lp_solve answer, when it closes and the plan fits the budget (0: none) — an optimum of
+// the ILP without memory rows that fits them is an optimum with them. Otherwise nil, with
+// the sweeps it ran.
+func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
+	start := time.Now()
+	choice, mp := p.certify()
+	fits := false
+	defer func() {
+		if mpTrace != nil {
+			mpTrace(p.prob.NumVars(), choice != nil, fits, mp, time.Since(start))
+		}
+	}()
+	if choice == nil {
+		return nil, mp.iters
+	}
+	_, peak := p.peakOf(choice)
+	if budget > 0 && peak > budget {
+		return nil, mp.iters
+	}
+	ev := ilp.Evaluate(p.prob, p.assignment(choice))
+	if !ev.Feasible() {
+		return nil, mp.iters // cannot happen: assignment writes a feasible point of every choice
+	}
+	fits = true
+	stats.SolveTime = time.Since(start)
+	stats.Rows, stats.Variables = p.prob.NumRows(), p.prob.NumVars()
+	stats.Rounds, stats.Status, stats.Objective = 1, ilp.Optimal.String(), ev.Objective
+	stats.Solver, stats.Sweeps = "msgpass", mp.iters
+	res := p.result(choice, stats)
+	res.PeakMemory = int64(peak)
+	res.Gathered = int64(p.gatheredBytes(choice))
+	return res, mp.iters
+}
+
+// mpTrace, when set, sees every certificate tried: the ILP's variables, whether it
+// closed, whether its plan fit the budget, the solver's result and the time taken.
+var mpTrace func(vars int, closed, fits bool, mp mpResult, took time.Duration)

@@ -194,23 +194,38 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
 		}
 		return
 	}
-	n := len(fa.vars)
-	idx := make([]int, n)
-	for _, x := range fa.cost {
-		sum := x
-		for i := range n {
-			sum += best[i][idx[i]]
+	// The last member's classes run innermost: a row of the table shares the others' sum.
+	last := len(fa.vars) - 1
+	nl, bl := fa.dims[last], best[last]
+	var idx [mpMaxArity]int
+	for base := 0; base < len(fa.cost); base += nl {
+		pre := 0.0
+		for i := range last {
+			pre += best[i][idx[i]]
 		}
-		mine[idx[j]] = min(mine[idx[j]], sum)
-		for i := n - 1; i >= 0; i-- { // the next cell
-			idx[i]++
-			if idx[i] < fa.dims[i] {
+		row := fa.cost[base : base+nl]
+		if j == last {
+			for c, x := range row {
+				mine[c] = min(mine[c], x+pre+bl[c])
+			}
+		} else {
+			m := math.Inf(1)
+			for c, x := range row {
+				m = min(m, x+bl[c])
+			}
+			mine[idx[j]] = min(mine[idx[j]], m+pre)
+		}
+		for i := last - 1; i >= 0; i-- { // the next row
+			if idx[i]++; idx[i] < fa.dims[i] {
 				break
 			}
 			idx[i] = 0
 		}
 	}
 }
+
+// mpMaxArity bounds a table's members (certify.go's table keeps to it).
+const mpMaxArity = 16
 
 // growTo returns *buf resized to n, reallocating only when it is too small.
 func growTo(buf *[]float64, n int) []float64 {
@@ -428,22 +443,19 @@ func mpClosed(ub, lb float64) bool {
 }
 
 // solveMP runs up to maxIters forward-backward sweeps, decoding after each, and stops as
-// soon as the certificate closes or the bound has not risen by a relative 1e-7 in the
-// last stall sweeps. The answer depends on the model alone (no clocks, no maps).
+// soon as the certificate closes, or once the last stall sweeps raised the bound by less
+// than a tenth of the gap left (it would not close in reasonable time). The answer
+// depends on the model alone (no clocks, no maps).
 func solveMP(m *mpModel, maxIters, stall int) mpResult {
 	s := newMPSolver(m)
 	res := mpResult{ub: math.Inf(1), lb: math.Inf(-1)}
-	lastGain := 0
+	var lbs []float64 // the bound after each sweep
 	for it := 1; it <= maxIters; it++ {
 		s.pass(true)
 		s.pass(false)
 		res.iters = it
-		if lb := s.bound(); lb > res.lb {
-			if lb-res.lb > 1e-7*math.Abs(lb) {
-				lastGain = it
-			}
-			res.lb = lb
-		}
+		res.lb = max(res.lb, s.bound())
+		lbs = append(lbs, res.lb)
 		x := s.decode()
 		m.icm(x, s.adj, 4)
 		if e := m.energy(x); e < res.ub {
@@ -453,7 +465,7 @@ func solveMP(m *mpModel, maxIters, stall int) mpResult {
 			res.closed = true
 			return res
 		}
-		if it-lastGain >= stall {
+		if it > stall && res.lb-lbs[it-1-stall] < 0.1*(res.ub-res.lb) {
 			return res
 		}
 	}

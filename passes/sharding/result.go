@@ -38,6 +38,13 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		}
 		pts = p.topPoints(hi, 4, budget)
 	}
+	if !p.opts.LPSolveOnly {
+		res, sweeps := p.certified(budget, stats)
+		if res != nil {
+			return res, nil
+		}
+		stats.Sweeps = sweeps
+	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
 	if w != nil {
@@ -88,6 +95,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		stats.Variables = p.prob.NumVars()
 		stats.Status = sol.Status.String()
 		stats.Objective = sol.Objective
+		stats.Solver = "lp_solve"
 		res := p.result(choice, stats)
 		res.PeakMemory = int64(peak)
 		res.Gathered = int64(p.gatheredBytes(choice))

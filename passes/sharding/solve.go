@@ -34,6 +34,10 @@ type Options struct {
 	// 0 means none. A plan cut short by it depends on the graph alone, not on the
 	// machine as one cut short by TimeLimit does.
 	Iterations int64
+	// LPSolveOnly gives every ILP to lp_solve: no message-passing certificate first
+	// (certify.go), which answers most layer ILPs in milliseconds with a plan proven
+	// optimal to lp_solve's own gaps. The tests compare the two.
+	LPSolveOnly bool
 	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
 	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
 	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an
@@ -204,6 +208,11 @@ type ILPStats struct {
 	Status    string        `json:"status"`
 	Objective float64       `json:"objective"`
 	SolveTime time.Duration `json:"solve_time_ns"`
+	// Solver is what answered: "msgpass" (the certificate of certify.go, one round, no
+	// memory rows: the unconstrained optimum fit the budget) or "lp_solve".
+	Solver string `json:"solver"`
+	// Sweeps are the message-passing sweeps run (0: none), whether it answered or not.
+	Sweeps int `json:"sweeps,omitempty"`
 }
 
 // Collective is one collective of the plan.

@@ -35,7 +35,7 @@ func TestWarmStartSameOptimum(t *testing.T) {
 		{512, 128, 3, 2, 2, []float64{1.5, 0.9, 0.3}},
 	} {
 		g, lm := mlpStep(t, tc.batch, tc.hidden, tc.layers), uniform(t, tc.n0, tc.n1)
-		opts := Options{AlpaCompute: true}
+		opts := Options{AlpaCompute: true, LPSolveOnly: true} // lp_solve's warm starts
 		free, err := Solve(ctx, g, lm, opts)
 		require.NoError(t, err)
 		opts.MemoryBudget = 1
