@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
 )
 
 // Sweeps of the message-passing solver (msgpass.go) before the planner gives the ILP to
@@ -350,3 +352,24 @@ func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
 // mpTrace, when set, sees every certificate tried: the ILP's variables, whether it
 // closed, whether its plan fit the budget, the solver's result and the time taken.
 var mpTrace func(vars int, closed, fits bool, mp mpResult, took time.Duration)
+
+// LowerBound is a lower bound on the ILP objective (ILPStats.Objective) of any plan Solve
+// may return for g on lm under opts, whatever the memory budget: the message-passing dual
+// bound of the ILP without memory rows (certify.go), after at most mpMaxIters sweeps.
+// exact says its certificate closed: the bound is then that ILP's optimum to within
+// lp_solve's gaps (mpGapAbs, mpGapRel). It builds the planner as Solve does (candidates,
+// merging, the ILP) and then costs milliseconds, not a simplex: a search could compare it
+// with the best plan so far to skip a solve. An ILP the energy model cannot express (none
+// the planner writes today) is an error.
+func LowerBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (bound float64, exact bool, err error) {
+	p, err := newPlannerContext(ctx, g, lm, opts)
+	if err != nil {
+		return 0, false, err
+	}
+	m, _, err := p.energyModel()
+	if err != nil {
+		return 0, false, err
+	}
+	res := solveMP(m, mpMaxIters, mpStall)
+	return res.lb, res.closed, nil
+}

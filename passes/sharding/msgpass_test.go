@@ -35,7 +35,7 @@ func bruteMin(m *mpModel) float64 {
 }
 
 // randomEnergy draws n variables of up to L labels (classes of up to L/2 labels, as the
-// planner's pairs have), pair tables on a tree or a random graph, and or-factors of
+// planner's pairs have), pair tables on a tree and a few more closing cycles, and or-factors of
 // arity 2 or 3 — either as they are or, with tables, merged per "value" by addShared as
 // energyModel does — with small integer costs, so that ties abound.
 func randomEnergy(r *rand.Rand, n, L int, ors int, tables bool) *mpModel {
@@ -56,8 +56,7 @@ func randomEnergy(r *rand.Rand, n, L int, ors int, tables bool) *mpModel {
 		}
 		return of, nc
 	}
-	for v := 1; v < n; v++ {
-		a := r.IntN(v)
+	pair := func(a, v int) {
 		rowOf, nr := classes(a)
 		colOf, nc := classes(v)
 		cost := make([]float64, nr*nc)
@@ -65,6 +64,14 @@ func randomEnergy(r *rand.Rand, n, L int, ors int, tables bool) *mpModel {
 			cost[i] = float64(r.IntN(6))
 		}
 		m.factors = append(m.factors, pairFactor(a, v, rowOf, colOf, nc, cost))
+	}
+	for v := 1; v < n; v++ {
+		pair(r.IntN(v), v)
+	}
+	for range n {
+		if a, v := r.IntN(n), r.IntN(n); a != v {
+			pair(min(a, v), max(a, v))
+		}
 	}
 	var group []mpFactor
 	for i := range ors {
@@ -120,6 +127,7 @@ func TestCertificateNeverWrong(t *testing.T) {
 		best := bruteMin(m)
 		res := solveMP(m, 200, 20)
 		name := fmt.Sprintf("trial %d", trial)
+		require.False(t, math.IsNaN(res.lb), name)
 		require.LessOrEqual(t, res.lb+mpBoundSlack, best+1e-9, name)
 		require.GreaterOrEqual(t, res.ub, best-1e-9, name)
 		assert.InDelta(t, m.energy(res.x), res.ub, 1e-9, name)
@@ -128,9 +136,26 @@ func TestCertificateNeverWrong(t *testing.T) {
 			require.True(t, mpClosed(m.energy(res.x), best), "%s: certified %g, minimum %g", name, res.ub, best)
 		}
 	}
-	// Not vacuous: most certificates close (their LP is tight), some do not.
+	// Not vacuous: most certificates close (their LP is tight).
 	assert.Greater(t, closed, trials/2)
 	t.Logf("%d of %d certificates closed", closed, trials)
+}
+
+// TestCertificateOpenOnAFrustratedCycle: three variables of two labels that must all differ
+// pairwise (a cost of 1 on each equal pair) cannot all differ: the minimum is 1, but the
+// local polytope's is 0 (every pair half equal, half not), so no dual bound rises above 0
+// and the certificate must stay open; the labeling found is still a minimum.
+func TestCertificateOpenOnAFrustratedCycle(t *testing.T) {
+	m := &mpModel{labels: []int{2, 2, 2}, unary: [][]float64{{0, 0}, {0, 0}, {0, 0}}}
+	ident := []int{0, 1}
+	for _, e := range [][2]int{{0, 1}, {1, 2}, {0, 2}} {
+		m.factors = append(m.factors, pairFactor(e[0], e[1], ident, ident, 2, []float64{1, 0, 0, 1}))
+	}
+	res := solveMP(m, 200, 20)
+	assert.False(t, res.closed)
+	assert.LessOrEqual(t, res.lb, 1e-12)
+	assert.Equal(t, 1.0, res.ub)
+	assert.Equal(t, 1.0, bruteMin(m))
 }
 
 // mpBoundSlack is 0; the mutation check of TestCertificateNeverWrong sets it to 1e-6 by hand.
@@ -208,4 +233,29 @@ func TestCertifiedEqualsLPSolve(t *testing.T) {
 		t.Logf("%s: %s, objective %.12g (lp_solve %.12g), %d sweeps", c.name, mp.ILP.Solver, mp.ILP.Objective, lp.ILP.Objective, mp.ILP.Sweeps)
 	}
 	assert.Greater(t, answered, len(cases)/2, "the certificate answers most layer ILPs")
+}
+
+// TestLowerBoundIsLower: LowerBound never exceeds the objective Solve finds, with or
+// without a memory budget that binds, and equals it when it says exact and none binds.
+func TestLowerBoundIsLower(t *testing.T) {
+	for _, name := range []string{"gpt-tiny", "mlp-tiny"} {
+		g, lm := tinyStep(t, name), uniform(t, 2, 2)
+		opts := Options{DeviceFLOPS: 1e9, LPSolveOnly: true}
+		free, err := Solve(context.Background(), g, lm, opts)
+		require.NoError(t, err)
+		lb, exact, err := LowerBound(context.Background(), g, lm, opts)
+		require.NoError(t, err)
+		require.LessOrEqual(t, lb, free.ILP.Objective, name)
+		if exact {
+			require.True(t, mpClosed(free.ILP.Objective, lb), "%s: exact bound %g, optimum %g", name, lb, free.ILP.Objective)
+		}
+		if name != "mlp-tiny" {
+			continue // gpt-tiny's budgeted ILP takes lp_solve a minute
+		}
+		opts.MemoryBudget = free.PeakMemory * 9 / 10
+		tight, err := Solve(context.Background(), g, lm, opts)
+		require.NoError(t, err)
+		require.Greater(t, tight.ILP.MemoryRows, 0, "the budget binds")
+		require.LessOrEqual(t, lb, tight.ILP.Objective, name)
+	}
 }
