@@ -39,9 +39,10 @@ var planCases = []planCase{
 	// Megatron's one --sequence-parallel cannot say.
 	{"gpt-tp2-pp2", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 2, Layers: 2,
 		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, true},
-	// A (2, 2) mesh on which the ILP splits weights over both axes, some on one, some on
-	// the other (under the cpu preset's roofline the optimizer update of a bias is cheaper
-	// sharded): Megatron's one tensor-parallel group cannot say that.
+	// A (2, 2) mesh whose plan Megatron cannot express: it keeps the input tokens whole on
+	// the data-parallel axis. (Under lp_solve's tie-break among the ILP's equal optima the
+	// plan also split weights over both axes; the certificate's optimum, of the same
+	// objective, does not: docs/DECISIONS.md, "A certificate before lp_solve".)
 	{"gpt-mesh2x2", "gpt-tiny", "cpu:4", autopar.Options{Microbatches: 2,
 		Manual: &autopar.Manual{TP: 2, PP: 1, DP: 2}}, false},
 	// The search's plan of an MLP: stages of different sizes, no attention.

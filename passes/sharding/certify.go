@@ -303,7 +303,11 @@ func (p *planner) certify() ([]int, mpResult) {
 	if err != nil {
 		return nil, mpResult{}
 	}
-	res := solveMP(m, mpMaxIters, mpStall)
+	var stop func() bool
+	if p.ctx != nil {
+		stop = func() bool { return p.ctx.Err() != nil }
+	}
+	res := solveMP(m, mpMaxIters, mpStall, stop)
 	if !res.closed {
 		return nil, res
 	}
@@ -370,6 +374,9 @@ func LowerBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 	if err != nil {
 		return 0, false, err
 	}
-	res := solveMP(m, mpMaxIters, mpStall)
+	res := solveMP(m, mpMaxIters, mpStall, func() bool { return ctx.Err() != nil })
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
 	return res.lb, res.closed, nil
 }

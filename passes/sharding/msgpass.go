@@ -445,12 +445,16 @@ func mpClosed(ub, lb float64) bool {
 // solveMP runs up to maxIters forward-backward sweeps, decoding after each, and stops as
 // soon as the certificate closes, or once the last stall sweeps raised the bound by less
 // than a tenth of the gap left (it would not close in reasonable time). The answer
-// depends on the model alone (no clocks, no maps).
-func solveMP(m *mpModel, maxIters, stall int) mpResult {
+// depends on the model alone (no clocks, no maps); stop, when it reports true before a
+// sweep, ends the search early with the certificate open (nil: never).
+func solveMP(m *mpModel, maxIters, stall int, stop func() bool) mpResult {
 	s := newMPSolver(m)
 	res := mpResult{ub: math.Inf(1), lb: math.Inf(-1)}
 	var lbs []float64 // the bound after each sweep
 	for it := 1; it <= maxIters; it++ {
+		if stop != nil && stop() {
+			return res
+		}
 		s.pass(true)
 		s.pass(false)
 		res.iters = it
