@@ -25,33 +25,33 @@ STAGES = [
 # the trained parameters: name -> (stage, PartitionSpec)
 PARAMS = {
     'wte': (0, P(None, None)),  # f32[64,32] RR
-    'wpe': (0, P('x', 'y')),  # f32[16,32] S0S1
+    'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
-    'l0.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l0.attn.qkv.w': (0, P(None, 'x')),  # f32[32,96] RS0
+    'l0.ln1.beta': (0, P(None)),  # f32[32] R
+    'l0.attn.qkv.w': (0, P(None, None)),  # f32[32,96] RR
     'l0.attn.qkv.b': (0, P(None)),  # f32[96] R
-    'l0.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l0.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l0.attn.o.w': (0, P(None, None)),  # f32[32,32] RR
+    'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
-    'l0.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l0.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l0.ln2.beta': (0, P(None)),  # f32[32] R
+    'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
     'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma': (0, P(None)),  # f32[32] R
-    'l1.ln1.beta': (0, P('x')),  # f32[32] S0
-    'l1.attn.qkv.w': (0, P(None, 'x')),  # f32[32,96] RS0
+    'l1.ln1.beta': (0, P(None)),  # f32[32] R
+    'l1.attn.qkv.w': (0, P(None, None)),  # f32[32,96] RR
     'l1.attn.qkv.b': (0, P(None)),  # f32[96] R
-    'l1.attn.o.w': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
-    'l1.attn.o.b': (0, P('x')),  # f32[32] S0
+    'l1.attn.o.w': (0, P(None, None)),  # f32[32,32] RR
+    'l1.attn.o.b': (0, P(None)),  # f32[32] R
     'l1.ln2.gamma': (0, P(None)),  # f32[32] R
-    'l1.ln2.beta': (0, P('x')),  # f32[32] S0
-    'l1.mlp.w1.w': (0, P('x', 'y')),  # f32[32,128] S0S1
+    'l1.ln2.beta': (0, P(None)),  # f32[32] R
+    'l1.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
     'l1.mlp.w1.b': (0, P('y')),  # f32[128] S1
     'l1.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
     'l1.mlp.w2.b': (0, P(None)),  # f32[32] R
     'lnf.gamma': (0, P(None)),  # f32[32] R
-    'lnf.beta': (0, P('x')),  # f32[32] S0
+    'lnf.beta': (0, P(None)),  # f32[32] R
 }
 
 # the data inputs of one micro-batch: name -> (stage, PartitionSpec)
@@ -68,7 +68,7 @@ OPTIMIZER_STATE = {
     'l0.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.attn.qkv.w.m': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
     'l0.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
-    'l0.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l0.attn.o.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
     'l0.attn.o.b.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l0.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
@@ -80,7 +80,7 @@ OPTIMIZER_STATE = {
     'l1.ln1.beta.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.attn.qkv.w.m': (0, P(None, ('x', 'y'))),  # f32[32,96] RS01
     'l1.attn.qkv.b.m': (0, P(('x', 'y'))),  # f32[96] S01
-    'l1.attn.o.w.m': (0, P(('x', 'y'), None)),  # f32[32,32] S01R
+    'l1.attn.o.w.m': (0, P(None, ('x', 'y'))),  # f32[32,32] RS01
     'l1.attn.o.b.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln2.gamma.m': (0, P(('x', 'y'))),  # f32[32] S01
     'l1.ln2.beta.m': (0, P(('x', 'y'))),  # f32[32] S01

@@ -247,12 +247,12 @@ func BenchmarkCertify(b *testing.B) {
 			}
 			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(res.iters), "sweeps")
-			b.ReportMetric((res.ub-res.lb)/res.ub, "rel-gap")
+			b.ReportMetric(1e9*(res.ub-res.lb)/res.ub, "gap-ppb") // relative, in 1e-9
 		})
 		b.Run(fmt.Sprintf("%dx%d/lp_solve", shape[0], shape[1]), func(b *testing.B) {
 			cpu := cpuTime()
 			for range b.N {
-				_, err := ilp.Solve(context.Background(), p.prob, ilp.Options{Iterations: int64(b.N)*0 + 1<<40})
+				_, err := ilp.Solve(context.Background(), p.prob, ilp.Options{}) // beyond 1x, ilp's memo answers
 				require.NoError(b, err)
 			}
 			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
