@@ -184,10 +184,11 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	}
 	o.leaned[key] = true
 	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
-	// footprint gets that footprint's plan (solved at that footprint, which its Budget
-	// says), and so would every smaller budget: the leaner ones are not solved. Each
-	// starts lp_solve from the basis of the last solve of the layer's ILP (warm.go in
-	// passes/sharding): only the memory rows' budget changes.
+	// footprint gets the plan of that footprint the sharding pass's min-peak ILP found
+	// (sharding.MemoryError.Plan, solveStageBudget; its Budget is that footprint), and so
+	// would every smaller budget: the leaner ones are not solved. Each starts lp_solve from
+	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
+	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, pts[0].res
 	for _, f := range []float64{0.6, 0.3} {
 		budget := int64(f * float64(peak))
