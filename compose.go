@@ -42,6 +42,11 @@ import (
 // the device memory, memory-lean solutions of its layers (the layer's ILP under smaller
 // budgets, a Pareto set of (time, memory)) are solved on demand and the composition is
 // chosen by a Lagrangian chain DP: minimise time + λ·memory, λ raised until the range fits.
+// Every point is a real plan of its layer at its own time and peak: under a budget below
+// the layer's least footprint, the plan of that footprint the min-peak ILP found
+// (sharding.MemoryError.Plan), not the fastest plan of that footprint, so such a point may
+// be slower than one of its memory could be (docs/DECISIONS.md, "Lean points from the
+// min-peak plan").
 //
 // The DP then picks stages from these prices, and the chosen stages are solved exactly
 // (one range ILP each, shared by identical stages) and re-costed: the plan's prices are
