@@ -447,66 +447,11 @@ func (p *planner) minPeak(ctx context.Context) (mp minPeakPlan, exact bool, err 
 		choice := p.choiceFrom(sol.Values)
 		t, got := p.peakOf(choice)
 		if err != nil || got <= sol.Values[m]*(1+1e-9)+1e-6 || round > 50 {
-			mp := minPeakPlan{choice: choice, peak: got, rounds: round + 1, status: sol.Status.String()}
-			exact := err == nil && round <= 50
-			if exact {
-				mp = p.cheapen(ctx, q, m, hs, mp)
-			}
-			return mp, exact, nil
+			return minPeakPlan{choice: choice, peak: got, rounds: round + 1, status: sol.Status.String()},
+				err == nil && round <= 50, nil
 		}
 		pts = []int{t}
 	}
-}
-
-// cheapen looks, among the plans of peak at most mp's, for one of less time: the min-peak
-// ILP q (peak variable m, holding variables hs) with the peak capped at mp.peak and the plan ILP's costs of the
-// node variables as its objective (B·t + u as the plan ILP weighs them; the edges'
-// resharding, which q has no variables for, left out), point rows added lazily as in
-// minPeak. The min-peak ILP prices no time at all, so its plan can be far slower than
-// its footprint needs (GPT-1.3B's layers: 1.9 times the fastest plan of that footprint).
-// Of the two plans, the one of the lower plan-ILP objective (edges included) is kept; so
-// the plan returned is never worse than mp, and its peak is still the minimum.
-func (p *planner) cheapen(ctx context.Context, q *ilp.Problem, m ilp.VarID, hs []ilp.VarID, mp minPeakPlan) minPeakPlan {
-	var obj []ilp.Term
-	for _, t := range p.prob.Objective {
-		if int(t.Var) < p.numS {
-			obj = append(obj, t)
-		}
-	}
-	if len(obj) == 0 {
-		return mp
-	}
-	q.SetObjective(obj, 0)
-	q.Vars[m].Hi = mp.peak
-	best, bestObj := mp, p.objectiveOf(mp.choice)
-	for round := 0; round < 10; round++ {
-		sol, err := ilp.Solve(ctx, q, p.opts.ilpOptions())
-		if sol == nil || err != nil {
-			break
-		}
-		choice := p.choiceFrom(sol.Values)
-		t, got := p.peakOf(choice)
-		if got > mp.peak {
-			terms := append([]ilp.Term{{Var: m, Coef: 1}}, negate(p.memoryTerms(t, hs))...)
-			q.AddRow("peak.t"+strconv.Itoa(t), terms, ilp.GE, 0)
-			continue
-		}
-		if o := p.objectiveOf(choice); o < bestObj {
-			best, bestObj = minPeakPlan{choice: choice, peak: got, rounds: mp.rounds + round + 1, status: sol.Status.String()}, o
-		}
-		break
-	}
-	return best
-}
-
-// objectiveOf is the plan ILP's objective at a choice's assignment.
-func (p *planner) objectiveOf(choice []int) float64 {
-	x := p.assignment(choice)
-	obj := p.prob.ObjConstant
-	for _, t := range p.prob.Objective {
-		obj += t.Coef * x[t.Var]
-	}
-	return obj
 }
 
 // minPeakPlan is the plan minPeak found: its choice of group strategies, its peak (with
@@ -583,7 +528,11 @@ func (p *planner) minPeakResult(mp minPeakPlan, minimum int64) *Result {
 			stats.TiedGroups++
 		}
 	}
-	stats.Objective = p.objectiveOf(mp.choice)
+	x := p.assignment(mp.choice)
+	stats.Objective = p.prob.ObjConstant
+	for _, t := range p.prob.Objective {
+		stats.Objective += t.Coef * x[t.Var]
+	}
 	r := p.result(mp.choice, stats)
 	r.Budget = minimum
 	r.PeakMemory = minimum
