@@ -1,8 +1,10 @@
 package autopar
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,4 +77,53 @@ func TestLeanPointIsARealPlan(t *testing.T) {
 	}
 	t.Logf("%d lean points from min-peak plans, at most %.3fx the time of the fastest plan of their footprint", minPeak, slower)
 	assert.Positive(t, minPeak, "some lean budget lies under a layer's least footprint")
+}
+
+// BenchmarkLeanPoints measures, on one GPT-1.3B layer (Alpa's 4-GPU row: p3.16xlarge, 4
+// devices, 16, 32 and 64 micro-batches, every 4-device mesh), what a memory-lean point
+// costs and what it gives: the wall time of the lean points once the fastest point is
+// solved (lean-ms), and how much slower the lean point under the least footprint is than
+// the fastest plan of that footprint (slower-x; that plan is solved here, without the
+// lean solves' iteration limit, and not timed).
+//
+//	go test -run '^$' -bench LeanPoints -benchtime 1x .
+func BenchmarkLeanPoints(b *testing.B) {
+	g, err := frontend.ParseFile("testdata/models/gpt-1.3b.ir")
+	require.NoError(b, err)
+	c, err := mesh.ParseCluster("p3.16xlarge:1")
+	require.NoError(b, err)
+	c.DevicesPerHost = 4
+	for _, mb := range []int{16, 32, 64} {
+		o, dc := testOracle(b, g, c, mb, 0)
+		o.fast = true
+		require.NotNil(b, o.layerInfos())
+		for _, mk := range o.meshes(dc) {
+			if mk.sub.Devices != 4 {
+				continue
+			}
+			b.Run(fmt.Sprintf("b%d/%dx%d", mb, mk.logical[0], mk.logical[1]), func(b *testing.B) {
+				const k = 1
+				require.NotEmpty(b, o.layerPoints(k, mk.sub, mk.logical, false))
+				for b.Loop() {
+					start := time.Now()
+					pts := o.layerPoints(k, mk.sub, mk.logical, true)
+					b.ReportMetric(float64(time.Since(start).Milliseconds()), "lean-ms")
+					for _, p := range pts[1:] {
+						if p.res == nil || !strings.HasPrefix(p.res.ILP.Status, "min-peak") {
+							continue
+						}
+						sg := o.infos[k].sg
+						lm, err := mesh.NewLogicalMesh(o.c, mk.sub, mk.logical[0], mk.logical[1])
+						require.NoError(b, err)
+						f, err := sg.solve(o.ctx, lm, sharding.Options{Cluster: o.c, MemoryBudget: p.res.Budget, SolveLayersOnce: true,
+							BlockKeys: sg.keys, Reshard: o.memo(mk.sub, mk.logical), Microbatches: sg.mb, Update: sg.once,
+							Accumulated: sg.acc, WarmStart: pts[0].res})
+						require.NoError(b, err)
+						b.ReportMetric(p.res.Cost.Total/f.Cost.Total, "slower-x")
+						b.ReportMetric(float64(pts[0].res.PeakMemory)/float64(p.res.PeakMemory), "fastest-peak-x")
+					}
+				}
+			})
+		}
+	}
 }
