@@ -463,6 +463,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		}
 	}
 	if err != nil {
+		if errors.As(err, &me) {
+			me.Plan = nil // kept with the solution for its message only: not a plan's worth of heap
+		}
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)
