@@ -42,6 +42,11 @@ import (
 // the device memory, memory-lean solutions of its layers (the layer's ILP under smaller
 // budgets, a Pareto set of (time, memory)) are solved on demand and the composition is
 // chosen by a Lagrangian chain DP: minimise time + λ·memory, λ raised until the range fits.
+// Every point is a real plan of its layer at its own time and peak: under a budget below
+// the layer's least footprint, the plan of that footprint the min-peak ILP found
+// (sharding.MemoryError.Plan), not the fastest plan of that footprint, so such a point may
+// be slower than one of its memory could be (docs/DECISIONS.md, "Lean points from the
+// min-peak plan").
 //
 // The DP then picks stages from these prices, and the chosen stages are solved exactly
 // (one range ILP each, shared by identical stages) and re-costed: the plan's prices are
@@ -184,10 +189,11 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	}
 	o.leaned[key] = true
 	// Budgets at fractions of the fastest point's peak; a budget under the layer's least
-	// footprint gets that footprint's plan (solved at that footprint, which its Budget
-	// says), and so would every smaller budget: the leaner ones are not solved. Each
-	// starts lp_solve from the basis of the last solve of the layer's ILP (warm.go in
-	// passes/sharding): only the memory rows' budget changes.
+	// footprint gets the plan of that footprint the sharding pass's min-peak ILP found
+	// (sharding.MemoryError.Plan, solveStageBudget; its Budget is that footprint), and so
+	// would every smaller budget: the leaner ones are not solved. Each starts lp_solve from
+	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
+	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, pts[0].res
 	for _, f := range []float64{0.6, 0.3} {
 		budget := int64(f * float64(peak))

@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"context"
+	"errors"
 
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
@@ -130,13 +131,23 @@ func (sg *stageGraph) constantUses() (perMB, perStep []bool) {
 }
 
 // solve is sharding.Solve on the stage's graph with the stage's data instructions
-// (dataTime) in the result's cost (Data, and Total), as every price of a stage has them.
+// (dataTime) in the result's cost (Data, and Total), as every price of a stage has them;
+// so has the plan of least memory a *sharding.MemoryError carries (compose.go's lean
+// points use it).
 func (sg *stageGraph) solve(ctx context.Context, lm *mesh.LogicalMesh, opts sharding.Options) (*sharding.Result, error) {
 	res, err := sharding.Solve(ctx, sg.g, lm, opts)
+	var me *sharding.MemoryError
+	if errors.As(err, &me) && me.Plan != nil {
+		sg.addData(opts.Cluster, me.Plan)
+	}
 	if res != nil && err == nil {
-		mb, step := sg.dataTime(opts.Cluster, res)
-		res.Cost.Data = mb + step
-		res.Cost.Total += res.Cost.Data
+		sg.addData(opts.Cluster, res)
 	}
 	return res, err
+}
+
+func (sg *stageGraph) addData(c *mesh.Cluster, res *sharding.Result) {
+	mb, step := sg.dataTime(c, res)
+	res.Cost.Data = mb + step
+	res.Cost.Total += res.Cost.Data
 }

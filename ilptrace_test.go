@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // ilpTrace (flag -ilp-trace FILE) makes BenchmarkCompileAlpa write one CSV line per lp_solve
 // call to FILE: size, build and solve time, lp_solve's iterations and nodes, whether the
 // root LP relaxation was already integral, the outcome, and whether lp_solve started warm
-// (from an earlier solve's basis, ilp.Options.Start) (found by solving the relaxation again, so a
+// (from an earlier solve's basis, ilp.Options.Start), and its kind and budget (ilpKind) (found by solving the relaxation again, so a
 // traced run is slower than a plain one and its times are per solve, not end to end).
 var ilpTrace = flag.String("ilp-trace", "", "write a CSV line per lp_solve call of BenchmarkCompileAlpa to this file")
 
@@ -57,8 +58,9 @@ func traceILPs(b *testing.B, config string) func() {
 		if st.Warm {
 			start = "warm"
 		}
-		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s,%s\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
-			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status, start)
+		kind, budget := ilpKind(p)
+		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,%s,%.0f\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
+			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status, start, kind, budget)
 	})
 	return func() {
 		restore()
@@ -67,6 +69,21 @@ func traceILPs(b *testing.B, config string) func() {
 }
 
 var dumped int
+
+// ilpKind names what a traced sharding ILP is: "minpeak" (passes/sharding's min-peak ILP,
+// whose objective is its one continuous peak variable), "plan" with the right-hand side of
+// its memory rows (the budget, in bytes; 0 when it has none).
+func ilpKind(p *ilp.Problem) (string, float64) {
+	if len(p.Objective) == 1 && p.VarName(p.Objective[0].Var) == "peak" {
+		return "minpeak", 0
+	}
+	for _, r := range p.Rows {
+		if strings.HasPrefix(r.Name, "mem.t") {
+			return "plan", r.RHS
+		}
+	}
+	return "plan", 0
+}
 
 // dumpILP writes p and its limit as the next file of the -ilp-dump corpus.
 func dumpILP(b *testing.B, p *ilp.Problem, st ilp.Stats) {

@@ -444,7 +444,13 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 			return sol
 		}
 	}
-	if errors.As(err, &me) {
+	if errors.As(err, &me) && memory != o.memory && me.Plan != nil {
+		// A memory-lean point (compose.go) under the layer's least footprint: the plan of
+		// that footprint the min-peak ILP found is the point, a real plan at its own time
+		// and peak, instead of a capped re-solve at the footprint (which, at the lean
+		// iteration limit, found no plan on the big layers) and the fastest plan again.
+		res, err = me.Plan, nil
+	} else if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
 		// names the memory that would fit; failing that, the fastest plan.
@@ -457,6 +463,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		}
 	}
 	if err != nil {
+		if errors.As(err, &me) {
+			me.Plan = nil // kept with the solution for its message only: not a plan's worth of heap
+		}
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	weights := weightBytes(sg.g, res)

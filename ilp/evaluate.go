@@ -6,11 +6,16 @@ import (
 	"strings"
 )
 
-// DefaultTolerance is Evaluate's tolerance: a row or bound counts as violated
-// when it is off by more than DefaultTolerance·max(1, |rhs or bound|), a value
-// is non-integral when it is more than DefaultTolerance from an integer. It is
-// looser than lp_solve's own feasibility tolerances so that the solver's
-// answers pass.
+// DefaultTolerance is Evaluate's tolerance: a row counts as violated when it is
+// off by more than DefaultTolerance·max(1, |rhs|, max_i |a_i·x_i|) — its scale,
+// the largest of its right-hand side and its terms at the point —, a bound when it
+// is off by more than DefaultTolerance·max(1, |bound|), a value is non-integral
+// when it is more than DefaultTolerance from an integer. It is looser than
+// lp_solve's own feasibility tolerances so that the solver's answers pass. A
+// row's terms count because a row with right-hand side 0 and terms of 10¹²
+// (the sharding pass's min-peak rows, peak − Σ bytes·s ≥ 0) cannot be met to
+// better than their rounding, ~10⁻⁴ at that size: lp_solve returns such a peak
+// a few ulps under the sum (ilp/testdata/minpeak.json, TestMinPeakRowIsFeasibleAtItsScale).
 const DefaultTolerance = 1e-6
 
 // RowViolation is a row whose left-hand side misses its right-hand side.
@@ -119,9 +124,11 @@ func EvaluateTol(p *Problem, values []float64, tol float64) Evaluation {
 
 func (e *Evaluation) checkRow(p *Problem, id RowID, values []float64, tol float64) {
 	r := &p.Rows[id]
-	lhs := 0.0
+	lhs, scale := 0.0, math.Max(1, math.Abs(r.RHS))
 	for _, t := range r.Terms {
-		lhs += t.Coef * values[t.Var]
+		x := t.Coef * values[t.Var]
+		lhs += x
+		scale = math.Max(scale, math.Abs(x))
 	}
 	var amount float64
 	switch r.Sense {
@@ -135,7 +142,7 @@ func (e *Evaluation) checkRow(p *Problem, id RowID, values []float64, tol float6
 	if !finite(lhs) {
 		amount = math.Inf(1)
 	}
-	if amount > tol*math.Max(1, math.Abs(r.RHS)) {
+	if amount > tol*scale || math.IsInf(amount, 1) { // a NaN term makes scale NaN
 		e.Rows = append(e.Rows, RowViolation{Row: id, Name: p.RowName(id), LHS: lhs,
 			Sense: r.Sense, RHS: r.RHS, Amount: amount})
 	}

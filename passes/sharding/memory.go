@@ -422,9 +422,12 @@ func (p *planner) topPoints(vals []float64, k int, above float64) []int {
 // minPeak finds the smallest peak memory any choice of strategies reaches, by a min-peak
 // ILP over the node variables alone (edges do not affect memory), adding the point rows
 // lazily: each round adds the point where the round's plan peaks, until the plan's peak
-// equals the model's bound. exact is false when the solver stopped early; the answer is
-// then the best plan's peak, an upper bound on the minimum.
-func (p *planner) minPeak(ctx context.Context) (peak float64, exact bool, err error) {
+// equals the model's bound. It returns that plan's choice and its peak, computed from the
+// choice (peakOf), not read from the ILP's continuous peak variable (which lp_solve may
+// return a few ulps below the row's sum, see TestMinPeakRowIsFeasibleAtItsScale in ilp).
+// exact is false when the solver stopped early; the answer is then the best plan's peak,
+// an upper bound on the minimum.
+func (p *planner) minPeak(ctx context.Context) (mp minPeakPlan, exact bool, err error) {
 	q := &ilp.Problem{Vars: append([]ilp.Var(nil), p.prob.Vars[:p.numS]...),
 		Rows: append([]ilp.Row(nil), p.prob.Rows[:p.numOneHot]...)}
 	m := q.AddContinuous("peak", 0, math.Inf(1))
@@ -439,14 +442,25 @@ func (p *planner) minPeak(ctx context.Context) (peak float64, exact bool, err er
 		}
 		sol, err := ilp.Solve(ctx, q, p.opts.ilpOptions())
 		if sol == nil {
-			return 0, false, err
+			return minPeakPlan{}, false, err
 		}
-		t, got := p.peakOf(p.choiceFrom(sol.Values))
+		choice := p.choiceFrom(sol.Values)
+		t, got := p.peakOf(choice)
 		if err != nil || got <= sol.Values[m]*(1+1e-9)+1e-6 || round > 50 {
-			return got, err == nil && round <= 50, nil
+			return minPeakPlan{choice: choice, peak: got, rounds: round + 1, status: sol.Status.String()},
+				err == nil && round <= 50, nil
 		}
 		pts = []int{t}
 	}
+}
+
+// minPeakPlan is the plan minPeak found: its choice of group strategies, its peak (with
+// the gathered copies), the min-peak ILP's rounds and the last round's status.
+type minPeakPlan struct {
+	choice []int
+	peak   float64
+	rounds int
+	status string
 }
 
 func negate(ts []ilp.Term) []ilp.Term {
@@ -458,11 +472,19 @@ func negate(ts []ilp.Term) []ilp.Term {
 
 // MemoryError says that no plan fits the memory budget. Minimum is the smallest peak
 // per-device memory of any plan the pass can express (Exact) or a lower bound on it.
+//
+// Plan, when Exact, is a plan of that least footprint: the min-peak ILP's choice, spelt out
+// and priced as Solve spells out and prices the choice of its own ILP (Cost, Collectives,
+// PeakMemory = Minimum, Gathered), with Budget = Minimum and ILP describing the min-peak
+// solve (Status, Rounds) and the plan ILP's objective of the choice (Objective). It is a
+// real plan, not the fastest of that footprint: the min-peak ILP does not price time. nil
+// when the minimum is only a bound.
 type MemoryError struct {
 	Budget  int64
 	Minimum int64
 	Exact   bool
 	How     string
+	Plan    *Result
 }
 
 func (e *MemoryError) Error() string {
@@ -474,11 +496,12 @@ func (e *MemoryError) Error() string {
 		units.Bytes(e.Budget), q, units.Bytes(e.Minimum), e.Minimum, e.How)
 }
 
-// infeasibleMemory builds the error for a budget no plan meets, naming the minimum.
+// infeasibleMemory builds the error for a budget no plan meets, naming the minimum and,
+// when the min-peak ILP solved it exactly, carrying the plan of that minimum.
 func (p *planner) infeasibleMemory(ctx context.Context) error {
 	lo, _ := p.boundPeak()
 	_, lb := argmax(lo)
-	peak, exact, err := p.minPeak(ctx)
+	mp, exact, err := p.minPeak(ctx)
 	if err != nil || !exact {
 		how := "lower bound: every live value at its smallest layout at the worst point"
 		if err != nil && !errors.Is(err, ilp.ErrTimeout) {
@@ -486,8 +509,35 @@ func (p *planner) infeasibleMemory(ctx context.Context) error {
 		}
 		return &MemoryError{Budget: p.opts.MemoryBudget, Minimum: int64(math.Ceil(lb)), How: how}
 	}
-	return &MemoryError{Budget: p.opts.MemoryBudget, Minimum: int64(math.Ceil(peak)), Exact: true,
-		How: "solved exactly by a min-peak ILP over the same strategies"}
+	minimum := int64(math.Ceil(mp.peak))
+	return &MemoryError{Budget: p.opts.MemoryBudget, Minimum: minimum, Exact: true,
+		How: "solved exactly by a min-peak ILP over the same strategies", Plan: p.minPeakResult(mp, minimum)}
+}
+
+// minPeakResult spells out the min-peak plan as solve spells out its own: the same
+// Result, priced by result from the choice, its ILP objective that of the plan ILP (p.prob,
+// the objective minimised under a budget) at the choice's assignment.
+func (p *planner) minPeakResult(mp minPeakPlan, minimum int64) *Result {
+	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), Rows: p.prob.NumRows(), EdgeVars: p.edgeVars,
+		SharedValues: p.shared, PerEdgeValues: p.perEdge, Pruned: p.pruned, Cut: p.cut, Rounds: mp.rounds,
+		Status: "min-peak " + mp.status}
+	for gi := range p.groups {
+		if p.rep[gi] == gi {
+			stats.Nodes++
+		} else {
+			stats.TiedGroups++
+		}
+	}
+	x := p.assignment(mp.choice)
+	stats.Objective = p.prob.ObjConstant
+	for _, t := range p.prob.Objective {
+		stats.Objective += t.Coef * x[t.Var]
+	}
+	r := p.result(mp.choice, stats)
+	r.Budget = minimum
+	r.PeakMemory = minimum
+	r.Gathered = int64(p.gatheredBytes(mp.choice))
+	return r
 }
 
 // FormatBytes is [units.Bytes], kept for callers outside autopar; autopar prints through
