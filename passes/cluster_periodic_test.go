@@ -153,12 +153,26 @@ func TestPeriodicLayersRepeat(t *testing.T) {
 		layerShapes(step, fwd, phase, plain), layerShapes(step, fwd, phase, cut), in(plain), in(cut), heaviest/(total/L), lay.Imbalance)
 }
 
-// TestPeriodicLayersNeedMarks: a graph without block marks keeps Alpa's cuts.
+// TestPeriodicLayersNeedMarks: a graph without block marks, or with one kind of block
+// (GPT), keeps Alpa's cuts.
 func TestPeriodicLayersNeedMarks(t *testing.T) {
+	m := zoo.NewGPT()
+	m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = 16, 64, 4, 32, 2048, 8
+	gpt, err := m.Build()
+	require.NoError(t, err)
+	step, err := TrainingStep(gpt, Optimizer{Kind: "adam", LR: 0.01})
+	require.NoError(t, err)
+	fwd := forwardOps(step)
+	plain, _ := clusterForward(step, fwd, 8, 0)
+	_, kinds := blockKinds(step, fwd)
+	assert.Equal(t, 1, kinds)
+	_, _, ok := periodicForward(step, fwd, 8, plain, 0)
+	assert.False(t, ok, "one kind of block")
+
 	g := chainGraph(t, rand.New(rand.NewPCG(5, 5)), 8)
-	fwd := forwardOps(g)
-	plain, _ := clusterForward(g, fwd, 4, 0)
-	_, _, ok := periodicForward(g, fwd, 4, plain, 0)
+	fwd = forwardOps(g)
+	plain, _ = clusterForward(g, fwd, 4, 0)
+	_, _, ok = periodicForward(g, fwd, 4, plain, 0)
 	assert.False(t, ok)
 	for _, b := range g.Values {
 		require.Equal(t, ir.NoBlock, b.Block)
