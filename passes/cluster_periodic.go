@@ -125,8 +125,8 @@ const periodicImbalance = 0.5
 // heaviest layer any phase can reach (bottleneck), capped at 1+imbalance times the mean
 // (periodicImbalance when the user set no δ), and of the phases that meet it the one with
 // the least bytes crossing wins, then the lighter heaviest layer, then the first in fwd's
-// order. Minimising the heaviest layer alone would pick cuts through attention scores
-// (gpt-39b: 35 GB crossing at 32 micro-batches against 3.6 GB).
+// order. Minimising the heaviest layer alone picked cuts through attention scores
+// (moe-10b at 32 micro-batches: 6.1 GB crossing the cuts, against 0.7 GB by this rule).
 func periodicForward(g *ir.Graph, fwd []ir.ValueID, L int, plain []int, imbalance float64) (cut []int, d float64, ok bool) {
 	if L < 3 {
 		return nil, 0, false // a first and a last layer only: nothing repeats
