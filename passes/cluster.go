@@ -58,6 +58,9 @@ func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
 	}
 	L = min(L, len(fwd))
 	cut, delta := clusterForward(g, fwd, L, opts.Imbalance)
+	if pc, pd, ok := periodicForward(g, fwd, L, cut, opts.Imbalance); ok {
+		cut, delta = pc, pd
+	}
 	lay := &Layering{L: L, Of: make([]int, len(g.Values)), Imbalance: delta}
 	for i := range lay.Of {
 		lay.Of[i] = -1
