@@ -624,6 +624,9 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 			if !ok {
 				return dp.StageCost{}, false
 			}
+			if r := o.relaxed[solveKey{o.infos[k].sg.hash, s, l}]; r != nil && r.ok {
+				b.Time, b.Step = r.cost.Time, r.cost.Step // solved without its memory rows (bound.go)
+			}
 			c.Time += b.Time
 			c.Step += b.Step
 			c.WeightBytes += b.WeightBytes
