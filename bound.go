@@ -57,10 +57,12 @@ func (o *oracle) boundOf(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) bo
 	if err != nil {
 		return boundCost{}
 	}
-	kb, err := sharding.KernelBounds(sg.g, lm, sharding.Options{Cluster: o.c})
-	if err != nil {
-		return boundCost{}
+	if sg.bounder == nil {
+		if sg.bounder, err = sharding.NewBounder(sg.g, sharding.Options{Cluster: o.c}); err != nil {
+			return boundCost{}
+		}
 	}
+	kb := sg.bounder.Bounds(lm)
 	var c dp.StageCost
 	for id, t := range kb {
 		if sg.once[id] {

@@ -114,6 +114,8 @@ type stageGraph struct {
 	// the step (loaded per micro-batch), not a value another stage sends.
 	once, acc, feed []bool
 	keys            []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// bounder gives its layer's kernel bounds on each mesh (bound.go, boundOf), made once
+	bounder *sharding.Bounder
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
