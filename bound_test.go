@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -311,4 +312,68 @@ func TestRelaxedIsLower(t *testing.T) {
 			assert.Positive(t, bound)
 		})
 	}
+}
+
+// TestMayFitIsExact: a range that mayFit says cannot fit (so compose solves no lean
+// points for it) has no way to run, solved by its own range ILP, that fits one
+// micro-batch; under a budget at the median of the ranges' bounded needs, so that some
+// ranges may fit and others cannot.
+func TestMayFitIsExact(t *testing.T) {
+	o, dc := boundCase{"mlp-tiny", "cpu", 1, 4, 2, 3}.oracle(t)
+	need := func(start, end int, mk meshKey) float64 {
+		var c dp.StageCost
+		for k := start; k < end; k++ {
+			b, ok := o.layerBound(k, mk.sub, mk.logical)
+			require.True(t, ok)
+			c.WeightBytes += b.WeightBytes
+		}
+		c = o.boundedRange(c, start, end, mk.sub, mk.logical)
+		m := c.Memory(1)
+		for _, r := range c.Remat {
+			m = min(m, r.Memory(1))
+		}
+		return m
+	}
+	// The budget: between the bounded need and the solved one of as many ranges as can be,
+	// where a mayFit that says no too early would be caught.
+	var cuts []float64
+	o.memory = 1 << 40
+	for _, mk := range o.meshes(dc) {
+		for start := range o.lay.L {
+			for end := start + 1; end <= o.lay.L; end++ {
+				sol := o.solve(start, end, mk.sub, mk.logical)
+				require.True(t, sol.ok)
+				c := sol.costFor(o.remat)
+				m := c.Memory(1)
+				for _, r := range c.Remat {
+					m = min(m, r.Memory(1))
+				}
+				cuts = append(cuts, need(start, end, mk), m)
+			}
+		}
+	}
+	slices.Sort(cuts)
+	o.memory = int64(cuts[len(cuts)/2])
+	clear(o.solved) // solved again under the budget
+	fits := map[bool]int{}
+	for _, mk := range o.meshes(dc) {
+		for start := range o.lay.L {
+			for end := start + 1; end <= o.lay.L; end++ {
+				may := o.mayFit(start, end, mk.sub, mk.logical)
+				fits[may]++
+				if may {
+					continue
+				}
+				sol := o.solve(start, end, mk.sub, mk.logical)
+				if !sol.ok {
+					continue // no plan at all
+				}
+				c := sol.costFor(o.remat)
+				assert.False(t, fitsSomeWay(c, float64(o.memory)), "[%d,%d) on %v %v: mayFit says no, the ILP fits", start, end, mk.sub, mk.logical)
+			}
+		}
+	}
+	t.Logf("ranges that may fit: %d, that cannot: %d", fits[true], fits[false])
+	assert.Positive(t, fits[true])
+	assert.Positive(t, fits[false])
 }
