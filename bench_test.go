@@ -63,6 +63,7 @@ func BenchmarkCompileAlpa(b *testing.B) {
 				g, c := alpaConfig(b, tc.model, tc.gpus)
 				defer traceILPs(b, fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus))()
 				defer countILPs(b)()
+				defer traceStages(b, fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus))()
 				opts := Options{Search: search, BatchNorm: BatchNormMicrobatch, Layers: *alpaLayers, Microbatches: *alpaMicrobatches}
 				defer traceCounts(b)()
 				b.ReportAllocs()
@@ -99,9 +100,9 @@ func BenchmarkCompileAlpa(b *testing.B) {
 // solve makes one per memory round and more for its fallbacks): solved, answered from the
 // memo, stopped by their limit (a feasible point or none), the most CPU one took and the
 // largest. Counted even past -alpa-cap, where the metrics are absent. Off under
-// -ilp-trace, which installs its own tracer.
+// -ilp-trace and -stage-trace, which install their own tracers.
 func countILPs(b *testing.B) func() {
-	if *ilpTrace != "" {
+	if *ilpTrace != "" || *stageTraceFile != "" {
 		return func() {}
 	}
 	var mu sync.Mutex

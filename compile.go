@@ -663,6 +663,7 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 			break
 		}
 		within := best != nil && best.Time <= opt.Time*(1+refineTolerance)
+		o.roundTrace("exactly", opt, best)
 		if jobs := o.unsolved(opt, within); len(jobs) > 0 {
 			o.solveLayers(jobs, progress)
 			continue
@@ -763,6 +764,19 @@ func (a *attempt) trace(outcome string) {
 		outcome += " " + stagesOf(r)
 	}
 	countTrace(a.s.Microbatches, a.bound, outcome, step, a.s.shared.solves.Load())
+}
+
+// roundTrace tells countTrace, if set, the optimistic plan opt and the plan res (nil:
+// none) of a round of settle or exactly.
+func (o *oracle) roundTrace(what string, opt, res *dp.Result) {
+	if countTrace == nil {
+		return
+	}
+	step, plan := 0.0, "none"
+	if res != nil {
+		step, plan = res.Time, stagesOf(res)
+	}
+	countTrace(o.mb, opt.Time, what+": optimistic "+stagesOf(opt)+"| plan "+plan, step, o.solves.Load())
 }
 
 // stagesOf describes r's stages for countTrace: layers, logical mesh, way to run.

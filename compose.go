@@ -344,7 +344,7 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 		}
 	}
 	path, c := o.chain(start, pts, 0)
-	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) {
+	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.mayFit(start, end, s, l) {
 		for k := start; k < end; k++ {
 			pts[k-start] = o.layerPoints(k, s, l, true)
 		}
@@ -352,6 +352,25 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 	}
 	c.exact = c.exact && o.disjointLeaves(start, end) && allFastest(path)
 	return c
+}
+
+// mayFit reports whether some way to run layers [start, end) on (s, l) may fit the device
+// memory by the range's bounded price (boundedRange: the layers' weights spread perfectly
+// and the memory floors, each way a lower bound on that way's memory, TestBoundedRangeIsLower).
+// Where none does, no plan of the range fits whatever its layers' points, so compose
+// solves no memory-lean points for it (they would only be solved to make it fit): on
+// Alpa's GPT rows the DP asks first for ranges of many layers on few devices, whose
+// weights alone exceed the memory, and each set off the lean solves of its layers.
+func (o *oracle) mayFit(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	var c dp.StageCost
+	for k := start; k < end; k++ {
+		b, ok := o.layerBound(k, s, l)
+		if !ok {
+			return true
+		}
+		c.WeightBytes += b.WeightBytes
+	}
+	return fitsSomeWay(o.boundedRange(c, start, end, s, l), float64(o.memory))
 }
 
 // leanest raises λ in time + λ·memory until the composition fits the device memory, then
@@ -629,6 +648,9 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 			b, ok := o.layerBound(k, s, l)
 			if !ok {
 				return dp.StageCost{}, false
+			}
+			if r := o.relaxed[solveKey{o.infos[k].sg.hash, s, l}]; r != nil && r.ok {
+				b.Time, b.Step = r.cost.Time, r.cost.Step // solved without its memory rows (bound.go)
 			}
 			c.Time += b.Time
 			c.Step += b.Step

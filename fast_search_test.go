@@ -38,6 +38,9 @@ var fastCases = []struct {
 	// micro-batches searched (b 0: --microbatches auto) under a budget that binds, where
 	// memFloor skips counts and the lean points wait for recomputation not to fit
 	{"mlp-tiny", "cpu", 1, 2, 2, 0, 24 << 10},
+	// a 2-D layer solved without its memory rows first (bound.go, solveRelaxed): where its
+	// plan fits, the solve; where it does not (one layer here), a bound
+	{"mlp-tiny", "dgx-a100", 1, 4, 3, 2, 12 << 10},
 }
 
 // fastCasesMore are slower (ten seconds each on 2 busy cores; the two with a binding budget

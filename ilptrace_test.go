@@ -8,8 +8,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,4 +130,79 @@ func rootIntegral(p *ilp.Problem) string {
 		}
 	}
 	return "integral"
+}
+
+// stageTraceFile (flag -stage-trace FILE) makes BenchmarkCompileAlpa write one CSV line per
+// sharding solve of the oracle (oracle.traced): which stage, structure, submesh, logical
+// mesh, micro-batch count, budget and kind, then its lp_solve calls (solved, from the
+// memo), their iterations, B&B nodes and most variables, their CPU, the solve's thread CPU
+// and wall time, and how it ended.
+var stageTraceFile = flag.String("stage-trace", "", "write a CSV line per sharding solve of BenchmarkCompileAlpa's oracle to this file")
+
+func traceStages(b *testing.B, config string) func() {
+	if *stageTraceFile == "" {
+		return func() {}
+	}
+	f, err := os.OpenFile(*stageTraceFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type agg struct {
+		solves, cached, iters, nodes, vars int
+		cpu                                time.Duration
+	}
+	var mu sync.Mutex
+	active := map[int]*agg{}
+	restore := ilp.Trace(func(p *ilp.Problem, st ilp.Stats) {
+		mu.Lock()
+		defer mu.Unlock()
+		a := active[syscall.Gettid()]
+		if a == nil {
+			return
+		}
+		if st.Cached {
+			a.cached++
+			return
+		}
+		if *ilpDump != "" && st.Vars >= 10000 {
+			dumpILP(b, p, st) // the big ones only, without -ilp-trace's root solve
+		}
+		a.solves++
+		a.iters += int(st.Iterations)
+		a.nodes += int(st.Nodes)
+		a.vars = max(a.vars, st.Vars)
+		a.cpu += st.CPU
+	})
+	start := time.Now()
+	stageTrace = func(label string, run func() string) {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		tid := syscall.Gettid()
+		a := &agg{}
+		mu.Lock()
+		active[tid] = a
+		mu.Unlock()
+		cpu0, t0 := threadCPU(), time.Now()
+		outcome := run()
+		cpu, wall := threadCPU()-cpu0, time.Since(t0)
+		mu.Lock()
+		delete(active, tid)
+		fmt.Fprintf(f, "%s,%.1f,%s,%d,%d,%d,%d,%d,%.0f,%.0f,%.0f,%q\n", config, t0.Sub(start).Seconds(), label, a.solves, a.cached, a.vars, a.iters, a.nodes,
+			a.cpu.Seconds()*1e3, cpu.Seconds()*1e3, wall.Seconds()*1e3, outcome)
+		mu.Unlock()
+	}
+	return func() {
+		stageTrace = nil
+		restore()
+		f.Close()
+	}
+}
+
+// threadCPU is the calling thread's CPU time (RUSAGE_THREAD).
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(1, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -87,6 +87,9 @@ type shared struct {
 	skipped     atomic.Int64 // micro-batch counts the bound skipped (boundOrder)
 	// bounds are the layers' optimistic prices without an ILP (bound.go, layerBound)
 	bounds map[solveKey]boundCost
+	// relaxed are layer solves without the memory rows (bound.go, solveRelaxed): nil
+	// while running, a solution without ok when it gave no bound
+	relaxed map[solveKey]*stageSolution
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -94,7 +97,8 @@ type shared struct {
 
 func newShared() *shared {
 	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
-		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{}}
+		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{},
+		relaxed: map[solveKey]*stageSolution{}}
 }
 
 type stageGraph struct {
@@ -110,6 +114,8 @@ type stageGraph struct {
 	// the step (loaded per micro-batch), not a value another stage sends.
 	once, acc, feed []bool
 	keys            []uint64 // per value of g, its step value's sharding.BlockKeys: ties blocks the stage cuts
+	// bounder gives its layer's kernel bounds on each mesh (bound.go, boundOf), made once
+	bounder *sharding.Bounder
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
@@ -131,6 +137,9 @@ type stageSolution struct {
 	remats []dp.StageCost
 	ok     bool
 	err    error
+	// exact: a relaxed solve (bound.go, solveRelaxed) whose plan fits the memory, so
+	// that it is the solve under the memory rows too
+	exact bool
 }
 
 // costFor is the cost the DP sees for a stage in recomputation mode mode: the plain cost,
@@ -351,6 +360,8 @@ type job struct {
 	sg    *stageGraph
 	force map[ir.ValueID]mesh.Spec // layouts pinned (compose.go's aligned solves)
 	base  solveKey                 // for an aligned solve, the layer's own key
+	// relaxed: the layer's ILP without its memory rows (bound.go, solveRelaxed)
+	relaxed bool
 }
 
 // run solves jobs on all cores and returns them; their keys are in o.solved as nil
@@ -364,7 +375,11 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil)
+				if jobs[j].relaxed {
+					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+				} else {
+					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil)
+				}
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -376,11 +391,19 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	}
 	wg.Wait()
 	for j, sol := range sols {
-		if sol == nil {
+		switch {
+		case jobs[j].relaxed && sol == nil:
+			delete(o.relaxed, jobs[j].key)
+		case jobs[j].relaxed:
+			o.relaxed[jobs[j].key] = sol
+			if sol.exact {
+				o.solved[jobs[j].key] = sol // the memory rows would not have bound it
+			}
+		case sol == nil:
 			delete(o.solved, jobs[j].key) // cancelled: solved on demand, if ever
-			continue
+		default:
+			o.solved[jobs[j].key] = sol
 		}
-		o.solved[jobs[j].key] = sol
 	}
 	return jobs
 }
@@ -424,7 +447,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		opts.Iterations = leanIterations
 	}
 	o.solves.Add(1)
-	res, err := sg.solve(o.ctx, lm, opts)
+	res, err := o.traced(sg, s, lm, opts, "plain")
 	if res != nil {
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
@@ -432,7 +455,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if errors.As(err, &me) && o.remat == RematAuto && memory == o.memory {
 		opts.Recompute = sg.remat.layers.marks
 		o.solves.Add(1)
-		res, err = sg.solve(o.ctx, lm, opts) // priced as every stage is, data instructions included
+		res, err = o.traced(sg, s, lm, opts, "recompute") // priced as every stage is, data instructions included
 		if res != nil {
 			atomicMax(&o.maxVars, int64(res.ILP.Variables))
 		}
@@ -455,9 +478,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		// names its peak) and let the DP's memory check reject it, so that the DP's error
 		// names the memory that would fit; failing that, the fastest plan.
 		opts.MemoryBudget = me.Minimum
-		if res, err = sg.solve(o.ctx, lm, opts); err != nil {
+		if res, err = o.traced(sg, s, lm, opts, "least"); err != nil {
 			opts.MemoryBudget = 1 << 62
-			if res, err = sg.solve(o.ctx, lm, opts); err != nil {
+			if res, err = o.traced(sg, s, lm, opts, "fastest"); err != nil {
 				err = me // the real budget's error: the fallback's own budget means nothing to the user
 			}
 		}
@@ -468,11 +491,18 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		}
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
+	return o.priced(sg, lm, res, opts.Recompute != nil)
+}
+
+// priced is the stageSolution of res, a solve of sg on lm (recomputing: under
+// sharding.Options.Recompute).
+func (o *oracle) priced(sg *stageGraph, lm *mesh.LogicalMesh, res *sharding.Result, recomputing bool) *stageSolution {
+	var err error
 	weights := weightBytes(sg.g, res)
 	stepCompute, stepComm := sg.stepPart(o.c, res)
 	step := stepCompute + stepComm
 	peak := res.PeakMemory // the plain stage's, unless solved recomputing
-	if opts.Recompute != nil {
+	if recomputing {
 		if peak, err = res.PeakWith(sg.g, nil); err != nil {
 			return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 		}
@@ -488,6 +518,37 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		return &stageSolution{err: fmt.Errorf("stage %s on %s: %w", sg.g.Name, lm, err)}
 	}
 	return &stageSolution{res: res, ok: true, cost: plain, stepComm: stepComm, remats: remats}
+}
+
+// stageTrace, set by benchmarks only (-stage-trace), wraps each sharding solve of the
+// oracle: label says which stage, mesh, micro-batch count, budget and kind of solve it is
+// (plain, recompute, least, fastest; lean budgets say so), run runs it and says how it
+// ended.
+var stageTrace func(label string, run func() string)
+
+// traced is sg.solve under stageTrace.
+func (o *oracle) traced(sg *stageGraph, s mesh.Submesh, lm *mesh.LogicalMesh, opts sharding.Options, kind string) (*sharding.Result, error) {
+	if stageTrace == nil {
+		return sg.solve(o.ctx, lm, opts)
+	}
+	if opts.MemoryBudget != o.memory && kind == "plain" {
+		kind = "lean"
+	}
+	var res *sharding.Result
+	var err error
+	stageTrace(fmt.Sprintf("B%d,%s,%.8s,%dh%dd,%dx%d,%.2f,%s", o.mb, sg.g.Name, sg.hash, s.Hosts, s.Devices, lm.Shape[0], lm.Shape[1],
+		float64(opts.MemoryBudget)/(1<<30), kind), func() string {
+		res, err = sg.solve(o.ctx, lm, opts)
+		var me *sharding.MemoryError
+		switch {
+		case errors.As(err, &me):
+			return fmt.Sprintf("memory error (least %.2f GiB)", float64(me.Minimum)/(1<<30))
+		case err != nil:
+			return fmt.Sprintf("%q", err.Error())
+		}
+		return fmt.Sprintf("ok %.6g s peak %.2f GiB rounds %d", res.Cost.Total, float64(res.PeakMemory)/(1<<30), res.ILP.Rounds)
+	})
+	return res, err
 }
 
 // hopeless prices a one-layer stage that cannot come near the device memory, whatever its

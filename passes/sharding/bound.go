@@ -19,15 +19,48 @@ import (
 // each value's Compute and Comm plus resharding, the sum over the values bounds any
 // solution's Total from below; on a one-device mesh it equals the only plan's Total.
 func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, error) {
+	b, err := NewBounder(g, opts)
+	if err != nil {
+		return nil, err
+	}
+	return b.Bounds(lm), nil
+}
+
+// Bounder gives the KernelBounds of one graph under one Options on many meshes: each
+// value's dims and FLOPs and the graph's fusion, which do not depend on the mesh, are read
+// once (the fast search bounds each layer on every logical mesh of every micro-batch
+// count: some 35 meshes a layer at 64 GPUs, where reading them again was most of the
+// bounds' cost). Bounds may be called from one goroutine at a time.
+type Bounder struct {
+	g     *ir.Graph
+	cm    costModel
+	fu    *fusion
+	rules []rule
+	flops []float64
+}
+
+// NewBounder prepares KernelBounds of g under opts.
+func NewBounder(g *ir.Graph, opts Options) (*Bounder, error) {
 	cm, err := opts.costModel()
 	if err != nil {
 		return nil, err
 	}
-	fu := fusionOf(g, opts, cm) // the bytes a fused kernel keeps are not counted, as in expand
+	b := &Bounder{g: g, cm: cm, fu: fusionOf(g, opts, cm), // the bytes a fused kernel keeps are not counted, as in expand
+		rules: make([]rule, len(g.Values)), flops: make([]float64, len(g.Values))}
+	for id := range g.Values {
+		b.rules[id] = ruleOf(g, ir.ValueID(id)) // its dims, read once (Dims is the dear part)
+		b.flops[id] = g.FLOPs(ir.ValueID(id))
+	}
+	return b, nil
+}
+
+// Bounds is KernelBounds of the Bounder's graph on lm.
+func (b *Bounder) Bounds(lm *mesh.LogicalMesh) []float64 {
+	g, cm, fu := b.g, b.cm, b.fu
 	out := make([]float64, len(g.Values))
 	for id := range g.Values {
 		v := &g.Values[id]
-		r := ruleOf(g, ir.ValueID(id)) // its dims, read once (Dims is the dear part)
+		r := b.rules[id]
 		k := maxShards(g, lm, cm, fu, ir.ValueID(id), r)
 		n := float64(k)
 		var bytes float64 // a device's share, at least 1/k of each tensor
@@ -48,9 +81,9 @@ func KernelBounds(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, e
 				dt = t.DType // as enumerator.computeDType
 			}
 		}
-		out[id] = cm.compute(v.Op, OpClass(v.Op, r.dims), dt, g.FLOPs(ir.ValueID(id)), k, bytes, lm.HostDevices(), !fu.launches(ir.ValueID(id)))
+		out[id] = cm.compute(v.Op, OpClass(v.Op, r.dims), dt, b.flops[id], k, bytes, lm.HostDevices(), !fu.launches(ir.ValueID(id)))
 	}
-	return out, nil
+	return out
 }
 
 // maxShards is the most devices any strategy of value id on lm splits its op over: the

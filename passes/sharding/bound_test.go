@@ -72,3 +72,25 @@ func replicatedOnly(s Strategy) bool {
 	}
 	return u == 0
 }
+
+// TestBounderIsKernelBounds: one Bounder, reused over meshes of every shape in turn (and
+// again), gives each mesh exactly the bounds KernelBounds computes afresh.
+func TestBounderIsKernelBounds(t *testing.T) {
+	c, err := mesh.ParseCluster("dgx-a100")
+	require.NoError(t, err)
+	c.DevicesPerHost = 6
+	for _, g := range []*ir.Graph{gptStep(t, 1, 64, 4, 8, 96, 4), mlpStep(t, 8, 16, 2)} {
+		opts := Options{Cluster: c}
+		b, err := NewBounder(g, opts)
+		require.NoError(t, err)
+		for range 2 {
+			for _, shape := range [][2]int{{1, 1}, {1, 2}, {2, 2}, {1, 4}, {1, 3}, {3, 2}, {2, 3}} {
+				lm, err := mesh.NewLogicalMesh(c, mesh.Submesh{Hosts: 1, Devices: shape[0] * shape[1]}, shape[0], shape[1])
+				require.NoError(t, err)
+				want, err := KernelBounds(g, lm, opts)
+				require.NoError(t, err)
+				assert.Equal(t, want, b.Bounds(lm), "%dx%d", shape[0], shape[1])
+			}
+		}
+	}
+}
