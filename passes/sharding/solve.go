@@ -52,6 +52,9 @@ type Options struct {
 	// FullEinsums keeps every strategy of the 4-D einsums (attention's, the experts'): no cut
 	// (einsumcut.go), which may change the optimum.
 	FullEinsums bool
+	// FullConvs keeps the convolutions' reduce-scatters onto a spatial dim: no convolution
+	// cut (einsumcut.go, convScatterCut), which may change the optimum.
+	FullConvs bool
 	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
 	// the tests compare against it.
 	noFill bool
@@ -140,7 +143,7 @@ func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 		if id%16 == 0 && ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id))
+		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id), !opts.FullConvs)
 	}
 	return out, fu, nil
 }
