@@ -13,8 +13,11 @@ import (
 // TestRestrictedStage: a range of layers priced by its composed plan (restrictStage) runs
 // its ops as their layers chose (but where the range merges a follower across a layer
 // boundary), from a smaller ILP than the range's; the search reads it through o.solve.
+// Below restrictVars (all of these ranges) it is not restricted.
 func TestRestrictedStage(t *testing.T) {
 	gain := 0 // values as their layers chose, restricted less unrestricted
+	defer func(v int) { restrictVars = v }(restrictVars)
+	restrictVars = 0 // the tiny models' ranges are below the floor
 	for _, tc := range []struct {
 		model, cluster     string
 		devices, layers, b int
@@ -30,6 +33,14 @@ func TestRestrictedStage(t *testing.T) {
 			c.DevicesPerHost = tc.devices
 			o, dc := testOracle(t, g, c, tc.b, tc.layers)
 			o.fast = true
+			if restrictVars == 0 {
+				// Below the floor a range is solved by its range ILP.
+				restrictVars = 10000
+				mk := o.meshes(dc)[len(o.meshes(dc))-1]
+				require.True(t, o.composed(0, 2, mk.sub, mk.logical).ok)
+				assert.False(t, o.restrictStage(0, 2, mk.sub, mk.logical))
+				restrictVars = 0
+			}
 			ranges, named, same, sameFull := 0, 0, 0, 0
 			for _, mk := range o.meshes(dc) {
 				for a := 0; a < o.lay.L; a++ {
