@@ -657,25 +657,33 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 	quiet := do
 	quiet.Progress = nil
 	best, err := o.recost(ctx, layers, dc, quiet, fast, progress)
+	proven := false // best is within its tolerance of the optimistic bound (o.tolerance)
 	for round := 0; round < maxRefinements && ctx.Err() == nil; {
 		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
 		if oerr != nil {
 			break
 		}
-		within := best != nil && best.Time <= opt.Time*(1+refineTolerance)
+		within := best != nil && best.Time <= opt.Time*(1+o.tolerance(best))
 		o.roundTrace("exactly", opt, best)
 		if jobs := o.unsolved(opt, within); len(jobs) > 0 {
 			o.solveLayers(jobs, progress)
 			continue
 		}
 		if within {
+			proven = true
 			break
+		}
+		if o.openRestricted(opt, progress) {
+			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}
 		round++
 		res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
 		if rerr == nil && (best == nil || res.Time < best.Time) {
 			best, err = res, nil
 		}
+	}
+	if !proven && ctx.Err() == nil {
+		best = o.unrestrict(ctx, layers, dc, quiet, best, progress)
 	}
 	o.fast, o.lazy = false, false
 	return best, err
@@ -696,6 +704,9 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 		pin.Boundaries = append(pin.Boundaries, st.End)
 		pin.StageSubmeshes = append(pin.StageSubmeshes, st.Submesh)
 		pin.StageLogicals = append(pin.StageLogicals, st.Logical)
+		if o.restrictStage(st.Start, st.End, st.Submesh, st.Logical) {
+			continue // priced by the plan its layers compose (restrict.go)
+		}
 		sg, err := o.stage(st.Start, st.End)
 		if err != nil {
 			return nil, err
@@ -709,6 +720,9 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	o.run(jobs, progress.more())
 	for _, st := range p.Stages {
 		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if _, ok := o.restricted[k]; ok {
+			continue
+		}
 		sol := o.solve(k.start, k.end, k.sub, k.logical)
 		o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: sol.ok, exact: true}
 	}

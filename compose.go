@@ -104,6 +104,8 @@ type composedCost struct {
 	cost  dp.StageCost
 	ok    bool
 	exact bool
+	// points are the layers' points the composition chose (restrict.go pins a range to them).
+	points []layerPoint
 }
 
 type rangeKey struct {
@@ -197,7 +199,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	peak, last := pts[0].res.PeakMemory, pts[0].res
 	for _, f := range []float64{0.6, 0.3} {
 		budget := int64(f * float64(peak))
-		sol := o.solveStageBudget(sg, s, l, budget, nil, last)
+		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
 		if !sol.ok || sol.res == nil {
 			continue
 		}
@@ -549,6 +551,7 @@ func (o *oracle) price(start int, pts [][]layerPoint, path []int) composedCost {
 		chosen[i] = pts[i][q]
 	}
 	c.cost = o.withRemat(c.cost, chosen)
+	c.points = chosen
 	return c
 }
 

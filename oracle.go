@@ -68,8 +68,12 @@ type oracle struct {
 	infos      []*layerInfo
 	composedAt map[rangeKey]composedCost
 	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
-	recvAt     map[rangeKey]float64      // recvEstimate's
-	cross      []crossValue              // the step's values read across layers (received)
+	// restricted are the ranges exactly priced by their composed plan (restrict.go); their
+	// exactAt entries are not exact, so the optimistic plan bounds them instead.
+	restricted map[rangeKey]*stageSolution
+	noRestrict bool                 // recost solves every stage by its range ILP (unrestrict)
+	recvAt     map[rangeKey]float64 // recvEstimate's
+	cross      []crossValue         // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -208,7 +212,7 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}}
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{}}
 }
 
 // StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
@@ -264,7 +268,7 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 		return dp.StageCost{}, false
 	}
 	if o.fast {
-		if c, ok := o.exactAt[rangeKey{start, end, s, l}]; ok {
+		if c, ok := o.exactAt[rangeKey{start, end, s, l}]; ok && (c.exact || !o.optimistic) {
 			return c.cost, c.ok
 		}
 		if o.optimistic {
@@ -281,6 +285,9 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 }
 
 func (o *oracle) solve(start, end int, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
+	if sol, ok := o.restricted[rangeKey{start, end, s, l}]; ok {
+		return sol
+	}
 	sg, err := o.stage(start, end)
 	if err != nil {
 		o.note(err)
@@ -378,7 +385,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 				if jobs[j].relaxed {
 					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
 				} else {
-					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil)
+					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil, nil)
 				}
 				if progress != nil {
 					mu.Lock()
@@ -410,13 +417,14 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 
 // solveStage prices one stage on one logical mesh. It is safe to call concurrently.
 func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
-	return o.solveStageBudget(sg, s, l, o.memory, nil, nil)
+	return o.solveStageBudget(sg, s, l, o.memory, nil, nil, nil)
 }
 
 // solveStageBudget is solveStage under a memory budget of its own, with the values of
 // force pinned to their layouts; warm, if set, is an earlier solution of the same stage
-// on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart).
-func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result) *stageSolution {
+// on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart); restrict,
+// if set, the strategies its layers chose (sharding.Options.Restrict, restrict.go).
+func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID]string) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -439,7 +447,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), SolveLayersOnce: true,
 		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
-		Recompute: marks, WarmStart: warm}
+		Recompute: marks, WarmStart: warm, Restrict: restrict}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves. The limit is

@@ -142,8 +142,8 @@ func BenchmarkGPT39B(b *testing.B) {
 // nodes) and lp_solve's time for the zoo's tiny models (their whole SGD step, batch 8) and
 // one GPT-1.3B layer (a micro-batch of 16) on the logical meshes of Alpa's p3.16xlarge
 // host (8 V100s as 2×4, 4×2 and 1×8; 4 of them as 2×2), each twice: "full" is the ILP
-// without the size reductions (Options.NoPrune, FullEinsums and no constant folding),
-// "small" the default one (dominance.go, einsumcut.go, merge.go's fill). step-µs is the
+// without the size reductions (Options.NoPrune, FullEinsums, FullConvs and no constant
+// folding), "small" the default one (dominance.go, einsumcut.go, merge.go's fill). step-µs is the
 // plan's predicted time, which the cut may change and nothing else does:
 //
 //	go test ./passes/sharding -run '^$' -bench ILPSize -benchtime 1x
@@ -175,7 +175,7 @@ func BenchmarkILPSize(b *testing.B) {
 					c, lm := benchMesh(b, "p3.16xlarge", shape[0], shape[1])
 					b.Run("full", func(b *testing.B) {
 						opts := full(Options{Cluster: c})
-						opts.FullEinsums = true
+						opts.FullEinsums, opts.FullConvs = true, true
 						runSolveWith(b, g, lm, opts, true)
 					})
 					b.Run("small", func(b *testing.B) { runSolveWith(b, g, lm, Options{Cluster: c}, true) })

@@ -163,3 +163,32 @@ func has(labels []int, l int) bool {
 	}
 	return false
 }
+
+// The convolution cut (not exact; Options.FullConvs turns it off). A convolution (and its
+// two gradients) fixes its spatial dims: it reads and computes them whole. When it splits
+// its contracted channels its partial result is finished by an all-reduce or by a
+// reduce-scatter onto a result dim; onto a spatial dim (h, w, or the filter gradient's
+// kh, kw) that leaves the result split where the ops that read activations in a
+// convolutional network — the next convolution, batch norm and pooling, which fix those
+// dims too — need it whole, so the split must be undone (an all-to-all or all-gather)
+// before them, while a reduce-scatter onto the batch or channel dim moves the same bytes
+// over the same axes (a collective's price depends on neither the dim nor the shape),
+// leaves as many bytes a device and a layout those readers can take. On a 2-D mesh those
+// spatial layouts (RRS1R, S0RS1R, …) are a third of a Wide-ResNet group's strategies and
+// their classes half of its edge variables; followers of such a layout (batch norm) can
+// only reshard it inside the group. What the cut gives up is a chain of elementwise ops
+// run spatially split between two convolutions, where the batch and channel dims cannot
+// take the axis. Measured, not proved: docs/DECISIONS.md ("The convolution cut") and
+// BENCHMARKS.md give the effect, TestConvCutKeepsPlans the tiny Wide-ResNet's plans.
+
+// convScatterCut reports whether the cut drops a reduce-scatter of op's partial result
+// onto result dim dim: op is a convolution or one of its gradients and dim's label is one
+// the op fixes (its spatial dims).
+func convScatterCut(op ir.Op, d ir.Dims, dim int) bool {
+	switch op {
+	case ir.OpConv2D, ir.OpConv2DInputGrad, ir.OpConv2DFilterGrad:
+		l := d.Result[dim]
+		return l >= 0 && d.Fixed[l]
+	}
+	return false
+}

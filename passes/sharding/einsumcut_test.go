@@ -11,6 +11,7 @@ import (
 
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
 )
 
@@ -127,6 +128,75 @@ func TestCutKeepsPlans(t *testing.T) {
 			t.Logf("step %.1f µs → %.1f µs, variables %d → %d, edge variables %d → %d, cut %d",
 				want.Cost.Total*1e6, got.Cost.Total*1e6, want.ILP.Variables, got.ILP.Variables,
 				want.ILP.EdgeVars, got.ILP.EdgeVars, got.ILP.Cut)
+		})
+	}
+}
+
+// TestConvCut: on the tiny Wide-ResNet on 2×2, the convolution cut drops exactly the
+// convolutions' reduce-scatters onto a spatial dim (convScatterCut), some of each kind of
+// convolution, and leaves every other candidate as it was, in order.
+func TestConvCut(t *testing.T) {
+	c, lm := benchMesh(t, "p3.16xlarge", 2, 2)
+	g := tinyStep(t, "wresnet-tiny")
+	full, err := CandidatesWith(g, lm, Options{Cluster: c, FullConvs: true})
+	require.NoError(t, err)
+	cut, err := CandidatesWith(g, lm, Options{Cluster: c})
+	require.NoError(t, err)
+	spatial := func(s Strategy) bool {
+		for _, col := range s.Collectives {
+			if col.Kind == mesh.ReduceScatter && col.Dim >= 2 {
+				return true
+			}
+		}
+		return false
+	}
+	dropped := map[ir.Op]int{}
+	for i := range g.Values {
+		v := ir.ValueID(i)
+		op := g.Value(v).Op
+		conv := op == ir.OpConv2D || op == ir.OpConv2DInputGrad || op == ir.OpConv2DFilterGrad
+		var kept []string
+		for _, s := range full[v] {
+			if conv && spatial(s) {
+				dropped[op]++
+				continue
+			}
+			kept = append(kept, s.Name)
+		}
+		var got []string
+		for _, s := range cut[v] {
+			assert.False(t, conv && spatial(s), "%s keeps %s", g.Value(v).Name, s.Name)
+			got = append(got, s.Name)
+		}
+		assert.Equal(t, kept, got, g.Value(v).Name)
+	}
+	for _, op := range []ir.Op{ir.OpConv2D, ir.OpConv2DInputGrad} {
+		assert.Positive(t, dropped[op], op.String())
+	}
+	t.Logf("dropped %v", dropped)
+}
+
+// TestConvCutKeepsPlans: the convolution cut leaves the tiny Wide-ResNet's predicted step
+// equal to the ILP's without it (Options.FullConvs), with fewer variables: on 1×4 by
+// default, with -cutplans also on 2×2, 2×4 and 4×2 (several seconds each).
+func TestConvCutKeepsPlans(t *testing.T) {
+	meshes := [][2]int{{1, 4}}
+	if *cutPlans {
+		meshes = append(meshes, [2]int{2, 2}, [2]int{2, 4}, [2]int{4, 2})
+	}
+	g := tinyStep(t, "wresnet-tiny")
+	for _, shape := range meshes {
+		t.Run(fmt.Sprintf("wresnet-tiny/%dx%d", shape[0], shape[1]), func(t *testing.T) {
+			c, lm := benchMesh(t, "p3.16xlarge", shape[0], shape[1])
+			want, err := Solve(context.Background(), g, lm, Options{Cluster: c, FullConvs: true})
+			require.NoError(t, err)
+			got, err := Solve(context.Background(), g, lm, Options{Cluster: c})
+			require.NoError(t, err)
+			assert.InDelta(t, want.Cost.Total, got.Cost.Total, 1e-9*want.Cost.Total)
+			assert.Less(t, got.ILP.Variables, want.ILP.Variables)
+			t.Logf("step %.1f µs → %.1f µs, variables %d → %d, edge variables %d → %d",
+				want.Cost.Total*1e6, got.Cost.Total*1e6, want.ILP.Variables, got.ILP.Variables,
+				want.ILP.EdgeVars, got.ILP.EdgeVars)
 		})
 	}
 }

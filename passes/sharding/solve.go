@@ -48,6 +48,10 @@ type Options struct {
 	Force map[ir.ValueID]int
 	// ForceSpec pins values to the first candidate whose output has the given layout.
 	ForceSpec map[ir.ValueID]mesh.Spec
+	// Restrict keeps, in each ILP node, only the strategies that pick for each named member
+	// the candidate of that Strategy.Name (restrict.go): the strategies other solves chose
+	// for the same ops. Unlike Force it leaves merging and fusion as they are.
+	Restrict map[ir.ValueID]string
 	// NoMerge keeps every op its own ILP node (followers are merged by default).
 	NoMerge bool
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),
@@ -56,6 +60,9 @@ type Options struct {
 	// FullEinsums keeps every strategy of the 4-D einsums (attention's, the experts'): no cut
 	// (einsumcut.go), which may change the optimum.
 	FullEinsums bool
+	// FullConvs keeps the convolutions' reduce-scatters onto a spatial dim: no convolution
+	// cut (einsumcut.go, convScatterCut), which may change the optimum.
+	FullConvs bool
 	// noFill keeps constants read by one op in groups of their own (merge.go's fill);
 	// the tests compare against it.
 	noFill bool
@@ -144,7 +151,7 @@ func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 		if id%16 == 0 && ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id))
+		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id), !opts.FullConvs)
 	}
 	return out, fu, nil
 }
@@ -286,6 +293,7 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	p.weigh()
 	p.buildGroups(!opts.NoMerge)
 	p.applyForce()
+	p.restrict()
 	p.cutEinsums()
 	p.tie()
 	p.pruneDominated()

@@ -156,13 +156,15 @@ type enumerator struct {
 	// flops and class are the op's, worked out once for all its assignments.
 	flops float64
 	class mesh.OpClass
+	// convCut drops a convolution's reduce-scatters onto its spatial dims (convScatterCut).
+	convCut bool
 }
 
 // strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
 // assignment is always valid, so a dim no axis divides falls back to replicated.
-func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID) []Strategy {
+func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID, convCut bool) []Strategy {
 	v := g.Value(id)
-	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id)}
+	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id), convCut: convCut}
 	e.flops, e.class = g.FLOPs(id), OpClass(v.Op, e.r.dims)
 	var out []Strategy
 	for _, a := range e.assignments() {
@@ -324,6 +326,9 @@ func (e *enumerator) finishPartial(base Strategy, partial mesh.AxisSet) []Strate
 	}
 	for dim, cur := range base.Out.Dims {
 		if !(cur == mesh.AxesNone || cur == mesh.Axis0 && partial == mesh.Axis1) {
+			continue
+		}
+		if e.convCut && convScatterCut(e.v.Op, e.r.dims, dim) {
 			continue
 		}
 		rs := base.clone()

@@ -1,0 +1,191 @@
+package autopar
+
+import (
+	"context"
+
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
+)
+
+// Composed stages priced by their own plan (issue 13, the Wide-ResNet rows).
+//
+// The fast search's exactly (compile.go) re-prices the stages the DP chose by their range
+// ILPs. A range of several layers is one ILP over all of them: for a Wide-ResNet on 2×2
+// (the whole network in one stage) 47–73k variables that lp_solve does not finish within
+// its 30 s limit, at every micro-batch count, after which the stage has no price at all.
+// Yet the composition the DP chose it by is a plan of that range: each layer's solved
+// strategies (compose.go's points). restrictStage solves the range ILP restricted to those
+// strategies (sharding.Options.Restrict: every node keeps the strategies its layer chose,
+// merging and fusion as in the range ILP), which is small, and prices the stage by it: the
+// price of a real plan of the range, as the range runs it (memory rows, recomputation and
+// the data instructions included), so never below the range ILP's optimum. Its exactAt
+// entry is marked inexact, so that the optimistic plan still bounds the range from below.
+//
+// exactly accepts a plan with such a stage when it is within restrictTolerance (1%) of
+// the optimistic bound. Otherwise, when the optimistic plan runs a restricted stage,
+// openRestricted solves that stage's full range ILP, as exactly did before for every
+// stage: the cheaper of the two prices the stage from then on, final, and a range ILP
+// without a plan (lp_solve's limit) no longer leaves the stage without a price. unrestrict
+// does the same for the plan's stages when exactly's rounds end without either proof.
+// restrictStage prices layers [start, end) on (s, l) by the plan its composition chose,
+// and reports whether it did: ranges of one layer, ranges whose layers' ILPs have fewer
+// than restrictVars variables, compositions with a pruned layer, ranges already solved by
+// their range ILP and the search after unrestrict are solved by their range ILPs instead.
+func (o *oracle) restrictStage(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	k := rangeKey{start, end, s, l}
+	if _, ok := o.restricted[k]; ok {
+		return true
+	}
+	if e, ok := o.exactAt[k]; ok && e.exact {
+		return false // solved by its range ILP already (openRestricted)
+	}
+	c, ok := o.composedAt[k]
+	if o.noRestrict || end-start < 2 || !ok || !c.ok || len(c.points) != end-start {
+		return false
+	}
+	vars := 0
+	for _, p := range c.points {
+		if p.res == nil {
+			return false
+		}
+		vars += p.res.ILP.Variables
+	}
+	if vars < restrictVars {
+		return false // the range ILP is cheap: solve it
+	}
+	sg, err := o.stage(start, end)
+	if err != nil {
+		return false
+	}
+	names := map[ir.ValueID]string{}
+	for i := range sg.g.Values {
+		v := &sg.g.Values[i]
+		for j, p := range c.points {
+			// The op in the layer that computes it (a value another layer computes is an
+			// input leaf there) or the leaf (param, state, input) that layer reads.
+			lg := o.infos[start+j].sg.g
+			if id, ok := lg.Lookup(v.Name); ok && lg.Value(id).Op == v.Op {
+				names[ir.ValueID(i)] = p.res.Strategies[id].Name
+				break
+			}
+		}
+	}
+	sol := o.solveStageBudget(sg, s, l, o.memory, nil, nil, names)
+	if sol.err != nil || !sol.ok || sol.res == nil {
+		return false
+	}
+	o.restricted[k] = sol
+	o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: true} // a plan's price, not the range's least
+	return true
+}
+
+// unrestrict re-prices plan p's restricted stages by their full range ILPs (exactly's
+// rounds ended without proving p within refineTolerance of the bound) and returns the
+// cheaper plan: p's restricted stages are kept when the full solves find nothing cheaper.
+func (o *oracle) unrestrict(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result, progress *ilpProgress) *dp.Result {
+	if p == nil {
+		clear(o.restricted) // no plan: the exhaustive search of this count solves every range
+		return nil
+	}
+	saved := map[rangeKey]*stageSolution{}
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if sol, ok := o.restricted[k]; ok && !o.exactAt[k].exact {
+			saved[k] = sol
+		}
+	}
+	if len(saved) == 0 {
+		return p
+	}
+	for k := range saved {
+		delete(o.restricted, k)
+		delete(o.exactAt, k)
+	}
+	o.noRestrict = true
+	res, err := o.recost(ctx, layers, dc, do, p, progress)
+	o.noRestrict = false
+	if err == nil && res.Time <= p.Time {
+		return res
+	}
+	for k, sol := range saved {
+		o.restricted[k] = sol
+		o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: true}
+	}
+	return p
+}
+
+// openRestricted solves by its full range ILP every stage of the optimistic plan opt that
+// is priced by a restricted solve, and reports whether there was one: the optimistic plan
+// bounds such a stage below its restricted price, and only the range ILP can say whether
+// the range runs faster (exactly's rounds would otherwise re-price opt unchanged). A range
+// ILP that gives no plan (lp_solve's limit), or a dearer one, leaves the restricted price as
+// the range's, now final (exact), so that the optimistic plan moves on to other stages.
+func (o *oracle) openRestricted(opt *dp.Result, progress *ilpProgress) bool {
+	var jobs []job
+	var keys []rangeKey
+	for _, st := range opt.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if _, ok := o.restricted[k]; !ok || o.exactAt[k].exact {
+			continue
+		}
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			continue
+		}
+		keys = append(keys, k)
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ok := o.solved[key]; !ok {
+			o.solved[key] = nil
+			jobs = append(jobs, job{key: key, sg: sg})
+		}
+	}
+	if len(keys) == 0 {
+		return false
+	}
+	o.run(jobs, progress.more())
+	for _, k := range keys {
+		sg, _ := o.stage(k.start, k.end)
+		c := o.exactAt[k]
+		if sol := o.solved[solveKey{sg.hash, k.sub, k.logical}]; sol != nil && sol.ok && sol.res != nil && o.weighed(sol) <= o.weighed(o.restricted[k]) {
+			delete(o.restricted, k)
+			o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: sol.ok, exact: true}
+			continue
+		}
+		c.exact = true
+		o.exactAt[k] = c
+	}
+	return true
+}
+
+// weighed is a stage's plain price as the stage ILPs weigh it, B·t + u.
+func (o *oracle) weighed(sol *stageSolution) float64 {
+	return float64(max(o.mb, 1))*sol.cost.Time + sol.cost.Step
+}
+
+// restrictVars is the least size, in its layers' ILP variables, of a range priced by its
+// restricted plan; a smaller range ILP is solved as before. The 1 % acceptance trades
+// plan quality for the range ILP's time, which only pays where that is dear: without the
+// floor, mlp-tiny on 8 V100s (cmd/autopar's summary golden) took a restricted two-layer
+// stage within 1 % of an optimistic bound that was itself 2 % above the plan the range
+// ILPs find (245 against 240 µs), the bound's fused-kernel caveat. Wide-ResNet's ranges
+// on 2-D meshes have 60–90k, on 1×2 and 1×4 10–14k; the tiny models' a few hundred.
+var restrictVars = 10000
+
+// restrictTolerance is how close to the optimistic bound a plan with a stage priced by its
+// restricted plan must be for exactly to accept it without the stage's range ILP: the
+// fast search's contract, a plan within 1% of the best (TestFastSearchMatchesExhaustive).
+// A refinement of such a plan solves a range ILP of the whole stage (on Wide-ResNet 30 to
+// 80 CPU s, often to lp_solve's limit without a plan); refining an exactly solved plan
+// solves layers, hence refineTolerance there.
+const restrictTolerance = 0.01
+
+// tolerance is exactly's acceptance margin for plan p over the optimistic bound.
+func (o *oracle) tolerance(p *dp.Result) float64 {
+	for _, st := range p.Stages {
+		if _, ok := o.restricted[rangeKey{st.Start, st.End, st.Submesh, st.Logical}]; ok {
+			return restrictTolerance
+		}
+	}
+	return refineTolerance
+}
