@@ -299,59 +299,158 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 // passing and returns the choice of group strategies when its certificate proves it
 // optimal (nil when not, or when the model cannot express the ILP), with the result.
 func (p *planner) certify() ([]int, mpResult) {
-	m, mv, err := p.energyModel()
-	if err != nil {
+	st := p.solveEnergy()
+	if st == nil {
 		return nil, mpResult{}
 	}
-	var stop func() bool
-	if p.ctx != nil {
-		stop = func() bool { return p.ctx.Err() != nil }
+	return st.closedChoice(), st.res
+}
+
+// mpState is a solved energy model: the model, its variable per group, the solver (its
+// messages, to warm-start another solve) and the result.
+type mpState struct {
+	m   *mpModel
+	mv  []int
+	s   *mpSolver
+	res mpResult
+}
+
+// solveEnergy builds the energy model of p's ILP and solves it (nil: the model cannot
+// express the ILP).
+func (p *planner) solveEnergy() *mpState {
+	m, mv, err := p.energyModel()
+	if err != nil {
+		return nil
 	}
-	res := solveMP(m, mpMaxIters, mpStall, stop)
-	if !res.closed {
-		return nil, res
+	s := newMPSolver(m)
+	return &mpState{m: m, mv: mv, s: s, res: s.run(mpMaxIters, mpStall, p.stop(), nil)}
+}
+
+// stop reports whether p's context is done (nil: p has none).
+func (p *planner) stop() func() bool {
+	if p.ctx == nil {
+		return nil
 	}
-	choice := make([]int, len(p.groups))
-	for gi := range p.groups {
-		choice[gi] = res.x[mv[gi]]
+	return func() bool { return p.ctx.Err() != nil }
+}
+
+// choice spells labeling x out per group.
+func (st *mpState) choice(x []int) []int {
+	if x == nil {
+		return nil
 	}
-	return choice, res
+	choice := make([]int, len(st.mv))
+	for gi, v := range st.mv {
+		choice[gi] = x[v]
+	}
+	return choice
+}
+
+// closedChoice is the certified plan per group (nil: the certificate is open).
+func (st *mpState) closedChoice() []int {
+	if !st.res.closed {
+		return nil
+	}
+	return st.choice(st.res.x)
+}
+
+// incumbent is a plan that fits the memory budget, found before lp_solve ran: the ILP's
+// objective at it (ilp.Evaluate) and the Lagrangian search that found it.
+type incumbent struct {
+	choice    []int
+	objective float64
 }
 
 // certified is solve's first try: the certificate's plan, as a Result built as from an
 // lp_solve answer, when it closes and the plan fits the budget (0: none) — an optimum of
-// the ILP without memory rows that fits them is an optimum with them. Otherwise nil, with
-// the sweeps it ran.
-func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
+// the ILP without memory rows that fits them is an optimum with them. When the plan does
+// not fit, the Lagrangian search of the memory rows (lagrange.go) runs: its plan, when its
+// bound proves it optimal under the budget, is the answer. Otherwise nil, with the sweeps
+// run and the best plan found that fits the budget (nil: none), an incumbent lp_solve's
+// answer must beat.
+func (p *planner) certified(budget float64, stats ILPStats) (*Result, int, *incumbent) {
 	start := time.Now()
-	choice, mp := p.certify()
+	st := p.solveEnergy()
+	var mp mpResult
+	var choice []int
+	if st != nil {
+		mp, choice = st.res, st.closedChoice()
+	}
 	fits := false
 	defer func() {
 		if mpTrace != nil {
 			mpTrace(p.prob.NumVars(), choice != nil, fits, mp, time.Since(start))
 		}
 	}()
-	if choice == nil {
-		return nil, mp.iters
+	if st == nil || st.res.x == nil {
+		return nil, mp.iters, nil
 	}
-	_, peak := p.peakOf(choice)
-	if budget > 0 && peak > budget {
-		return nil, mp.iters
+	free := st.choice(st.res.x)
+	_, peak := p.peakOf(free)
+	fits = budget <= 0 || peak <= budget
+	if fits && choice == nil {
+		// An open certificate whose plan fits: lp_solve must match it.
+		return nil, mp.iters, p.incumbentOf(free)
 	}
+	if fits {
+		stats.SolveTime = time.Since(start)
+		stats.Solver, stats.Sweeps = "msgpass", mp.iters
+		if res := p.planResult(choice, ilp.Optimal, stats); res != nil {
+			return res, mp.iters, nil
+		}
+		return nil, mp.iters, nil
+	}
+	lag := p.lagrange(st, budget, p.stop())
+	sweeps := mp.iters + lag.sweeps
+	if lagTrace != nil {
+		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
+	}
+	if lag.choice == nil {
+		return nil, sweeps, nil
+	}
+	if lag.closed {
+		stats.SolveTime = time.Since(start)
+		stats.Solver, stats.Sweeps = "lagrange", sweeps
+		if res := p.planResult(lag.choice, ilp.Optimal, stats); res != nil {
+			return res, sweeps, nil
+		}
+		return nil, sweeps, nil
+	}
+	return nil, sweeps, p.incumbentOf(lag.choice)
+}
+
+// incumbentOf is choice as an incumbent (nil when its point is not feasible in p's ILP,
+// which cannot happen: assignment writes a feasible point of every choice).
+func (p *planner) incumbentOf(choice []int) *incumbent {
 	ev := ilp.Evaluate(p.prob, p.assignment(choice))
 	if !ev.Feasible() {
-		return nil, mp.iters // cannot happen: assignment writes a feasible point of every choice
+		return nil
 	}
-	fits = true
-	stats.SolveTime = time.Since(start)
+	return &incumbent{choice: choice, objective: ev.Objective}
+}
+
+// planResult is choice's Result as solve returns an answer of the given status: the
+// objective the ILP has at it (as it stands: memory rows included), its peak and copies;
+// nil when its point is not feasible (cannot happen: assignment writes a feasible point of
+// every choice, and solve only asks for plans that fit).
+func (p *planner) planResult(choice []int, status ilp.Status, stats ILPStats) *Result {
+	ev := ilp.Evaluate(p.prob, p.assignment(choice))
+	if !ev.Feasible() {
+		return nil
+	}
+	_, peak := p.peakOf(choice)
 	stats.Rows, stats.Variables = p.prob.NumRows(), p.prob.NumVars()
-	stats.Rounds, stats.Status, stats.Objective = 1, ilp.Optimal.String(), ev.Objective
-	stats.Solver, stats.Sweeps = "msgpass", mp.iters
+	stats.Rounds = max(stats.Rounds, 1)
+	stats.Status, stats.Objective = status.String(), ev.Objective
 	res := p.result(choice, stats)
 	res.PeakMemory = int64(peak)
 	res.Gathered = int64(p.gatheredBytes(choice))
-	return res, mp.iters
+	return res
 }
+
+// lagTrace, when set, sees every Lagrangian search run: the ILP's variables, the free
+// solve's result, the search's and the time since the free solve began.
+var lagTrace func(vars int, free mpResult, lag lagResult, took time.Duration)
 
 // mpTrace, when set, sees every certificate tried: the ILP's variables, whether it
 // closed, whether its plan fit the budget, the solver's result and the time taken.

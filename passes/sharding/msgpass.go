@@ -448,7 +448,14 @@ func mpClosed(ub, lb float64) bool {
 // depends on the model alone (no clocks, no maps); stop, when it reports true before a
 // sweep, ends the search early with the certificate open (nil: never).
 func solveMP(m *mpModel, maxIters, stall int, stop func() bool) mpResult {
-	s := newMPSolver(m)
+	return newMPSolver(m).run(maxIters, stall, stop, nil)
+}
+
+// run is solveMP on s's model from s's messages as they are: a later run after the model's
+// unaries or constant changed starts warm (the bound stays valid for any messages). visit,
+// when not nil, sees every labeling decoded (after ICM; it must not keep x).
+func (s *mpSolver) run(maxIters, stall int, stop func() bool, visit func(x []int)) mpResult {
+	m := s.m
 	res := mpResult{ub: math.Inf(1), lb: math.Inf(-1)}
 	var lbs []float64 // the bound after each sweep
 	for it := 1; it <= maxIters; it++ {
@@ -462,6 +469,9 @@ func solveMP(m *mpModel, maxIters, stall int, stop func() bool) mpResult {
 		lbs = append(lbs, res.lb)
 		x := s.decode()
 		m.icm(x, s.adj, 4)
+		if visit != nil {
+			visit(x)
+		}
 		if e := m.energy(x); e < res.ub {
 			res.ub, res.x = e, x
 		}
