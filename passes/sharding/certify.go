@@ -299,8 +299,8 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 // passing and returns the choice of group strategies when its certificate proves it
 // optimal (nil when not, or when the model cannot express the ILP), with the result.
 func (p *planner) certify() ([]int, mpResult) {
-	st := p.solveEnergy()
-	if st == nil {
+	st, err := p.solveEnergy()
+	if err != nil {
 		return nil, mpResult{}
 	}
 	return st.closedChoice(), st.res
@@ -315,15 +315,15 @@ type mpState struct {
 	res mpResult
 }
 
-// solveEnergy builds the energy model of p's ILP and solves it (nil: the model cannot
+// solveEnergy builds the energy model of p's ILP and solves it (an error: the model cannot
 // express the ILP).
-func (p *planner) solveEnergy() *mpState {
+func (p *planner) solveEnergy() (*mpState, error) {
 	m, mv, err := p.energyModel()
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	s := newMPSolver(m)
-	return &mpState{m: m, mv: mv, s: s, res: s.run(mpMaxIters, mpStall, p.stop(), nil)}
+	return &mpState{m: m, mv: mv, s: s, res: s.run(mpMaxIters, mpStall, p.stop(), nil)}, nil
 }
 
 // stop reports whether p's context is done (nil: p has none).
@@ -370,7 +370,7 @@ type incumbent struct {
 // answer must beat.
 func (p *planner) certified(budget float64, stats ILPStats) (*Result, int, *incumbent) {
 	start := time.Now()
-	st := p.solveEnergy()
+	st, _ := p.solveEnergy() // nil: the model cannot express the ILP; lp_solve answers
 	var mp mpResult
 	var choice []int
 	if st != nil {
@@ -405,18 +405,19 @@ func (p *planner) certified(budget float64, stats ILPStats) (*Result, int, *incu
 	if lagTrace != nil {
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
-	if lag.choice == nil {
+	if lag.x == nil {
 		return nil, sweeps, nil
 	}
+	lagChoice := st.choice(lag.x)
 	if lag.closed {
 		stats.SolveTime = time.Since(start)
 		stats.Solver, stats.Sweeps = "lagrange", sweeps
-		if res := p.planResult(lag.choice, ilp.Optimal, stats); res != nil {
+		if res := p.planResult(lagChoice, ilp.Optimal, stats); res != nil {
 			return res, sweeps, nil
 		}
 		return nil, sweeps, nil
 	}
-	return nil, sweeps, p.incumbentOf(lag.choice)
+	return nil, sweeps, p.incumbentOf(lagChoice)
 }
 
 // incumbentOf is choice as an incumbent (nil when its point is not feasible in p's ILP,
@@ -457,25 +458,36 @@ var lagTrace func(vars int, free mpResult, lag lagResult, took time.Duration)
 var mpTrace func(vars int, closed, fits bool, mp mpResult, took time.Duration)
 
 // LowerBound is a lower bound on the ILP objective (ILPStats.Objective) of any plan Solve
-// may return for g on lm under opts, whatever the memory budget: the message-passing dual
-// bound of the ILP without memory rows (certify.go), after at most mpMaxIters sweeps.
-// exact says its certificate closed: the bound is then that ILP's optimum to within
-// lp_solve's gaps (mpGapAbs, mpGapRel). It builds the planner as Solve does (candidates,
-// merging, the ILP) and then costs milliseconds, not a simplex: a search could compare it
-// with the best plan so far to skip a solve. An ILP the energy model cannot express (none
-// the planner writes today) is an error.
+// may return for g on lm under opts: the message-passing dual bound of the ILP without
+// memory rows (certify.go), after at most mpMaxIters sweeps, and, when opts.MemoryBudget
+// binds (the free plan does not fit it), the larger Lagrangian bound of the memory rows
+// (lagrange.go), valid under that budget only. exact says the bound is the optimum under
+// opts to within lp_solve's gaps (mpGapAbs, mpGapRel): the certificate closed and its plan
+// fits the budget, or the Lagrangian search closed. It builds the planner as Solve does
+// (candidates, merging, the ILP) and then costs milliseconds, not a simplex: a search
+// could compare it with the best plan so far to skip a solve. An ILP the energy model
+// cannot express (none the planner writes today) is an error.
 func LowerBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (bound float64, exact bool, err error) {
 	p, err := newPlannerContext(ctx, g, lm, opts)
 	if err != nil {
 		return 0, false, err
 	}
-	m, _, err := p.energyModel()
+	st, err := p.solveEnergy()
 	if err != nil {
 		return 0, false, err
 	}
-	res := solveMP(m, mpMaxIters, mpStall, func() bool { return ctx.Err() != nil })
 	if err := ctx.Err(); err != nil {
 		return 0, false, err
 	}
-	return res.lb, res.closed, nil
+	bound, exact = st.res.lb, st.res.closed
+	if budget := float64(opts.MemoryBudget); budget > 0 && st.res.x != nil {
+		if _, peak := p.peakOf(st.choice(st.res.x)); peak > budget {
+			lag := p.lagrange(st, budget, p.stop())
+			if err := ctx.Err(); err != nil {
+				return 0, false, err
+			}
+			bound, exact = max(bound, lag.lb), lag.closed
+		}
+	}
+	return bound, exact, nil
 }

@@ -36,24 +36,38 @@ const (
 // lagResult is what the multiplier search found.
 type lagResult struct {
 	lb     float64 // a lower bound on the ILP's optimum under the budget (−Inf: none)
-	choice []int   // the best plan found that fits the budget (nil: none)
+	x      []int   // the best labeling found that fits the budget (nil: none)
 	ub     float64 // its energy, the ILP's objective at it (+Inf: none)
-	closed bool    // ub − lb within lp_solve's gaps: choice is optimal under the budget
+	closed bool    // ub − lb within lp_solve's gaps: x is optimal under the budget
 	solves int     // message-passing solves run
 	sweeps int
 }
 
-// lagrange searches one multiplier μ shared by the points T (first the free plan's peak
-// point; then each point where a plan of the search peaks over the budget, up to
-// lagMaxPoints), after st, the free solve of p's energy, whose messages start it warm.
-// stop, when it reports true, ends the search (the result stays valid).
+// lagProblem is the multiplier search's input, free of the planner.
+type lagProblem struct {
+	base *mpModel  // the energy E
+	warm *mpSolver // a solver of base whose messages start the search (nil: cold)
+	free mpResult  // base's free solve
+	// The memory: at point t, Σ_v memOf(t)[v][x_v], plus at every point Σ_v gU[v][x_v] and
+	// copyBytes[i] for each or-factor copies[i] (its c unset) that x triggers.
+	memOf     func(t int) [][]float64
+	gU        [][]float64
+	copies    []mpFactor
+	copyBytes []float64
+	peak      func(x []int) (t int, peak float64) // the true peak and its point
+	budget    float64
+}
+
+// lagrange is the multiplier search on p's ILP after st, its free solve, under budget.
 func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagResult {
-	free := st.res
-	// The constrained optimum is at least the free one: the free bound holds under the budget.
-	res := lagResult{lb: free.lb, ub: math.Inf(1)}
-	if budget <= 0 || free.x == nil {
-		return res
+	if budget <= 0 || st.res.x == nil {
+		return lagResult{lb: st.res.lb, ub: math.Inf(1)}
 	}
+	return lagSearch(p.lagProblem(st, budget), stop)
+}
+
+// lagProblem writes p's memory over st's energy model.
+func (p *planner) lagProblem(st *mpState, budget float64) lagProblem {
 	mv := st.mv
 	choice := make([]int, len(p.groups))
 	toChoice := func(x []int) []int {
@@ -62,21 +76,16 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		}
 		return choice
 	}
-	t0, peak0 := p.peakOf(toChoice(free.x))
-	if peak0 <= budget {
-		return res // the free plan fits: nothing binds
+	lp := lagProblem{base: st.m, warm: st.s, free: st.res, budget: budget,
+		peak: func(x []int) (int, float64) { return p.peakOf(toChoice(x)) }}
+	// One or-factor per gathered layout: its copy is held exactly when no member kills (v
+	// stored in it) and some member triggers (a reader reads it), as holds says; one with a
+	// single member is a unary term.
+	labels := st.m.labels
+	lp.gU = make([][]float64, len(labels))
+	for v, n := range labels {
+		lp.gU[v] = make([]float64, n)
 	}
-	// The Lagrangian model: the energy's factors, then one or-factor per gathered layout
-	// (its copy is held exactly when no member kills and some triggers: holds), priced
-	// μ·|T|·bytes; a copy whose factor would have one member is a unary term, gU.
-	base := st.m
-	m := &mpModel{labels: base.labels, unary: make([][]float64, len(base.unary)), constant: base.constant,
-		factors: slices.Clone(base.factors)}
-	gU := make([][]float64, len(base.unary))
-	for v, u := range base.unary {
-		m.unary[v], gU[v] = slices.Clone(u), make([]float64, len(u))
-	}
-	var gBytes []float64 // per gathered factor, in order after base's
 	for i := range p.gatheredLayouts() {
 		gl := &p.gath[i]
 		cats := map[int][]uint8{}
@@ -84,7 +93,7 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		member := func(v int) []uint8 {
 			if _, ok := cats[v]; !ok {
 				vars = append(vars, v)
-				cats[v] = make([]uint8, m.labels[v])
+				cats[v] = make([]uint8, labels[v])
 			}
 			return cats[v]
 		}
@@ -105,7 +114,7 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		if len(vars) == 1 {
 			for k, q := range cats[vars[0]] {
 				if q == catTrigger {
-					gU[vars[0]][k] += gl.bytes
+					lp.gU[vars[0]][k] += gl.bytes
 				}
 			}
 			continue
@@ -115,24 +124,11 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		for _, v := range vars {
 			f.cat = append(f.cat, cats[v])
 		}
-		m.factors = append(m.factors, f)
-		gBytes = append(gBytes, gl.bytes)
+		lp.copies, lp.copyBytes = append(lp.copies, f), append(lp.copyBytes, gl.bytes)
 	}
-	nBase := len(base.factors)
-	s := newMPSolver(m)
-	for f := range nBase { // warm: the free solve's messages
-		for i := range s.msg[f] {
-			copy(s.msg[f][i], st.s.msg[f][i])
-		}
-	}
-	// memAt[t][v][k]: bytes of model variable v's values alive at t under label k.
-	memAt := map[int][][]float64{}
-	memOf := func(t int) [][]float64 {
-		if mt, ok := memAt[t]; ok {
-			return mt
-		}
-		mt := make([][]float64, len(m.labels))
-		for v, n := range m.labels {
+	lp.memOf = func(t int) [][]float64 {
+		mt := make([][]float64, len(labels))
+		for v, n := range labels {
 			mt[v] = make([]float64, n)
 		}
 		for id := range p.g.Values {
@@ -144,23 +140,59 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 				mt[v][k] += float64(p.cands[id][p.pick(ir.ValueID(id), k)].Memory)
 			}
 		}
-		memAt[t] = mt
 		return mt
 	}
+	return lp
+}
+
+// lagSearch searches one multiplier μ shared by the points T (first the free plan's peak
+// point; then each point where a plan of the search peaks over the budget, up to
+// lagMaxPoints): doubling μ until a decoded plan fits, then bisecting. stop, when it
+// reports true, ends the search (the result stays valid).
+func lagSearch(lp lagProblem, stop func() bool) lagResult {
+	free, base, budget := lp.free, lp.base, lp.budget
+	// The constrained optimum is at least the free one: the free bound holds under the budget.
+	res := lagResult{lb: free.lb, ub: math.Inf(1)}
+	if budget <= 0 || free.x == nil {
+		return res
+	}
+	t0, peak0 := lp.peak(free.x)
+	if peak0 <= budget {
+		return res // the free plan fits: nothing binds
+	}
+	m := &mpModel{labels: base.labels, unary: make([][]float64, len(base.unary)), constant: base.constant,
+		factors: append(slices.Clone(base.factors), lp.copies...)}
+	for v, u := range base.unary {
+		m.unary[v] = slices.Clone(u)
+	}
+	nBase := len(base.factors)
+	s := newMPSolver(m)
+	if lp.warm != nil {
+		for f := range nBase {
+			for i := range s.msg[f] {
+				copy(s.msg[f][i], lp.warm.msg[f][i])
+			}
+		}
+	}
+	memAt := map[int][][]float64{}
 	pts := []int{t0}
 	setMu := func(mu float64) {
 		nT := float64(len(pts))
 		for v, u := range base.unary {
 			for k := range u {
-				m.unary[v][k] = u[k] + mu*nT*gU[v][k]
+				m.unary[v][k] = u[k] + mu*nT*lp.gU[v][k]
 			}
 		}
-		for i, b := range gBytes {
+		for i, b := range lp.copyBytes {
 			m.factors[nBase+i].c = mu * nT * b
 		}
 		m.constant = base.constant - mu*nT*budget
 		for _, t := range pts {
-			mt := memOf(t)
+			mt, ok := memAt[t]
+			if !ok {
+				mt = lp.memOf(t)
+				memAt[t] = mt
+			}
 			for v, row := range mt {
 				for k, b := range row {
 					m.unary[v][k] += mu * b
@@ -171,7 +203,7 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 	var fitted bool // the current solve decoded a plan that fits
 	var over []int  // points where its plans overflowed
 	visit := func(x []int) {
-		t, peak := p.peakOf(toChoice(x))
+		t, peak := lp.peak(x)
 		if peak > budget {
 			if !slices.Contains(pts, t) && !slices.Contains(over, t) {
 				over = append(over, t)
@@ -180,7 +212,7 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		}
 		fitted = true
 		if e := base.energy(x); e < res.ub {
-			res.ub, res.choice = e, slices.Clone(choice)
+			res.ub, res.x = e, slices.Clone(x)
 		}
 	}
 	solveAt := func(mu float64) bool {
@@ -195,7 +227,7 @@ func (p *planner) lagrange(st *mpState, budget float64, stop func() bool) lagRes
 		if len(pts) < lagMaxPoints && len(over) > 0 {
 			pts = append(pts, over[0])
 		}
-		res.closed = res.choice != nil && mpClosed(res.ub, res.lb)
+		res.closed = res.x != nil && mpClosed(res.ub, res.lb)
 		return fitted
 	}
 	// The first μ prices the overflow at a hundredth of the free optimum's size.
