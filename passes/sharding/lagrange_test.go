@@ -255,3 +255,37 @@ func TestLagrangianAgainstLPSolve(t *testing.T) {
 	}
 	assert.Positive(t, lagrange, "the Lagrangian search answers some")
 }
+
+// BenchmarkLagrange: one GPT-1.3B layer on a 2×2 dgx-a100 mesh under budgets of 95, 90
+// and 80 % of its free plan's peak, solved as Solve does (the certificate, the Lagrangian
+// search, lp_solve) and by lp_solve alone. Run the two kinds in separate processes: ilp's
+// memo answers an ILP the first one solved.
+//
+//	go test ./passes/sharding -run '^$' -bench 'Lagrange/.*/search' -benchtime 1x
+//	go test ./passes/sharding -run '^$' -bench 'Lagrange/.*/lp_solve' -benchtime 1x
+func BenchmarkLagrange(b *testing.B) {
+	g := gptLayerStep(b)
+	c, lm := benchMesh(b, "dgx-a100", 2, 2)
+	free, err := Solve(context.Background(), g, lm, Options{Cluster: c})
+	require.NoError(b, err)
+	for _, frac := range []int64{95, 90, 80} {
+		for _, lpOnly := range []bool{false, true} {
+			kind := "search"
+			if lpOnly {
+				kind = "lp_solve"
+			}
+			b.Run(fmt.Sprintf("%d/%s", frac, kind), func(b *testing.B) {
+				opts := Options{Cluster: c, MemoryBudget: free.PeakMemory * frac / 100, LPSolveOnly: lpOnly}
+				var r *Result
+				cpu := cpuTime()
+				for range b.N {
+					r, err = Solve(context.Background(), g, lm, opts)
+					require.NoError(b, err)
+				}
+				b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(r.ILP.Objective*1e3, "objective-ms")
+				b.Logf("%s %s, %d sweeps", r.ILP.Solver, r.ILP.Status, r.ILP.Sweeps)
+			})
+		}
+	}
+}
