@@ -354,21 +354,13 @@ func (st *mpState) closedChoice() []int {
 	return st.choice(st.res.x)
 }
 
-// incumbent is a plan that fits the memory budget, found before lp_solve ran: the ILP's
-// objective at it (ilp.Evaluate) and the Lagrangian search that found it.
-type incumbent struct {
-	choice    []int
-	objective float64
-}
-
 // certified is solve's first try: the certificate's plan, as a Result built as from an
 // lp_solve answer, when it closes and the plan fits the budget (0: none) — an optimum of
 // the ILP without memory rows that fits them is an optimum with them. When the plan does
 // not fit, the Lagrangian search of the memory rows (lagrange.go) runs: its plan, when its
 // bound proves it optimal under the budget, is the answer. Otherwise nil, with the sweeps
-// run and the best plan found that fits the budget (nil: none), an incumbent lp_solve's
-// answer must beat.
-func (p *planner) certified(budget float64, stats ILPStats) (*Result, int, *incumbent) {
+// run.
+func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
 	start := time.Now()
 	st, _ := p.solveEnergy() // nil: the model cannot express the ILP; lp_solve answers
 	var mp mpResult
@@ -383,51 +375,33 @@ func (p *planner) certified(budget float64, stats ILPStats) (*Result, int, *incu
 		}
 	}()
 	if st == nil || st.res.x == nil {
-		return nil, mp.iters, nil
+		return nil, mp.iters
 	}
 	free := st.choice(st.res.x)
 	_, peak := p.peakOf(free)
 	fits = budget <= 0 || peak <= budget
 	if fits && choice == nil {
-		// An open certificate whose plan fits: lp_solve must match it.
-		return nil, mp.iters, p.incumbentOf(free)
+		return nil, mp.iters // an open certificate: lp_solve answers
 	}
 	if fits {
 		stats.SolveTime = time.Since(start)
 		stats.Solver, stats.Sweeps = "msgpass", mp.iters
 		if res := p.planResult(choice, ilp.Optimal, stats); res != nil {
-			return res, mp.iters, nil
+			return res, mp.iters
 		}
-		return nil, mp.iters, nil
+		return nil, mp.iters
 	}
 	lag := p.lagrange(st, budget, p.stop())
 	sweeps := mp.iters + lag.sweeps
 	if lagTrace != nil {
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
-	if lag.x == nil {
-		return nil, sweeps, nil
+	if !lag.closed {
+		return nil, sweeps
 	}
-	lagChoice := st.choice(lag.x)
-	if lag.closed {
-		stats.SolveTime = time.Since(start)
-		stats.Solver, stats.Sweeps = "lagrange", sweeps
-		if res := p.planResult(lagChoice, ilp.Optimal, stats); res != nil {
-			return res, sweeps, nil
-		}
-		return nil, sweeps, nil
-	}
-	return nil, sweeps, p.incumbentOf(lagChoice)
-}
-
-// incumbentOf is choice as an incumbent (nil when its point is not feasible in p's ILP,
-// which cannot happen: assignment writes a feasible point of every choice).
-func (p *planner) incumbentOf(choice []int) *incumbent {
-	ev := ilp.Evaluate(p.prob, p.assignment(choice))
-	if !ev.Feasible() {
-		return nil
-	}
-	return &incumbent{choice: choice, objective: ev.Objective}
+	stats.SolveTime = time.Since(start)
+	stats.Solver, stats.Sweeps = "lagrange", sweeps
+	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps
 }
 
 // planResult is choice's Result as solve returns an answer of the given status: the

@@ -20,7 +20,6 @@ const maxRounds = 40
 // Every point's row is implied by the rows of the points that bound it, so the final plan
 // fits at every point, not only at the rows added.
 func (p *planner) solve(ctx context.Context) (*Result, error) {
-	start0 := time.Now()
 	budget := float64(p.opts.MemoryBudget)
 	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
 		SharedValues: p.shared, PerEdgeValues: p.perEdge, Pruned: p.pruned, Cut: p.cut}
@@ -39,23 +38,12 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		}
 		pts = p.topPoints(hi, 4, budget)
 	}
-	var inc *incumbent // a plan that fits, found before lp_solve: its answer must beat it
 	if !p.opts.LPSolveOnly {
-		res, sweeps, in := p.certified(budget, stats)
+		res, sweeps := p.certified(budget, stats)
 		if res != nil {
 			return res, nil
 		}
-		stats.Sweeps, inc = sweeps, in
-	}
-	// beaten reports whether lp_solve's answer sol (nil: none) is worse than the incumbent,
-	// which is then returned instead, as a timed-out answer ("feasible").
-	beaten := func(sol *ilp.Solution) bool {
-		return inc != nil && (sol == nil || sol.Status != ilp.Optimal && sol.Objective > inc.objective)
-	}
-	incumbentResult := func(round int) *Result {
-		st := stats
-		st.SolveTime, st.Rounds, st.Solver = time.Since(start0), round, "lagrange"
-		return p.planResult(inc.choice, ilp.Feasible, st)
+		stats.Sweeps = sweeps
 	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
@@ -89,11 +77,6 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		if errors.Is(err, ilp.ErrInfeasible) {
 			return nil, p.infeasibleMemory(ctx)
 		}
-		if errors.Is(err, ilp.ErrTimeout) && beaten(sol) {
-			if res := incumbentResult(round); res != nil {
-				return res, nil
-			}
-		}
 		if sol == nil {
 			return nil, err
 		}
@@ -102,11 +85,6 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		t, peak := p.peakOf(choice)
 		if budget > 0 && peak > budget {
 			if round >= maxRounds {
-				if inc != nil {
-					if res := incumbentResult(round); res != nil {
-						return res, nil
-					}
-				}
 				return nil, errors.New("sharding: the memory rows did not converge; raise the budget")
 			}
 			pts = []int{t}
