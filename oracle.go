@@ -54,6 +54,8 @@ type oracle struct {
 	// localOnly marks the step's values no op of another layer reads (memOf, bound.go)
 	localOnly []bool
 	lastFwd   ir.ValueID // the step's last forward op (memOf, bound.go)
+	// ranges are the memory floors' facts of each range of layers (rangeMem, bound.go)
+	ranges map[[2]int]rangeMem
 	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
 	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
 	mb int
