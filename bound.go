@@ -563,7 +563,10 @@ func (o *oracle) memFloors(start, end, devices int) memFloor {
 	r := o.rangeMem(start, end)
 	// A range's bound sums its layers' weights (summed/n, a shared param once a layer):
 	// the floors hold (held + inner)/n above the weights, less what that sum counts.
-	return memFloor{plain: max(0, (r.held+r.inner-r.summed)/n), inFlight: max(0, r.inner/n-r.params), remat: max(0, (r.held+r.redo-r.summed)/n)}
+	// Each further micro-batch is taken to hold no more than the first (a lesser floor is
+	// one too): where layers share a param, the first's floor is the smaller.
+	plain := max(0, (r.held+r.inner-r.summed)/n)
+	return memFloor{plain: plain, inFlight: min(plain, max(0, r.inner/n-r.params)), remat: max(0, (r.held+r.redo-r.summed)/n)}
 }
 
 // rangeMem is what memFloors reads of a range of layers, whatever its mesh, in bytes of

@@ -154,6 +154,7 @@ func TestBoundedRangeIsLower(t *testing.T) {
 							ways := waysOf(o.boundedRange(sum, start, end, mk.sub, mk.logical))
 							o.remat = RematAuto
 							for _, w := range ways {
+								require.True(t, w.ActBytes >= 0 && w.OnceBytes >= 0, "%s, %s: a way's memory parts are not below 0: %+v", at, mode, w)
 								if !w.Recompute {
 									require.NotEqual(t, RematFull, mode, "%s: full recomputation offers a plain way", at)
 									assertBelow(t, w, sol.cost, end == start+1, fmt.Sprintf("%s, %s: plain", at, mode))
