@@ -638,6 +638,12 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // to run boundedRange gives it, with the memory floors and the recomputed time of all its
 // layers instead of the solved layers' activations; a range of solved layers has its
 // memory raised to the same floors (floored).
+//
+// A range's ILP weighs w·t + u, w its weight (weightOf: B from layer 0, else 1), and so
+// does each layer's own ILP at its own weight: a range from layer 0 holds later layers
+// solved at weight 1, whose (t, u) bound nothing at weight B (t and u trade: GPT-39B's
+// middle layer on 8×8 gives B·t + u = 71.8 s at weight 1, 15.2 s at weight B = 32). Such a
+// layer is priced by reweighed instead.
 func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
@@ -654,6 +660,9 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 			}
 			if r := o.relaxed[solveKey{o.infos[k].sg.hash, s, l}]; r != nil && r.ok {
 				b.Time, b.Step = r.cost.Time, r.cost.Step // solved without its memory rows (bound.go)
+				if o.reweighs(start, k) {
+					b.Time, b.Step = o.reweighed(k, s, l, r.cost.Time+r.cost.Step)
+				}
 			}
 			c.Time += b.Time
 			c.Step += b.Step
@@ -668,6 +677,13 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		for _, p := range pts[1:] {
 			t, step, act = min(t, p.time), min(step, p.step), min(act, p.act)
 		}
+		if o.reweighs(start, k) {
+			least := pts[0].time + pts[0].step
+			for _, p := range pts[1:] {
+				least = min(least, p.time+p.step)
+			}
+			t, step = o.reweighed(k, s, l, least)
+		}
 		c.Time += t
 		c.Step += step
 		c.WeightBytes += pts[0].weights
@@ -678,4 +694,29 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		return o.boundedRange(c, start, end, s, l), true // its ways to run (bound.go)
 	}
 	return o.floored(o.withRemat(c, fastest), start, end, s, l), true
+}
+
+// reweighs says whether layer k, in a range from layer start, was solved at another weight
+// than the range's ILP weighs it at, where its optimum depends on the weight.
+func (o *oracle) reweighs(start, k int) bool {
+	sg := o.infos[k].sg
+	return sg.trades && max(sg.mb, 1) != max(o.weightOf(start), 1)
+}
+
+// reweighed is the optimistic (t, u) of layer k on (s, l) in a range weighed otherwise
+// than its own solve, least the least t + u of the layer's solve (its ILP's objective at
+// weight 1, the only weight a layer after layer 0 is solved at). A range plan cut to layer
+// k is a plan of the layer (lower's premise) of some (t', u') with t' ≥ t_b and u' ≥ u_b,
+// the layer's kernel bounds (layerBound, part by part), and t' + u' ≥ least. At any
+// weight w ≥ 1, w·t' + u' is least at t' = t_b, u' = max(u_b, least − t_b): that pair is
+// below the range's part of it in w·t + u, in t, and in t + u — all the DP's step reads of
+// a first stage (Σ t + (B−1)·max t + u₀). It is never above the weight-1 solve's own
+// (t, u) in w·t + u, and loose where communication dominates t (t_b is compute spread
+// perfectly), the price of solving the layer once.
+func (o *oracle) reweighed(k int, s mesh.Submesh, l mesh.LogicalShape, least float64) (float64, float64) {
+	b, ok := o.layerBound(k, s, l)
+	if !ok {
+		return 0, least
+	}
+	return b.Time, max(b.Step, least-b.Time)
 }

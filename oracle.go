@@ -123,6 +123,9 @@ type stageGraph struct {
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
+	// trades: its ILP's optimum depends on the weight (weighted), so a solution at one
+	// weight bounds another weight's only through t + u (oracle.lower, reweighed).
+	trades bool
 }
 
 type solveKey struct {
@@ -735,7 +738,8 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 			kinds.WriteByte('d')
 		}
 	}
-	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
+	sg.trades = weighted(g, sg.once, sg.acc)
+	if sg.mb = o.weightOf(start); sg.mb > 1 && sg.trades {
 		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
 		fmt.Fprintf(&kinds, " B%d", sg.mb)
 	}
