@@ -163,6 +163,9 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 				jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
 			}
 		}
+		if st.Start == 0 {
+			jobs = o.unweighed(jobs, seen, st, cheapOnly)
+		}
 	}
 	est := make(map[solveKey]float64, len(jobs))
 	total := 0.0
@@ -183,6 +186,34 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 		} else {
 			o.solved[j.key] = nil
 		}
+	}
+	return jobs
+}
+
+// unweighed adds to jobs the solves at a first stage's weight (weighedLayer) of the later
+// layers of st, a stage from layer 0, once each layer's own solve has run (solved, or
+// relaxed): until then reweighed bounds its price from that solve, and where the
+// optimistic plan keeps the stage after it, the layer is solved at the stage's weight.
+// A layer's relaxed solve at that weight comes first on a two-dimensional mesh, as its own.
+func (o *oracle) unweighed(jobs []job, seen map[solveKey]bool, st dp.Stage, cheapOnly bool) []job {
+	for k := st.Start + 1; k < st.End; k++ {
+		if !o.reweighs(0, k) || cheapOnly && meshFactor(st.Logical) > 4 {
+			continue
+		}
+		own := solveKey{o.infos[k].sg.hash, st.Submesh, st.Logical}
+		if _, relaxed := o.relaxed[own]; !relaxed && !o.isSolved(k, st.Submesh, st.Logical) {
+			continue
+		}
+		sg := o.weighedLayer(k)
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ran := o.solved[key]; ran || seen[key] {
+			continue
+		}
+		if r, tried := o.relaxed[key]; tried && r == nil {
+			continue // running
+		}
+		seen[key] = true
+		jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
 	}
 	return jobs
 }

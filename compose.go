@@ -664,6 +664,11 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 					b.Time, b.Step = o.reweighed(k, s, l, r.cost.Time+r.cost.Step)
 				}
 			}
+			if o.reweighs(start, k) {
+				if w, ok := o.weighedPrice(k, s, l); ok {
+					b.Time, b.Step = w.Time, w.Step
+				}
+			}
 			c.Time += b.Time
 			c.Step += b.Step
 			c.WeightBytes += b.WeightBytes
@@ -683,6 +688,9 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 				least = min(least, p.time+p.step)
 			}
 			t, step = o.reweighed(k, s, l, least)
+			if w, ok := o.weighedPrice(k, s, l); ok {
+				t, step = w.Time, w.Step
+			}
 		}
 		c.Time += t
 		c.Step += step
@@ -704,7 +712,8 @@ func (o *oracle) reweighs(start, k int) bool {
 }
 
 // reweighed is the optimistic (t, u) of layer k on (s, l) in a range weighed otherwise
-// than its own solve, least the least t + u of the layer's solve (its ILP's objective at
+// than its own solve and not solved at the range's weight yet (weighedPrice), least the
+// least t + u of the layer's solve (its ILP's objective at
 // weight 1, the only weight a layer after layer 0 is solved at). A range plan cut to layer
 // k is a plan of the layer (lower's premise) of some (t', u') with t' ≥ t_b and u' ≥ u_b,
 // the layer's kernel bounds (layerBound, part by part), and t' + u' ≥ least. At any
@@ -719,4 +728,44 @@ func (o *oracle) reweighed(k int, s mesh.Submesh, l mesh.LogicalShape, least flo
 		return 0, least
 	}
 	return b.Time, max(b.Step, least-b.Time)
+}
+
+// weighedLayer is layer k's graph as the ILP of a range from layer 0 weighs it (B·t + u,
+// where its own ILP weighs t + u: reweighs): its solve prices the layer in such a range
+// (weighedPrice). Its solve key differs from the layer's own by B (hashAt).
+func (o *oracle) weighedLayer(k int) *stageGraph {
+	if sg, ok := o.firstLayers[k]; ok {
+		return sg
+	}
+	if o.firstLayers == nil {
+		o.firstLayers = map[int]*stageGraph{}
+	}
+	sg := *o.infos[k].sg
+	sg.mb = o.weightOf(0)
+	sg.hash = sg.hashAt(sg.mb)
+	sg.bounder = nil // made on its own use, not shared with the layer's
+	o.firstLayers[k] = &sg
+	return &sg
+}
+
+// weighedPrice is the price (t, u) of layer k on (s, l) solved at a range from layer 0's
+// weight (weighedLayer): the least w·t + u of the layer (its relaxation's where only that
+// ran, bound.go), so under lower's premise its part of the range's w·t + u is no less. ok
+// is false while it is not solved; in the lazy search unsolved asks for it once the
+// layer's own solve has run, otherwise it is solved here.
+func (o *oracle) weighedPrice(k int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
+	sg := o.weighedLayer(k)
+	key := solveKey{sg.hash, s, l}
+	sol, ran := o.solved[key]
+	if !ran && !o.lazy && o.ctx.Err() == nil {
+		sol = o.solveStage(sg, s, l)
+		o.solved[key] = sol
+	}
+	if sol != nil && sol.ok && sol.res != nil {
+		return sol.cost, true
+	}
+	if r := o.relaxed[key]; r != nil && r.ok {
+		return r.cost, true
+	}
+	return dp.StageCost{}, false
 }

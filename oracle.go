@@ -94,6 +94,8 @@ type shared struct {
 	// relaxed are layer solves without the memory rows (bound.go, solveRelaxed): nil
 	// while running, a solution without ok when it gave no bound
 	relaxed map[solveKey]*stageSolution
+	// weighed are later layers' graphs as a range from layer 0 weighs them (weighedLayer)
+	firstLayers map[int]*stageGraph
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -126,6 +128,9 @@ type stageGraph struct {
 	// trades: its ILP's optimum depends on the weight (weighted), so a solution at one
 	// weight bounds another weight's only through t + u (oracle.lower, reweighed).
 	trades bool
+	// kinds is the step part of each value (stage), shape its graph's structureHash: with
+	// the weight, its hash (hashAt).
+	kinds, shape string
 }
 
 type solveKey struct {
@@ -739,12 +744,9 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 		}
 	}
 	sg.trades = weighted(g, sg.once, sg.acc)
-	if sg.mb = o.weightOf(start); sg.mb > 1 && sg.trades {
-		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
-		fmt.Fprintf(&kinds, " B%d", sg.mb)
-	}
-	k := sha256.Sum256([]byte(kinds.String()))
-	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
+	sg.kinds, sg.shape = kinds.String(), structureHash(g)
+	sg.mb = o.weightOf(start)
+	sg.hash = sg.hashAt(sg.mb)
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:
@@ -756,6 +758,18 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+// hashAt is the stage's solve key hash when its ILP weighs a micro-batch mb times: B is
+// in it where the solution depends on it (trades).
+func (sg *stageGraph) hashAt(mb int) string {
+	kinds := sg.kinds
+	if mb > 1 && sg.trades {
+		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
+		kinds += fmt.Sprintf(" B%d", mb)
+	}
+	k := sha256.Sum256([]byte(kinds))
+	return sg.shape + hex.EncodeToString(k[:8])
 }
 
 // crossValue is a value of the step that layers other than its own read per micro-batch.
