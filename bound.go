@@ -193,11 +193,11 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 // unweighed adds to jobs the solves at a first stage's weight (weighedLayer) of the later
 // layers of st, a stage from layer 0, once each layer's own solve has run (solved, or
 // relaxed): until then reweighed bounds its price from that solve, and where the
-// optimistic plan keeps the stage after it, the layer is solved at the stage's weight.
-// A layer's relaxed solve at that weight comes first on a two-dimensional mesh, as its own.
+// optimistic plan keeps the stage after it, the layer is solved at the stage's weight,
+// relaxed (without its memory rows), once.
 func (o *oracle) unweighed(jobs []job, seen map[solveKey]bool, st dp.Stage, cheapOnly bool) []job {
 	for k := st.Start + 1; k < st.End; k++ {
-		if !o.reweighs(0, k) || cheapOnly && meshFactor(st.Logical) > 4 {
+		if !o.reweighs(0, k) || o.remat == RematFull || cheapOnly && meshFactor(st.Logical) > 4 {
 			continue
 		}
 		own := solveKey{o.infos[k].sg.hash, st.Submesh, st.Logical}
@@ -206,14 +206,11 @@ func (o *oracle) unweighed(jobs []job, seen map[solveKey]bool, st dp.Stage, chea
 		}
 		sg := o.weighedLayer(k)
 		key := solveKey{sg.hash, st.Submesh, st.Logical}
-		if _, ran := o.solved[key]; ran || seen[key] {
+		if _, ran := o.relaxed[key]; ran || seen[key] {
 			continue
 		}
-		if r, tried := o.relaxed[key]; tried && r == nil {
-			continue // running
-		}
 		seen[key] = true
-		jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
+		jobs = append(jobs, job{key: key, sg: sg, relaxed: true}) // a bound is all lower needs (weighedPrice)
 	}
 	return jobs
 }

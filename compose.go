@@ -749,22 +749,26 @@ func (o *oracle) weighedLayer(k int) *stageGraph {
 }
 
 // weighedPrice is the price (t, u) of layer k on (s, l) solved at a range from layer 0's
-// weight (weighedLayer): the least w·t + u of the layer (its relaxation's where only that
-// ran, bound.go), so under lower's premise its part of the range's w·t + u is no less. ok
-// is false while it is not solved; in the lazy search unsolved asks for it once the
-// layer's own solve has run, otherwise it is solved here.
+// weight (weighedLayer) without its memory rows (solveRelaxed): at most the least w·t + u
+// of any plan of the layer, under the memory or not, plain or recomputing, so under
+// lower's premise its part of the range's w·t + u is no less. Relaxed always: a solve
+// under the memory falls back to other plans where it binds (recomputing, the least
+// footprint), whose prices bound nothing (gpt-1.3b/4 at B = 16: a one-stage optimistic
+// price of 164 s against a plan of 118.5 s). ok is false while it has not run; in the
+// lazy search unsolved asks for it once the layer's own solve has run, otherwise it is
+// solved here. Not under RematFull, whose solves have their own liveness (relaxes).
 func (o *oracle) weighedPrice(k int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
+	if o.remat == RematFull {
+		return dp.StageCost{}, false
+	}
 	sg := o.weighedLayer(k)
 	key := solveKey{sg.hash, s, l}
-	sol, ran := o.solved[key]
+	r, ran := o.relaxed[key]
 	if !ran && !o.lazy && o.ctx.Err() == nil {
-		sol = o.solveStage(sg, s, l)
-		o.solved[key] = sol
+		r = o.solveRelaxed(sg, s, l)
+		o.relaxed[key] = r
 	}
-	if sol != nil && sol.ok && sol.res != nil {
-		return sol.cost, true
-	}
-	if r := o.relaxed[key]; r != nil && r.ok {
+	if r != nil && r.ok {
 		return r.cost, true
 	}
 	return dp.StageCost{}, false

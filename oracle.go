@@ -63,11 +63,14 @@ type oracle struct {
 	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
 	// lazy: layers are solved only when an optimistic plan runs them (bound.go, settle);
 	// until then they have no points and lower prices them by their bounds.
-	lazy       bool
-	allMeshes  []meshKey // the meshes the DP asks for (set by settle)
-	infos      []*layerInfo
-	composedAt map[rangeKey]composedCost
-	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+	lazy      bool
+	allMeshes []meshKey // the meshes the DP asks for (set by settle)
+	infos     []*layerInfo
+	// firstLayers are later layers' graphs as a range from layer 0 weighs them
+	// (weighedLayer): this count's, as infos
+	firstLayers map[int]*stageGraph
+	composedAt  map[rangeKey]composedCost
+	exactAt     map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
 	// restricted are the ranges exactly priced by their composed plan (restrict.go); their
 	// exactAt entries are not exact, so the optimistic plan bounds them instead.
 	restricted map[rangeKey]*stageSolution
@@ -94,8 +97,6 @@ type shared struct {
 	// relaxed are layer solves without the memory rows (bound.go, solveRelaxed): nil
 	// while running, a solution without ok when it gave no bound
 	relaxed map[solveKey]*stageSolution
-	// weighed are later layers' graphs as a range from layer 0 weighs them (weighedLayer)
-	firstLayers map[int]*stageGraph
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
