@@ -268,7 +268,7 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 
 // newPlannerContext is newPlanner, stopping with ctx's error while it enumerates candidates.
 func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
-	cands, fu, err := opts.Candidates.candidates(ctx, g, lm, opts)
+	cands, fu, ent, err := opts.Candidates.candidates(ctx, g, lm, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -295,8 +295,9 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if err := p.checkForce(); err != nil {
 		return nil, err
 	}
+	p.candEnt = ent
 	p.weigh()
-	p.buildGroups(!opts.NoMerge)
+	p.buildGroupsShared(!opts.NoMerge)
 	p.applyForce()
 	p.restrict()
 	p.cutEinsums()
