@@ -33,6 +33,7 @@ type oracle struct {
 	c      *mesh.Cluster
 	limit  time.Duration
 	iters  int64 // each full solve's iteration limit (Options.ILPIterations); < 0: none
+	lpOnly bool  // Options.LPSolveOnly
 	memory int64
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
@@ -446,7 +447,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if o.remat == RematFull {
 		marks = sg.remat.layers.marks
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), SolveLayersOnce: true,
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly, SolveLayersOnce: true,
 		BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
 		Recompute: marks, WarmStart: warm, Restrict: restrict}
 	if memory != o.memory {
