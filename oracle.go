@@ -101,6 +101,7 @@ type shared struct {
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
+	cands  sharding.CandidateMemo // one for all meshes: its size bounds its memory
 }
 
 func newShared() *shared {
@@ -456,7 +457,7 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		marks = sg.remat.layers.marks
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
 		Recompute: marks, WarmStart: warm, Restrict: restrict}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
@@ -626,6 +627,9 @@ func (o *oracle) memo(s mesh.Submesh, l mesh.LogicalShape) *sharding.ReshardMemo
 	}
 	return m
 }
+
+// candMemo returns the candidate strategies shared by the solves (its key holds the mesh).
+func (o *oracle) candMemo() *sharding.CandidateMemo { return &o.cands }
 
 type meshKey struct {
 	sub     mesh.Submesh
