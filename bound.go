@@ -163,6 +163,9 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 				jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
 			}
 		}
+		if st.Start == 0 {
+			jobs = o.unweighed(jobs, seen, st, cheapOnly)
+		}
 	}
 	est := make(map[solveKey]float64, len(jobs))
 	total := 0.0
@@ -183,6 +186,31 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 		} else {
 			o.solved[j.key] = nil
 		}
+	}
+	return jobs
+}
+
+// unweighed adds to jobs the solves at a first stage's weight (weighedLayer) of the later
+// layers of st, a stage from layer 0, once each layer's own solve has run (solved, or
+// relaxed): until then reweighed bounds its price from that solve, and where the
+// optimistic plan keeps the stage after it, the layer is solved at the stage's weight,
+// relaxed (without its memory rows), once.
+func (o *oracle) unweighed(jobs []job, seen map[solveKey]bool, st dp.Stage, cheapOnly bool) []job {
+	for k := st.Start + 1; k < st.End; k++ {
+		if !o.reweighs(0, k) || o.remat == RematFull || cheapOnly && meshFactor(st.Logical) > 4 {
+			continue
+		}
+		own := solveKey{o.infos[k].sg.hash, st.Submesh, st.Logical}
+		if _, relaxed := o.relaxed[own]; !relaxed && !o.isSolved(k, st.Submesh, st.Logical) {
+			continue
+		}
+		sg := o.weighedLayer(k)
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ran := o.relaxed[key]; ran || seen[key] {
+			continue
+		}
+		seen[key] = true
+		jobs = append(jobs, job{key: key, sg: sg, relaxed: true}) // a bound is all lower needs (weighedPrice)
 	}
 	return jobs
 }
@@ -225,7 +253,7 @@ func (o *oracle) solveRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 		return &stageSolution{err: err}
 	}
 	opts := sharding.Options{Cluster: o.c, MemoryBudget: relaxedBudget, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly,
-		SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
 	if err != nil {
