@@ -163,6 +163,9 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 				jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
 			}
 		}
+		if st.Start == 0 {
+			jobs = o.unweighed(jobs, seen, st, cheapOnly)
+		}
 	}
 	est := make(map[solveKey]float64, len(jobs))
 	total := 0.0
@@ -183,6 +186,31 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 		} else {
 			o.solved[j.key] = nil
 		}
+	}
+	return jobs
+}
+
+// unweighed adds to jobs the solves at a first stage's weight (weighedLayer) of the later
+// layers of st, a stage from layer 0, once each layer's own solve has run (solved, or
+// relaxed): until then reweighed bounds its price from that solve, and where the
+// optimistic plan keeps the stage after it, the layer is solved at the stage's weight,
+// relaxed (without its memory rows), once.
+func (o *oracle) unweighed(jobs []job, seen map[solveKey]bool, st dp.Stage, cheapOnly bool) []job {
+	for k := st.Start + 1; k < st.End; k++ {
+		if !o.reweighs(0, k) || o.remat == RematFull || cheapOnly && meshFactor(st.Logical) > 4 {
+			continue
+		}
+		own := solveKey{o.infos[k].sg.hash, st.Submesh, st.Logical}
+		if _, relaxed := o.relaxed[own]; !relaxed && !o.isSolved(k, st.Submesh, st.Logical) {
+			continue
+		}
+		sg := o.weighedLayer(k)
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ran := o.relaxed[key]; ran || seen[key] {
+			continue
+		}
+		seen[key] = true
+		jobs = append(jobs, job{key: key, sg: sg, relaxed: true}) // a bound is all lower needs (weighedPrice)
 	}
 	return jobs
 }
@@ -224,8 +252,8 @@ func (o *oracle) solveRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 	if err != nil {
 		return &stageSolution{err: err}
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: relaxedBudget, TimeLimit: o.limit, Iterations: max(o.iters, 0),
-		SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: relaxedBudget, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly,
+		SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
 	if err != nil {
@@ -407,6 +435,13 @@ type layerMem struct {
 	// (memOf); redoTime their redoBound per mesh.
 	redoIDs  []ir.ValueID
 	redoTime map[meshKey]float64
+	// own are the layer's own values as the step numbers them, with, each, the last op of
+	// the layer that reads it (itself if none): their live ranges within the layer, which
+	// rangeLive extends to the readers of the range's other layers.
+	own, last []ir.ValueID
+	// weights are the params and optimizer state the layer's graph reads, as the step
+	// numbers them (layers may share one: a tied embedding), with their bytes once.
+	weights []ir.ValueID
 }
 
 // memOf returns layer k's layerMem, made once per oracle.
@@ -446,6 +481,9 @@ func (o *oracle) memOf(k int) *layerMem {
 			m.params += float64(v.Type.Bytes())
 		}
 		id, ok := o.step.Lookup(v.Name)
+		if ok && (v.Op == ir.OpParam || v.Op == ir.OpState) {
+			m.weights = append(m.weights, id)
+		}
 		if !ok || v.Op.IsLeaf() || o.step.Value(id).Op != v.Op || o.lay.Of[id] != k {
 			continue
 		}
@@ -472,6 +510,11 @@ func (o *oracle) memOf(k int) *layerMem {
 		b := float64(g.Values[i].Type.Bytes())
 		diff[i] += b
 		diff[last[i]+1] -= b
+		lastStep := step[i]
+		if own[last[i]] {
+			lastStep = step[last[i]]
+		}
+		m.own, m.last = append(m.own, step[i]), append(m.last, lastStep)
 		if fwd[i] && readBwd[i] && o.localOnly[step[i]] {
 			m.redo += b
 		}
@@ -535,18 +578,113 @@ type memFloor struct {
 // layer's segment, whose recomputation runs as one block before the first backward op
 // that reads it, and each stays alive until its backward read, after the block; so at the
 // block's end the peak is at least P+S+G+redo/n, and the stage holds at least
-// W + (redo/n − P). In all three P is taken spread perfectly over the range's devices,
-// the least it can be, and the largest layer's inner or redo is taken; never below 0.
+// W + (redo/n − P). In all three P and S are taken spread perfectly over the range's
+// devices, the least they can be, and the largest layer's inner or redo is taken; never
+// below 0. inner is also at least rangeLive: the range's own values alive together in
+// the stage (one layer's backward while the earlier layers' saved values and the later
+// ones' gradients, kept for the update, are alive), which the layers' inner and saved
+// miss. The bound the floors complete sums its layers' weights, a param that two layers
+// read once per layer: so the floors are taken against that sum (summed), the params and
+// state counted once (held): W_bound + plain = (held + inner)/n ≤ P+S+G+inner/n.
 func (o *oracle) memFloors(start, end, devices int) memFloor {
 	n := float64(devices)
-	var params, inner, saved, redo float64
+	r := o.rangeMem(start, end)
+	// A range's bound sums its layers' weights (summed/n, a shared param once a layer):
+	// the floors hold (held + inner)/n above the weights, less what that sum counts.
+	// Each further micro-batch is taken to hold no more than the first (a lesser floor is
+	// one too): where layers share a param, the first's floor is the smaller.
+	plain := max(0, (r.held+r.inner-r.summed)/n)
+	return memFloor{plain: plain, inFlight: min(plain, max(0, r.inner/n-r.params)), remat: max(0, (r.held+r.redo-r.summed)/n)}
+}
+
+// rangeMem is what memFloors reads of a range of layers, whatever its mesh, in bytes of
+// whole tensors: inner is the largest of the layers' inner, the sum of their saved values
+// and rangeLive; redo the largest layer's; held the params and optimizer state the range
+// reads and params its params, each tensor once; summed the layers' weights
+// (stageGraph.weights) summed, as the range's bound sums them.
+type rangeMem struct{ inner, redo, held, params, summed float64 }
+
+// rangeMem returns layers [start, end)'s rangeMem, made once per range.
+func (o *oracle) rangeMem(start, end int) rangeMem {
+	key := [2]int{start, end}
+	if r, ok := o.ranges[key]; ok {
+		return r
+	}
+	var r rangeMem
+	saved := 0.0
+	seen := map[ir.ValueID]bool{}
 	for k := start; k < end; k++ {
 		m := o.memOf(k)
-		params += m.params
-		inner = max(inner, m.inner)
+		r.summed += float64(o.infos[k].sg.weights)
+		r.inner = max(r.inner, m.inner)
 		saved += m.saved
-		redo = max(redo, m.redo)
+		r.redo = max(r.redo, m.redo)
+		for _, id := range m.weights {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			b := float64(o.step.Value(id).Type.Bytes())
+			r.held += b
+			if o.step.Value(id).Op == ir.OpParam {
+				r.params += b
+			}
+		}
 	}
-	inner = max(inner, saved)
-	return memFloor{plain: max(0, (inner-params)/n), inFlight: max(0, inner/n-params), remat: max(0, (redo-params)/n)}
+	r.inner = max(r.inner, saved, o.rangeLive(start, end))
+	if o.ranges == nil {
+		o.ranges = map[[2]int]rangeMem{}
+	}
+	o.ranges[key] = r
+	return r
+}
+
+// rangeLive is the most bytes of the own values of layers [start, end) (layerMem.own)
+// alive at once, each from its op to its last reader among the ops of those layers, in the
+// step's order (rangeMem keeps it). A stage holding the range keeps the step's order and
+// holds every op of its layers, so each of those values is alive in it at least over that
+// span (from the value's op to its last reader in the stage), and wherever the sweep finds
+// a set of values alive together, they are alive together at the latest of their ops, a
+// point of the stage: the stage's peak holds them all, at 1/n of their bytes or more. It
+// is at least each layer's inner (the same spans, cut to the layer's readers) and the sum
+// of their saved values (all alive at the step's last forward op), and more where one
+// layer's backward runs while the others' saved values and the later layers' gradients,
+// kept for the update, are alive.
+func (o *oracle) rangeLive(start, end int) float64 {
+	for k := start; k < end; k++ {
+		o.memOf(k) // sets o.localOnly too
+	}
+	n := len(o.step.Values)
+	last := make([]ir.ValueID, n)
+	for k := start; k < end; k++ {
+		m := o.infos[k].mem
+		for j, id := range m.own {
+			last[id] = m.last[j]
+		}
+	}
+	in := func(id int) bool { l := o.lay.Of[id]; return l >= start && l < end }
+	for i := range o.step.Values {
+		if !in(i) || o.parts.Dead[i] {
+			continue // a dead op is no op of the stage (oracle.stage)
+		}
+		for _, a := range o.step.Values[i].Args {
+			if in(int(a)) && last[a] < ir.ValueID(i) {
+				last[a] = ir.ValueID(i)
+			}
+		}
+	}
+	diff := make([]float64, n+1)
+	for k := start; k < end; k++ {
+		for _, id := range o.infos[k].mem.own {
+			b := float64(o.step.Value(id).Type.Bytes())
+			diff[id] += b
+			diff[last[id]+1] -= b
+		}
+	}
+	cur, most := 0.0, 0.0
+	for t := range n {
+		cur += diff[t]
+		most = max(most, cur)
+	}
+	return most
 }

@@ -65,6 +65,11 @@ type Options struct {
 	// same feasible point on any machine under any load, so the search, and the plan, do
 	// not depend on them; 0 means DefaultILPIterations, negative no limit.
 	ILPIterations int64
+	// LPSolveOnly sends every sharding ILP to lp_solve, without first trying the
+	// message-passing certificate (passes/sharding/certify.go), which answers the ILPs
+	// whose optimum it can prove at lp_solve's own MIP gaps. Both give the same optimum;
+	// where several plans tie, they may pick different ones. For comparing with lp_solve.
+	LPSolveOnly bool
 	// ILPTimeLimit bounds the CPU time of each sharding ILP, a backstop behind
 	// ILPIterations (it varies from machine to machine); 0 means 30 s.
 	ILPTimeLimit time.Duration
@@ -489,6 +494,7 @@ func setUp(s *Compilation) (*attempt, error) {
 	}
 	o := newOracle(ctx, step, lay, c, opts.ILPTimeLimit, int64(dc.MemoryPerDevice), s.shared)
 	o.iters = opts.ILPIterations
+	o.lpOnly = opts.LPSolveOnly
 	if !opts.unweighted {
 		o.mb = s.Microbatches
 	}

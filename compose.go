@@ -638,6 +638,12 @@ func (o *oracle) disjointLeaves(start, end int) bool {
 // to run boundedRange gives it, with the memory floors and the recomputed time of all its
 // layers instead of the solved layers' activations; a range of solved layers has its
 // memory raised to the same floors (floored).
+//
+// A range's ILP weighs w·t + u, w its weight (weightOf: B from layer 0, else 1), and so
+// does each layer's own ILP at its own weight: a range from layer 0 holds later layers
+// solved at weight 1, whose (t, u) bound nothing at weight B (t and u trade: GPT-39B's
+// middle layer on 8×8 gives B·t + u = 71.8 s at weight 1, 15.2 s at weight B = 32). Such a
+// layer is priced by reweighed instead.
 func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
 	if o.layerInfos() == nil {
 		return dp.StageCost{}, false
@@ -654,6 +660,14 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 			}
 			if r := o.relaxed[solveKey{o.infos[k].sg.hash, s, l}]; r != nil && r.ok {
 				b.Time, b.Step = r.cost.Time, r.cost.Step // solved without its memory rows (bound.go)
+				if o.reweighs(start, k) {
+					b.Time, b.Step = o.reweighed(k, s, l, r.cost.Time+r.cost.Step)
+				}
+			}
+			if o.reweighs(start, k) {
+				if w, ok := o.weighedPrice(k, s, l); ok {
+					b.Time, b.Step = w.Time, w.Step
+				}
 			}
 			c.Time += b.Time
 			c.Step += b.Step
@@ -668,6 +682,16 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		for _, p := range pts[1:] {
 			t, step, act = min(t, p.time), min(step, p.step), min(act, p.act)
 		}
+		if o.reweighs(start, k) {
+			least := pts[0].time + pts[0].step
+			for _, p := range pts[1:] {
+				least = min(least, p.time+p.step)
+			}
+			t, step = o.reweighed(k, s, l, least)
+			if w, ok := o.weighedPrice(k, s, l); ok {
+				t, step = w.Time, w.Step
+			}
+		}
 		c.Time += t
 		c.Step += step
 		c.WeightBytes += pts[0].weights
@@ -678,4 +702,74 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		return o.boundedRange(c, start, end, s, l), true // its ways to run (bound.go)
 	}
 	return o.floored(o.withRemat(c, fastest), start, end, s, l), true
+}
+
+// reweighs says whether layer k, in a range from layer start, was solved at another weight
+// than the range's ILP weighs it at, where its optimum depends on the weight.
+func (o *oracle) reweighs(start, k int) bool {
+	sg := o.infos[k].sg
+	return sg.trades && max(sg.mb, 1) != max(o.weightOf(start), 1)
+}
+
+// reweighed is the optimistic (t, u) of layer k on (s, l) in a range weighed otherwise
+// than its own solve and not solved at the range's weight yet (weighedPrice), least the
+// least t + u of the layer's solve (its ILP's objective at
+// weight 1, the only weight a layer after layer 0 is solved at). A range plan cut to layer
+// k is a plan of the layer (lower's premise) of some (t', u') with t' ≥ t_b and u' ≥ u_b,
+// the layer's kernel bounds (layerBound, part by part), and t' + u' ≥ least. At any
+// weight w ≥ 1, w·t' + u' is least at t' = t_b, u' = max(u_b, least − t_b): that pair is
+// below the range's part of it in w·t + u, in t, and in t + u — all the DP's step reads of
+// a first stage (Σ t + (B−1)·max t + u₀). It is never above the weight-1 solve's own
+// (t, u) in w·t + u, and loose where communication dominates t (t_b is compute spread
+// perfectly), the price of solving the layer once.
+func (o *oracle) reweighed(k int, s mesh.Submesh, l mesh.LogicalShape, least float64) (float64, float64) {
+	b, ok := o.layerBound(k, s, l)
+	if !ok {
+		return 0, least
+	}
+	return b.Time, max(b.Step, least-b.Time)
+}
+
+// weighedLayer is layer k's graph as the ILP of a range from layer 0 weighs it (B·t + u,
+// where its own ILP weighs t + u: reweighs): its solve prices the layer in such a range
+// (weighedPrice). Its solve key differs from the layer's own by B (hashAt).
+func (o *oracle) weighedLayer(k int) *stageGraph {
+	if sg, ok := o.firstLayers[k]; ok {
+		return sg
+	}
+	if o.firstLayers == nil {
+		o.firstLayers = map[int]*stageGraph{}
+	}
+	sg := *o.infos[k].sg
+	sg.mb = o.weightOf(0)
+	sg.hash = sg.hashAt(sg.mb)
+	sg.bounder = nil // made on its own use, not shared with the layer's
+	o.firstLayers[k] = &sg
+	return &sg
+}
+
+// weighedPrice is the price (t, u) of layer k on (s, l) solved at a range from layer 0's
+// weight (weighedLayer) without its memory rows (solveRelaxed): at most the least w·t + u
+// of any plan of the layer, under the memory or not, plain or recomputing, so under
+// lower's premise its part of the range's w·t + u is no less. Relaxed always: a solve
+// under the memory falls back to other plans where it binds (recomputing, the least
+// footprint), whose prices bound nothing (gpt-1.3b/4 at B = 16: a one-stage optimistic
+// price of 164 s against a plan of 118.5 s). ok is false while it has not run; in the
+// lazy search unsolved asks for it once the layer's own solve has run, otherwise it is
+// solved here. Not under RematFull, whose solves have their own liveness (relaxes).
+func (o *oracle) weighedPrice(k int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
+	if o.remat == RematFull {
+		return dp.StageCost{}, false
+	}
+	sg := o.weighedLayer(k)
+	key := solveKey{sg.hash, s, l}
+	r, ran := o.relaxed[key]
+	if !ran && !o.lazy && o.ctx.Err() == nil {
+		r = o.solveRelaxed(sg, s, l)
+		o.relaxed[key] = r
+	}
+	if r != nil && r.ok {
+		return r.cost, true
+	}
+	return dp.StageCost{}, false
 }

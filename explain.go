@@ -235,6 +235,7 @@ func (p *Plan) explainOracle(ctx context.Context) *oracle {
 	lay := &passes.Layering{L: len(p.Layers), Of: of}
 	o := newOracle(ctx, p.Step(), lay, &p.Cluster, p.ilpTimeLimit(), p.Predicted.DeviceMemory, nil)
 	o.iters = p.ilpIterations()
+	o.lpOnly = p.LPSolveOnly
 	o.canonical, o.leastPlans = true, true
 	o.mb = p.Microbatches // as compile weighed the stages
 	return o
@@ -422,7 +423,7 @@ func cheaper(a, b float64) bool { return a < b && !nearlyEqual(a, b) }
 // solveWith solves stage st as compile did, with force pinned and the given memory budget.
 func (p *Plan) solveWith(ctx context.Context, st *solvedStage, force map[ir.ValueID]int, budget int64) (*sharding.Result, error) {
 	lm := st.res.Mesh
-	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(), Iterations: max(p.ilpIterations(), 0),
+	opts := sharding.Options{Cluster: &p.Cluster, MemoryBudget: budget, TimeLimit: p.ilpTimeLimit(), Iterations: max(p.ilpIterations(), 0), LPSolveOnly: p.LPSolveOnly,
 		SolveLayersOnce: true, BlockKeys: st.sg.keys, Force: force,
 		Microbatches: st.sg.mb, Update: st.sg.once, Accumulated: st.sg.acc} // weighed as compile weighed it (B·t + u)
 	return st.sg.solve(ctx, lm, opts)

@@ -33,6 +33,7 @@ type oracle struct {
 	c      *mesh.Cluster
 	limit  time.Duration
 	iters  int64 // each full solve's iteration limit (Options.ILPIterations); < 0: none
+	lpOnly bool  // Options.LPSolveOnly
 	memory int64
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
@@ -54,6 +55,8 @@ type oracle struct {
 	// localOnly marks the step's values no op of another layer reads (memOf, bound.go)
 	localOnly []bool
 	lastFwd   ir.ValueID // the step's last forward op (memOf, bound.go)
+	// ranges are the memory floors' facts of each range of layers (rangeMem, bound.go)
+	ranges map[[2]int]rangeMem
 	// mb is the micro-batch count B the stage ILPs weigh their objective for: B·t + u
 	// (sharding.Options.Microbatches); 0 or 1 weighs t + u.
 	mb int
@@ -63,11 +66,14 @@ type oracle struct {
 	optimistic bool // price unsolved ranges by their lower bounds (compose.go, lower)
 	// lazy: layers are solved only when an optimistic plan runs them (bound.go, settle);
 	// until then they have no points and lower prices them by their bounds.
-	lazy       bool
-	allMeshes  []meshKey // the meshes the DP asks for (set by settle)
-	infos      []*layerInfo
-	composedAt map[rangeKey]composedCost
-	exactAt    map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+	lazy      bool
+	allMeshes []meshKey // the meshes the DP asks for (set by settle)
+	infos     []*layerInfo
+	// firstLayers are later layers' graphs as a range from layer 0 weighs them
+	// (weighedLayer): this count's, as infos
+	firstLayers map[int]*stageGraph
+	composedAt  map[rangeKey]composedCost
+	exactAt     map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
 	// restricted are the ranges exactly priced by their composed plan (restrict.go); their
 	// exactAt entries are not exact, so the optimistic plan bounds them instead.
 	restricted map[rangeKey]*stageSolution
@@ -97,6 +103,7 @@ type shared struct {
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
+	cands  sharding.CandidateMemo // one for all meshes: its size bounds its memory
 }
 
 func newShared() *shared {
@@ -123,6 +130,12 @@ type stageGraph struct {
 	// mb is the micro-batch count its ILP weighs the per-micro-batch part by (B·t + u,
 	// sharding/weights.go): the oracle's B for a first stage, 1 otherwise (oracle.weightOf).
 	mb int
+	// trades: its ILP's optimum depends on the weight (weighted), so a solution at one
+	// weight bounds another weight's only through t + u (oracle.lower, reweighed).
+	trades bool
+	// kinds is the step part of each value (stage), shape its graph's structureHash: with
+	// the weight, its hash (hashAt).
+	kinds, shape string
 }
 
 type solveKey struct {
@@ -445,8 +458,8 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if o.remat == RematFull {
 		marks = sg.remat.layers.marks
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly, SolveLayersOnce: true,
+		BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
 		Recompute: marks, WarmStart: warm, Restrict: restrict}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
@@ -617,6 +630,9 @@ func (o *oracle) memo(s mesh.Submesh, l mesh.LogicalShape) *sharding.ReshardMemo
 	return m
 }
 
+// candMemo returns the candidate strategies shared by the solves (its key holds the mesh).
+func (o *oracle) candMemo() *sharding.CandidateMemo { return &o.cands }
+
 type meshKey struct {
 	sub     mesh.Submesh
 	logical mesh.LogicalShape
@@ -735,12 +751,10 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 			kinds.WriteByte('d')
 		}
 	}
-	if sg.mb = o.weightOf(start); sg.mb > 1 && weighted(g, sg.once, sg.acc) {
-		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
-		fmt.Fprintf(&kinds, " B%d", sg.mb)
-	}
-	k := sha256.Sum256([]byte(kinds.String()))
-	sg.hash = structureHash(g) + hex.EncodeToString(k[:8])
+	sg.trades = weighted(g, sg.once, sg.acc)
+	sg.kinds, sg.shape = kinds.String(), structureHash(g)
+	sg.mb = o.weightOf(start)
+	sg.hash = sg.hashAt(sg.mb)
 	for i := range g.Values {
 		switch v := &g.Values[i]; v.Op {
 		case ir.OpParam:
@@ -752,6 +766,18 @@ func (o *oracle) stage(start, end int) (*stageGraph, error) {
 	g.Lookup("") // builds the name index now, before solves share the graph
 	o.stages[[2]int{start, end}] = sg
 	return sg, nil
+}
+
+// hashAt is the stage's solve key hash when its ILP weighs a micro-batch mb times: B is
+// in it where the solution depends on it (trades).
+func (sg *stageGraph) hashAt(mb int) string {
+	kinds := sg.kinds
+	if mb > 1 && sg.trades {
+		// The ILP weighs this stage's parts by B (sharding/weights.go): its solution is B's.
+		kinds += fmt.Sprintf(" B%d", mb)
+	}
+	k := sha256.Sum256([]byte(kinds))
+	return sg.shape + hex.EncodeToString(k[:8])
 }
 
 // crossValue is a value of the step that layers other than its own read per micro-batch.

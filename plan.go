@@ -108,6 +108,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 	}
 	p.ILPTimeLimit = opts.ILPTimeLimit.Seconds()
 	p.ILPIterations = opts.ILPIterations
+	p.LPSolveOnly = opts.LPSolveOnly
 	for l := range lay.L {
 		p.Layers = append(p.Layers, Layer{FLOPs: lay.FLOPs[l], InBytes: lay.InBytes[l]})
 	}

@@ -42,10 +42,13 @@ type Plan struct {
 	ILPTimeLimit float64       `json:"ilp_time_limit_s"` // each sharding solve's, so explain can redo them
 	// ILPIterations is each sharding solve's limit on simplex iterations (negative: none;
 	// 0, in plans written before it was recorded: the compiler's default).
-	ILPIterations int64      `json:"ilp_iterations,omitempty"`
-	Layers        []Layer    `json:"layers"`
-	Stages        []Stage    `json:"stages"`
-	Predicted     Prediction `json:"predicted"`
+	ILPIterations int64 `json:"ilp_iterations,omitempty"`
+	// LPSolveOnly says every sharding solve went to lp_solve, without the
+	// message-passing certificate first (autopar.Options.LPSolveOnly).
+	LPSolveOnly bool       `json:"lp_solve_only,omitempty"`
+	Layers      []Layer    `json:"layers"`
+	Stages      []Stage    `json:"stages"`
+	Predicted   Prediction `json:"predicted"`
 
 	model *ir.Graph // the forward graph
 	step  *ir.Graph // the training step of one micro-batch

@@ -26,7 +26,7 @@ type compileFlags struct {
 	optimizer, dump, remat, precision, batchNorm             string
 	batch, layers, microbatchSize                            int
 	lr, lossScale                                            float64
-	timePasses, checkPhases                                  bool
+	timePasses, checkPhases, lpSolveOnly                     bool
 	timeLimit                                                time.Duration
 	ilpIterations                                            int64
 }
@@ -94,6 +94,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
 	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve CPU-time limit per sharding ILP, a backstop behind --ilp-iterations (0: the default)")
 	fl.Int64Var(&f.ilpIterations, "ilp-iterations", autopar.DefaultILPIterations, "lp_solve simplex iterations allowed per sharding ILP, branch and bound included: the same stop on any machine under any load (0: the default, -1: no limit)")
+	fl.BoolVar(&f.lpSolveOnly, "lp-solve-only", false, "send every sharding ILP to lp_solve, without first trying the message-passing certificate (the same optimum; tied plans may differ)")
 }
 
 // compileModel reads a model and compiles it as the flags say, showing progress on stderr
@@ -190,6 +191,7 @@ func compileOptions(f compileFlags) (autopar.Options, error) {
 		return o, fmt.Errorf("--ilp-iterations %d: expected a count ≥ 1, 0 for the default or -1 for no limit", f.ilpIterations)
 	}
 	o.ILPIterations = f.ilpIterations
+	o.LPSolveOnly = f.lpSolveOnly
 	if f.search != "" && f.search != autopar.SearchFast && f.search != autopar.SearchExhaustive {
 		return o, fmt.Errorf("--search %q: expected fast or exhaustive", f.search)
 	}

@@ -189,7 +189,8 @@ func BenchmarkILPSize(b *testing.B) {
 // and building the ILP, no lp_solve — on one GPT-1.3B layer (a micro-batch of 16) and the
 // tiny MoE's SGD step, on p3.16xlarge's 2×2 mesh. The resharding prices are memoized across
 // the iterations (Options.Reshard, filled by one untimed build), as the search's solves on
-// one mesh share them:
+// one mesh share them; the candidate-memo variants share the strategies too
+// (Options.Candidates), as the search's solves of one stage graph do:
 //
 //	go test ./passes/sharding -run '^$' -bench PlannerBuild
 func BenchmarkPlannerBuild(b *testing.B) {
@@ -198,21 +199,31 @@ func BenchmarkPlannerBuild(b *testing.B) {
 		name string
 		g    func(b *testing.B) *ir.Graph
 	}{{"gpt-1.3b-layer", gpt}, {"moe-tiny", func(b *testing.B) *ir.Graph { return tinyStep(b, "moe-tiny") }}} {
-		b.Run(m.name, func(b *testing.B) {
-			g := m.g(b)
-			c, lm := benchMesh(b, "p3.16xlarge", 2, 2)
-			opts := Options{Cluster: c, Reshard: &ReshardMemo{}}
-			p, err := newPlanner(g, lm, opts)
-			require.NoError(b, err)
-			b.ResetTimer()
-			cpu := cpuTime()
-			for range b.N {
-				p, err = newPlanner(g, lm, opts)
-				require.NoError(b, err)
+		for _, memo := range []bool{false, true} {
+			name := m.name
+			if memo {
+				name += "/candidate-memo" // the strategies enumerated once (candmemo.go)
 			}
-			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
-			b.ReportMetric(float64(p.prob.NumVars()), "vars")
-		})
+			b.Run(name, func(b *testing.B) {
+				g := m.g(b)
+				c, lm := benchMesh(b, "p3.16xlarge", 2, 2)
+				opts := Options{Cluster: c, Reshard: &ReshardMemo{}}
+				if memo {
+					opts.Candidates = &CandidateMemo{}
+				}
+				p, err := newPlanner(g, lm, opts)
+				require.NoError(b, err)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := cpuTime()
+				for range b.N {
+					p, err = newPlanner(g, lm, opts)
+					require.NoError(b, err)
+				}
+				b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(float64(p.prob.NumVars()), "vars")
+			})
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ type planner struct {
 	fu   *fusion // the kernels the candidates were priced with (nil: no fusion)
 
 	cands     [][]Strategy // per value
+	candEnt   *candEntry   // the CandidateMemo entry cands came from (nil: none)
 	groups    []*group
 	groupOf   []int // per value
 	memberIdx []int // per value: index in its group's members

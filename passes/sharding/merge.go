@@ -246,13 +246,26 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 		return c
 	}
 	extend := func(firstOnly bool) []groupStrategy {
-		out := make([]groupStrategy, 0, len(gr.strats))
+		// Size out and the picks' arena up front (the same matches, in the same order, as
+		// the loop below takes): growing them was most of a build's allocations.
+		nOut, nArena := 0, 0
 		for _, gs := range gr.strats {
 			ms, ok := memo[gs.pick[ui]]
 			if !ok {
 				ms = p.matches(u, v, p.cands[u][gs.pick[ui]].Out, slots)
 				memo[gs.pick[ui]] = ms
 			}
+			if firstOnly || len(ms) == 1 {
+				nOut++
+				continue
+			}
+			nOut += len(ms)
+			nArena += len(ms) * (len(gs.pick) + 1)
+		}
+		arena = make([]int32, 0, nArena)
+		out := make([]groupStrategy, 0, nOut)
+		for _, gs := range gr.strats {
+			ms := memo[gs.pick[ui]]
 			if firstOnly {
 				ms = ms[:1]
 			}

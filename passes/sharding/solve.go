@@ -69,6 +69,11 @@ type Options struct {
 	// Reshard, if set, shares resharding prices between solves on one logical mesh shape:
 	// the caller gives each (submesh, logical mesh) its own. Safe for concurrent solves.
 	Reshard *ReshardMemo
+	// Candidates, if set, shares the enumerated strategies (and the fusion they were
+	// priced with) between solves of the same graph on an equal mesh under the same cost
+	// model (candmemo.go): a pure function of those, so the plans do not change. Safe
+	// for concurrent solves. Solves with Force or ForceSpec set do not use it.
+	Candidates *CandidateMemo
 	// SolveLayersOnce makes identical layers share one set of node variables (layers.go): a
 	// layer is a model block, as the graph's ir.Block marks say. A graph without marks is
 	// solved whole.
@@ -263,7 +268,7 @@ func newPlanner(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, erro
 
 // newPlannerContext is newPlanner, stopping with ctx's error while it enumerates candidates.
 func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (*planner, error) {
-	cands, fu, err := candidates(ctx, g, lm, opts)
+	cands, fu, ent, err := opts.Candidates.candidates(ctx, g, lm, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -290,8 +295,9 @@ func newPlannerContext(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, o
 	if err := p.checkForce(); err != nil {
 		return nil, err
 	}
+	p.candEnt = ent
 	p.weigh()
-	p.buildGroups(!opts.NoMerge)
+	p.buildGroupsShared(!opts.NoMerge)
 	p.applyForce()
 	p.restrict()
 	p.cutEinsums()
