@@ -5,9 +5,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/autopar/autopar/frontend"
-	"github.com/autopar/autopar/mesh"
 )
 
 // TestRestrictedStage: a range of layers priced by its composed plan (restrictStage) runs
@@ -18,21 +15,9 @@ func TestRestrictedStage(t *testing.T) {
 	gain := 0 // values as their layers chose, restricted less unrestricted
 	defer func(v int) { restrictVars = v }(restrictVars)
 	restrictVars = 0 // the tiny models' ranges are below the floor
-	for _, tc := range []struct {
-		model, cluster     string
-		devices, layers, b int
-	}{
-		{"mlp-tiny", "cpu", 4, 3, 2},
-		{"gpt-tiny", "dgx-a100", 2, 3, 1},
-	} {
+	for _, tc := range composeCases {
 		t.Run(tc.model, func(t *testing.T) {
-			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
-			require.NoError(t, err)
-			c, err := mesh.ParseCluster(tc.cluster)
-			require.NoError(t, err)
-			c.DevicesPerHost = tc.devices
-			o, dc := testOracle(t, g, c, tc.b, tc.layers)
-			o.fast = true
+			o, dc := tc.oracle(t)
 			if restrictVars == 0 {
 				// Below the floor a range is solved by its range ILP.
 				restrictVars = 10000
