@@ -5,10 +5,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/autopar/autopar/dp"
-	"github.com/autopar/autopar/frontend"
-	"github.com/autopar/autopar/mesh"
 )
 
 // TestComposeExact checks the composition (compose.go) against the range's own ILP on every
@@ -18,6 +14,7 @@ func TestComposeExact(t *testing.T) {
 	for _, tc := range composeCases {
 		t.Run(tc.model, func(t *testing.T) {
 			o, dc := tc.oracle(t)
+			o.fast = true
 			o.prefetch(o.lay.L, dc, nil)
 			exact, worst := 0, 0.0
 			for _, mk := range o.meshes(dc) {
@@ -44,26 +41,9 @@ func TestComposeExact(t *testing.T) {
 
 func abs(x float64) float64 { return max(x, -x) }
 
-// composeCase is a small model on one host whose every layer range the composition tests
-// price both ways.
-type composeCase struct {
-	model, cluster     string
-	devices, layers, b int
-}
-
-var composeCases = []composeCase{
-	{"mlp-tiny", "cpu", 4, 3, 2},
-	{"gpt-tiny", "dgx-a100", 2, 3, 1},
-}
-
-// oracle is tc's fast-search oracle and the cluster it searches.
-func (tc composeCase) oracle(t *testing.T) (*oracle, dp.Cluster) {
-	g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
-	require.NoError(t, err)
-	c, err := mesh.ParseCluster(tc.cluster)
-	require.NoError(t, err)
-	c.DevicesPerHost = tc.devices
-	o, dc := testOracle(t, g, c, tc.b, tc.layers)
-	o.fast = true
-	return o, dc
+// composeCases are small models on one host whose every layer range the composition
+// tests price both ways (boundCase.oracle; the fast search's oracle sets fast).
+var composeCases = []boundCase{
+	{"mlp-tiny", "cpu", 1, 4, 2, 3},
+	{"gpt-tiny", "dgx-a100", 1, 2, 1, 3},
 }

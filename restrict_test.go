@@ -18,6 +18,7 @@ func TestRestrictedStage(t *testing.T) {
 	for _, tc := range composeCases {
 		t.Run(tc.model, func(t *testing.T) {
 			o, dc := tc.oracle(t)
+			o.fast = true
 			if restrictVars == 0 {
 				// Below the floor a range is solved by its range ILP.
 				restrictVars = 10000
