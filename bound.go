@@ -252,8 +252,7 @@ func (o *oracle) solveRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 	if err != nil {
 		return &stageSolution{err: err}
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: relaxedBudget, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly,
-		SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+	opts := o.solveOptions(sg, s, l, relaxedBudget)
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
 	if err != nil {

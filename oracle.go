@@ -458,9 +458,8 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 	if o.remat == RematFull {
 		marks = sg.remat.layers.marks
 	}
-	opts := sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0), LPSolveOnly: o.lpOnly, SolveLayersOnce: true,
-		BlockKeys: sg.keys, Reshard: o.memo(s, l), Candidates: o.candMemo(), ForceSpec: force, Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
-		Recompute: marks, WarmStart: warm, Restrict: restrict}
+	opts := o.solveOptions(sg, s, l, memory)
+	opts.ForceSpec, opts.Recompute, opts.WarmStart, opts.Restrict = force, marks, warm, restrict
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves. The limit is
@@ -615,6 +614,15 @@ func (o *oracle) countComposed() {
 			}
 		}
 	}
+}
+
+// solveOptions are the options every sharding solve of the search runs sg under on (s, l)
+// with the given budget: the compile's limits, sg's weights and block keys, and the memos
+// the solves on that mesh share.
+func (o *oracle) solveOptions(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64) sharding.Options {
+	return sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0),
+		LPSolveOnly: o.lpOnly, SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l),
+		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
