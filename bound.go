@@ -3,6 +3,7 @@ package autopar
 import (
 	"cmp"
 	"context"
+	"math"
 	goruntime "runtime"
 	"slices"
 
@@ -686,4 +687,156 @@ func (o *oracle) rangeLive(start, end int) float64 {
 		most = max(most, cur)
 	}
 	return most
+}
+
+// Refuting a range without its ILP (issue 13, branch rangebound).
+//
+// The optimistic price of a range (lower) sums its layers' prices; where it stays below
+// the best plan found, exactly solves the range's ILP to learn that the range loses, and a
+// whole network's range ILP on a mesh where the memory binds is among the dearest solves
+// of the search (Wide-ResNet-1B's [0,8) on 1×4: 7,345 variables, lp_solve to its limit).
+// Before that, refute prices such a range by the message-passing dual bound of its ILP
+// without memory rows (sharding.FreeBound: a planner build and at most 300 sweeps, 0.1 s
+// there), and the optimistic plan is made again; a range whose bound already loses is
+// never solved.
+//
+// Why the bound is one of the range's price (dualRaised). The range's stage is priced by
+// a solve of its ILP (stageSolution: plain, recomputing, or a fallback at the least
+// footprint), which all share the ILP's candidates and objective (the budget and the
+// recomputation marks change the memory rows only), so each such plan x has objective
+// Obj(x) ≥ D, the dual bound. The ILP weighs x as the stage's price does, w·t + u with
+// w = weightOf(start) (sharding/weights.go against stepPart), less the data instructions
+// it does not see, when (1) no value's resharding is priced per consumer (PerEdgeValues
+// 0: else Obj exceeds Result.Cost) and (2) no value read per micro-batch is also read by
+// an update op or written back (weighsAsPriced: else the ILP weighs that resharding B and
+// the price once). Then w·t + u = Obj(x) + w·data_mb + data_step ≥ D + w·mbLow + stepLow
+// (dataBound, as layerBound takes it), and recomputing only adds time (remat.go). The
+// price is raised to that in w·t + u, t kept: each way's u to at least V − w·t.
+//
+// Only for a range that is the whole network: its stage is the plan's only one, whose
+// step is exactly B·t + u (dp: Σ t + (B−1)·max t + u₀). A pipeline's first stage, when
+// not the bottleneck, counts t + u, which a bound on B·t + u does not bound; a later
+// stage's u is hidden (dp), so raising it changes nothing.
+
+// dualApplies says whether refute prices layers [start, end) by its range ILP's dual
+// bound: a range of several layers that is the whole network.
+func (o *oracle) dualApplies(start, end int) bool {
+	return start == 0 && end == o.lay.L && end-start >= 2
+}
+
+// refute computes the dual bound (rangeDual) of each stage of the optimistic plan opt
+// that dualApplies to and whose range ILP has not run, once per stage, and reports
+// whether one raised the stage's optimistic price: then the optimistic plan is made again
+// before any range ILP is solved (exactly).
+func (o *oracle) refute(opt *dp.Result) bool {
+	raised := false
+	for _, st := range opt.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if !o.dualApplies(st.Start, st.End) {
+			continue
+		}
+		if e, ok := o.exactAt[k]; ok && e.exact {
+			continue // priced by its range ILP already
+		}
+		if _, done := o.duals[k]; done {
+			continue
+		}
+		v := o.rangeDual(st.Start, st.End, st.Submesh, st.Logical)
+		if o.ctx.Err() != nil {
+			return false // cancelled: no bound, and none recorded
+		}
+		o.duals[k] = v
+		if w := o.weight(st.Start); v > w*st.Cost.Time+st.Cost.Step {
+			raised = true
+		}
+	}
+	return raised
+}
+
+// dualSlack is the relative margin taken off a dual bound before it prices a range: the
+// bound and the plan's price are sums of the same costs in other orders (about 1e-15
+// relative apart); lp_solve's gaps only make its answers dearer.
+const dualSlack = 1e-9
+
+// rangeDual is a lower bound, in w·t + u (w = weight(start)), on every price of layers
+// [start, end) on (s, l) that a solve of its range ILP gives, plain or recomputing (see
+// above); −Inf when there is none (the ILP weighs otherwise than the price, or the bound
+// failed).
+func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	none := math.Inf(-1)
+	sg, err := o.stage(start, end)
+	if err != nil || !sg.weighsAsPriced() {
+		return none
+	}
+	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
+	if err != nil {
+		return none
+	}
+	opts := o.solveOptions(sg, s, l, o.memory)
+	d, err := sharding.FreeBound(o.ctx, sg.g, lm, opts)
+	if dualTrace != nil {
+		dualTrace(sg, s, l, d, err)
+	}
+	if err != nil || d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
+		return none
+	}
+	mb, step := sg.dataBound(o.c, lm.Size())
+	return d.Bound - dualSlack*math.Abs(d.Bound) + o.weight(start)*mb + step
+}
+
+// dualTrace, set by tests and benchmarks only, sees every range dual bound computed.
+var dualTrace func(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, d sharding.FreeDual, err error)
+
+// dualRaised is c, the optimistic price of layers [start, end) on (s, l), with each way's
+// step part raised so that w·t + u is at least the range's dual bound where refute
+// computed one (rangeDual).
+func (o *oracle) dualRaised(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
+	v, ok := o.duals[rangeKey{start, end, s, l}]
+	if !ok || math.IsInf(v, -1) {
+		return c
+	}
+	w := o.weight(start)
+	raise := func(x *dp.StageCost) {
+		x.Step = max(x.Step, v-w*x.Time)
+	}
+	raise(&c)
+	if len(c.Remat) > 0 {
+		c.Remat = slices.Clone(c.Remat)
+		for i := range c.Remat {
+			raise(&c.Remat[i])
+		}
+	}
+	return c
+}
+
+// weighsAsPriced reports whether the stage's ILP weighs every cost as the stage's price
+// does (sharding/weights.go against stepPart and perStep): it weighs each resharding of a
+// value read per micro-batch (not a param or state) B, where the price counts the one into
+// an update op, or written back (slot −1), once per step. With no such value, or B ≤ 1
+// (every weight 1), the two agree.
+func (sg *stageGraph) weighsAsPriced() bool {
+	if sg.mb <= 1 {
+		return true
+	}
+	g := sg.g
+	perMB := make([]bool, len(g.Values))
+	once := make([]bool, len(g.Values))
+	for id := range g.Values {
+		for _, a := range g.Values[id].Args {
+			if sg.once[id] {
+				once[a] = true
+			} else {
+				perMB[a] = true
+			}
+		}
+	}
+	for _, u := range g.Updates {
+		once[u.Value] = true
+	}
+	for id := range g.Values {
+		if op := g.Values[id].Op; perMB[id] && once[id] && op != ir.OpParam && op != ir.OpState {
+			return false
+		}
+	}
+	return true
 }

@@ -679,6 +679,9 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 			proven = true
 			break
 		}
+		if o.refute(opt) {
+			continue // a stage's dual bound raised its price: plan again before its range ILP (bound.go)
+		}
 		if o.openRestricted(opt, progress) {
 			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}

@@ -77,6 +77,9 @@ type oracle struct {
 	// restricted are the ranges exactly priced by their composed plan (restrict.go); their
 	// exactAt entries are not exact, so the optimistic plan bounds them instead.
 	restricted map[rangeKey]*stageSolution
+	// duals are the dual bounds of whole-network ranges' ILPs in w·t + u (bound.go,
+	// refute; −Inf: none), which raise their optimistic prices (dualRaised)
+	duals      map[rangeKey]float64
 	noRestrict bool                 // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[rangeKey]float64 // recvEstimate's
 	cross      []crossValue         // the step's values read across layers (received)
@@ -225,7 +228,8 @@ func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mes
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{}}
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{},
+		duals: map[rangeKey]float64{}}
 }
 
 // StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
@@ -285,7 +289,11 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 			return c.cost, c.ok
 		}
 		if o.optimistic {
-			return o.lower(start, end, s, l)
+			c, ok := o.lower(start, end, s, l)
+			if ok {
+				c = o.dualRaised(c, start, end, s, l) // bound.go, refute
+			}
+			return c, ok
 		}
 		c := o.composed(start, end, s, l)
 		return c.cost, c.ok

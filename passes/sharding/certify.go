@@ -465,3 +465,47 @@ func LowerBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 	}
 	return bound, exact, nil
 }
+
+// FreeDual is what FreeBound proves of a sharding ILP.
+type FreeDual struct {
+	// Bound is at most the ILP objective (ILPStats.Objective) of every plan Solve may
+	// return for the graph on the mesh under the options' candidates, whatever their
+	// MemoryBudget and Recompute: those change the memory rows only, never the candidates,
+	// the merging, the cut or the objective, so the ILP without memory rows relaxes every
+	// solve of it (plain, recomputing, at the least footprint or unbounded). It is the
+	// message-passing dual bound (certify.go), Σ of the minima of a reparametrization of
+	// the energy, which needs no optimal messages to hold.
+	Bound float64
+	// Closed: the certificate closed, so Bound is the optimum without memory rows (to
+	// within lp_solve's gaps), and Plan its plan's objective.
+	Closed bool
+	// Plan is the objective of the best plan the dual decoded (an upper bound on the
+	// optimum without memory rows; the plan may not fit a budget).
+	Plan float64
+	// PerEdgeValues are the values whose resharding the ILP prices once per consumer
+	// (ILPStats.PerEdgeValues): where it is not 0 a plan's objective may exceed its
+	// Result.Cost, so that Bound bounds the objective but not the cost.
+	PerEdgeValues int
+	Sweeps        int
+}
+
+// FreeBound builds the planner as Solve does (candidates, merging, the ILP) and returns
+// the dual bound of its ILP without memory rows, after at most mpMaxIters sweeps: no
+// simplex, no Lagrangian search (LowerBound adds that, valid under one budget only). A
+// search compares it with the best plan found to drop a stage without solving it (the
+// root's range refutation, bound.go). An ILP the energy model cannot express (none the
+// planner writes today) is an error.
+func FreeBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (FreeDual, error) {
+	p, err := newPlannerContext(ctx, g, lm, opts)
+	if err != nil {
+		return FreeDual{}, err
+	}
+	st, err := p.solveEnergy()
+	if err != nil {
+		return FreeDual{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return FreeDual{}, err
+	}
+	return FreeDual{Bound: st.res.lb, Closed: st.res.closed, Plan: st.res.ub, PerEdgeValues: p.perEdge, Sweeps: st.res.iters}, nil
+}
