@@ -761,7 +761,9 @@ const dualSlack = 1e-9
 // rangeDual is a lower bound, in w·t + u (w = weight(start)), on every price of layers
 // [start, end) on (s, l) that a solve of its range ILP gives, plain or recomputing (see
 // above); −Inf when there is none (the ILP weighs otherwise than the price, or the bound
-// failed).
+// failed). Where the certificate closed and its plan fits the memory, the bound is the
+// range ILP's answer (sharding.FreeDual.Answer): it is kept as the range's solve, as
+// solveStageBudget would have priced it, so that the range is not solved again.
 func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 	none := math.Inf(-1)
 	sg, err := o.stage(start, end)
@@ -772,6 +774,10 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 	if err != nil {
 		return none
 	}
+	n := float64(lm.Size())
+	if o.memory > 0 && float64(sg.weights)/n > pruneFactor*float64(o.memory) {
+		return none // priced as pruned, not solved (solveStageBudget)
+	}
 	opts := o.solveOptions(sg, s, l, o.memory)
 	d, err := sharding.FreeBound(o.ctx, sg.g, lm, opts)
 	if dualTrace != nil {
@@ -779,6 +785,15 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 	}
 	if err != nil || d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
 		return none
+	}
+	if key := (solveKey{sg.hash, s, l}); d.Answer != nil && o.remat != RematFull {
+		if _, ok := o.solved[key]; !ok {
+			// solveStageBudget's first solve, plain under the memory, answered: its price.
+			o.solves.Add(1)
+			atomicMax(&o.maxVars, int64(d.Answer.ILP.Variables))
+			sg.addData(o.c, d.Answer)
+			o.solved[key] = o.priced(sg, lm, d.Answer, false)
+		}
 	}
 	mb, step := sg.dataBound(o.c, lm.Size())
 	return d.Bound - dualSlack*math.Abs(d.Bound) + o.weight(start)*mb + step

@@ -487,6 +487,11 @@ type FreeDual struct {
 	// Result.Cost, so that Bound bounds the objective but not the cost.
 	PerEdgeValues int
 	Sweeps        int
+	// Answer is the Result Solve returns under the same options when the certificate
+	// closed and its plan fits the budget (certified's first answer; nil otherwise, and
+	// under LPSolveOnly): a search may take it as the solve instead of solving again. Its
+	// ILPStats.SolveTime is FreeBound's.
+	Answer *Result
 }
 
 // FreeBound builds the planner as Solve does (candidates, merging, the ILP) and returns
@@ -497,6 +502,7 @@ type FreeDual struct {
 // planner writes today) is an error.
 func FreeBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) (FreeDual, error) {
 	p, err := newPlannerContext(ctx, g, lm, opts)
+	start := time.Now()
 	if err != nil {
 		return FreeDual{}, err
 	}
@@ -507,5 +513,40 @@ func FreeBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opti
 	if err := ctx.Err(); err != nil {
 		return FreeDual{}, err
 	}
-	return FreeDual{Bound: st.res.lb, Closed: st.res.closed, Plan: st.res.ub, PerEdgeValues: p.perEdge, Sweeps: st.res.iters}, nil
+	d := FreeDual{Bound: st.res.lb, Closed: st.res.closed, Plan: st.res.ub, PerEdgeValues: p.perEdge, Sweeps: st.res.iters}
+	choice := st.closedChoice()
+	if choice == nil || p.opts.LPSolveOnly {
+		return d, nil
+	}
+	budget := float64(p.opts.MemoryBudget)
+	if _, peak := p.peakOf(choice); budget > 0 && peak > budget {
+		return d, nil
+	}
+	if budget > 0 {
+		lo, _ := p.boundPeak()
+		if _, lb := argmax(lo); lb > budget {
+			return d, nil // solve would refuse the budget before the certificate
+		}
+	}
+	// As solve answers it (certified): solve reaches certified, whose solveEnergy is
+	// this one (deterministic: the same model, schedule and decoding).
+	stats := p.baseStats()
+	stats.SolveTime = time.Since(start)
+	stats.Solver, stats.Sweeps = "msgpass", st.res.iters
+	d.Answer = p.planResult(choice, ilp.Optimal, stats)
+	return d, nil
+}
+
+// baseStats are the ILPStats solve starts from (result.go): the ILP's size and reductions.
+func (p *planner) baseStats() ILPStats {
+	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
+		SharedValues: p.shared, PerEdgeValues: p.perEdge, Pruned: p.pruned, Cut: p.cut}
+	for gi := range p.groups {
+		if p.rep[gi] == gi {
+			stats.Nodes++
+		} else {
+			stats.TiedGroups++
+		}
+	}
+	return stats
 }
