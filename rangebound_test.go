@@ -98,3 +98,60 @@ func TestRangeDualIsLower(t *testing.T) {
 	assert.Positive(t, answered)
 	assert.Positive(t, binding)
 }
+
+// TestRefuteRaisesSoundly: refute, handed an optimistic plan that runs the whole network
+// as one stage on each mesh, raises that stage's optimistic price (dualRaised, every way)
+// to the range's dual bound and no higher, says so exactly when the bound was above the
+// price, and a raised price stays below the range ILP lp_solve prices: the plain way
+// below every way, a recomputing way below the same way.
+func TestRefuteRaisesSoundly(t *testing.T) {
+	tc := boundCase{"mlp-tiny", "cpu", 1, 4, 16, 3}
+	g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster(tc.cluster)
+	require.NoError(t, err)
+	c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+	o, dc := testOracle(t, g, c, tc.b, tc.layers)
+	ref, _ := testOracle(t, g, c, tc.b, tc.layers)
+	o.mb, ref.mb, ref.lpOnly = tc.b, tc.b, true
+	o.fast, o.optimistic = true, true
+	L, w := o.lay.L, float64(tc.b)
+	raised := 0
+	for _, mk := range o.meshes(dc) {
+		at := fmt.Sprintf("layers 0-%d on %v %v", L-1, mk.sub, mk.logical)
+		before, ok := o.stageCost(0, L, mk.sub, mk.logical)
+		require.True(t, ok, at)
+		opt := &dp.Result{Stages: []dp.Stage{{Start: 0, End: L, Submesh: mk.sub, Logical: mk.logical, Cost: before}}}
+		up := o.refute(opt)
+		v := o.duals[rangeKey{0, L, mk.sub, mk.logical}]
+		assert.Equal(t, v > w*before.Time+before.Step, up, at)
+		assert.False(t, o.refute(opt), "%s: a range's bound is computed once", at)
+		after, ok := o.stageCost(0, L, mk.sub, mk.logical)
+		require.True(t, ok, at)
+		sol := ref.solve(0, L, mk.sub, mk.logical)
+		require.True(t, sol.ok, at)
+		ilp := append([]dp.StageCost{sol.cost}, sol.remats...)
+		ways := append([]dp.StageCost{after}, after.Remat...)
+		require.Len(t, ways, 1+len(before.Remat), at)
+		for i, way := range ways {
+			was := before
+			if i > 0 {
+				was = before.Remat[i-1]
+			}
+			assert.Equal(t, was.Time, way.Time, "%s, way %d: t kept", at, i)
+			assert.InDelta(t, max(w*was.Time+was.Step, v), w*way.Time+way.Step, 1e-12*v, "%s, way %d: raised to the bound", at, i)
+			if v <= w*was.Time+was.Step {
+				continue // not raised: lower's own price (its caveats are TestFirstStageLowerIsLower's)
+			}
+			for j, x := range ilp {
+				if i == 0 || i == j { // the plain way below all; a recomputing way below its own
+					assert.LessOrEqual(t, w*way.Time+way.Step, (w*x.Time+x.Step)*(1+1e-12), "%s, way %d against the ILP's way %d", at, i, j)
+				}
+			}
+		}
+		if up {
+			raised++
+		}
+	}
+	assert.Positive(t, raised, "some bound raises a price")
+}
