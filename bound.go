@@ -3,6 +3,7 @@ package autopar
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	goruntime "runtime"
 	"slices"
@@ -779,21 +780,38 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 		return none // priced as pruned, not solved (solveStageBudget)
 	}
 	opts := o.solveOptions(sg, s, l, o.memory)
-	d, err := sharding.FreeBound(o.ctx, sg.g, lm, opts)
+	var d sharding.FreeDual
+	bound := func() string {
+		d, err = sharding.FreeBound(o.ctx, sg.g, lm, opts)
+		if err != nil {
+			return fmt.Sprintf("%q", err.Error())
+		}
+		return fmt.Sprintf("bound %.6g s closed %v answer %v per-edge %d sweeps %d", d.Bound, d.Closed, d.Answer != nil, d.PerEdgeValues, d.Sweeps)
+	}
+	if stageTrace != nil {
+		stageTrace(fmt.Sprintf("B%d,%s,%.8s,%dh%dd,%dx%d,%.2f,dual", o.mb, sg.g.Name, sg.hash, s.Hosts, s.Devices, l[0], l[1],
+			float64(o.memory)/(1<<30)), bound)
+	} else {
+		bound()
+	}
 	if dualTrace != nil {
 		dualTrace(sg, s, l, d, err)
 	}
-	if err != nil || d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
+	if err != nil {
 		return none
 	}
 	if key := (solveKey{sg.hash, s, l}); d.Answer != nil && o.remat != RematFull {
 		if _, ok := o.solved[key]; !ok {
-			// solveStageBudget's first solve, plain under the memory, answered: its price.
+			// solveStageBudget's first solve, plain under the memory, answered: its price
+			// (whatever the bound's use below: the answer is Solve's).
 			o.solves.Add(1)
 			atomicMax(&o.maxVars, int64(d.Answer.ILP.Variables))
 			sg.addData(o.c, d.Answer)
 			o.solved[key] = o.priced(sg, lm, d.Answer, false)
 		}
+	}
+	if d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
+		return none
 	}
 	mb, step := sg.dataBound(o.c, lm.Size())
 	return d.Bound - dualSlack*math.Abs(d.Bound) + o.weight(start)*mb + step
