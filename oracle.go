@@ -89,6 +89,7 @@ type shared struct {
 	solved      map[solveKey]*stageSolution
 	points      map[solveKey][]layerPoint
 	leaned      map[solveKey]bool
+	leanStuck   map[leanSpot]bool // lean solves stopped at their limit (compose.go, leanSpot)
 	reshardMemo map[reshardMemoKey]float64
 	solves      atomic.Int64
 	maxVars     atomic.Int64 // the most variables of any ILP solved
@@ -107,7 +108,7 @@ type shared struct {
 }
 
 func newShared() *shared {
-	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
+	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, leanStuck: map[leanSpot]bool{},
 		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{},
 		relaxed: map[solveKey]*stageSolution{}}
 }
