@@ -750,6 +750,11 @@ func (o *oracle) refute(opt *dp.Result) bool {
 		if _, done := o.duals[k]; done {
 			continue
 		}
+		if sg, err := o.stage(st.Start, st.End); err == nil {
+			if r := o.relaxed[solveKey{sg.hash, st.Submesh, st.Logical}]; r != nil && r.ok && r.res != nil {
+				continue // its solve without memory rows ran (restrict.go): rangeFloor prices it at least as high
+			}
+		}
 		v := o.rangeDual(st.Start, st.End, st.Submesh, st.Logical)
 		if o.ctx.Err() != nil {
 			return false // cancelled: no bound, and none recorded
@@ -811,11 +816,19 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 	if key := (solveKey{sg.hash, s, l}); d.Answer != nil && o.remat != RematFull {
 		if _, ok := o.solved[key]; !ok {
 			// solveStageBudget's first solve, plain under the memory, answered: its price
-			// (whatever the bound's use below: the answer is Solve's).
+			// (whatever the bound's use below: the answer is Solve's). It is the range's
+			// solve without memory rows too (the certificate's plan, which fits), so
+			// restrictStage's rangeRelaxed finds it there instead of solving it again.
 			o.solves.Add(1)
 			atomicMax(&o.maxVars, int64(d.Answer.ILP.Variables))
 			sg.addData(o.c, d.Answer)
-			o.solved[key] = o.priced(sg, lm, d.Answer, false)
+			sol := o.priced(sg, lm, d.Answer, false)
+			o.solved[key] = sol
+			if _, ran := o.relaxed[key]; !ran && sol.ok {
+				relaxed := *sol
+				relaxed.exact = true
+				o.relaxed[key] = &relaxed
+			}
 		}
 	}
 	if d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
