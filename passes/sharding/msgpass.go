@@ -106,13 +106,21 @@ type mpSolver struct {
 	// scratch
 	theta, buf, mineBuf []float64
 	best, bestBuf       [][]float64
+	// rowMin[f], when rowOK[f], is tableMin's row minima of table f under its last
+	// member's current messages (tableMinRows): pass clears them all when it starts and
+	// f's when it writes msg[f][last], so that they always match the messages. Messages
+	// are written only by pass (and by a caller before run, which starts with a pass).
+	rowMin   [][]float64
+	rowOK    []bool
+	noRowMin bool // never keep them (a test's reference)
 }
 
 // mpRef is variable's place in a factor: factor f, member i.
 type mpRef struct{ f, i int }
 
 func newMPSolver(m *mpModel) *mpSolver {
-	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels))}
+	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels)),
+		rowMin: make([][]float64, len(m.factors)), rowOK: make([]bool, len(m.factors))}
 	most, arity := 0, 0
 	for _, n := range m.labels {
 		most = max(most, n)
@@ -166,7 +174,21 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 	for c := range mine {
 		mine[c] = math.Inf(1)
 	}
-	tableMin(fa, best, j, mine)
+	var rows []float64
+	if last := len(fa.vars) - 1; !s.noRowMin && last >= 2 && j != last && (fixed == nil || fixed[fa.vars[last]] < 0) {
+		// best[last] is −msg's least per class, as for every call since the messages
+		// last changed: the row minima of the previous call still hold.
+		rows = s.rowMin[f]
+		if !s.rowOK[f] {
+			if rows == nil {
+				rows = make([]float64, len(fa.cost)/fa.dims[last])
+				s.rowMin[f] = rows
+			}
+			tableMinRows(fa, best[last], rows)
+			s.rowOK[f] = true
+		}
+	}
+	tableMin(fa, best, j, mine, rows)
 	for x, c := range fa.classOf[j] {
 		out[x] = mine[c]
 	}
@@ -174,7 +196,11 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 
 // tableMin sets mine[c] to the least of cost + Σ_i best[i][class_i] over the cells whose
 // member j is in class c. A two-member table, the common case, runs without the odometer.
-func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
+// rowMin, when not nil (only for j ≠ the last member), holds for every row of the table
+// (the cells that share all members' classes but the last's) the least of
+// cost + best[last] over the row, as tableMinRows computes it; tableMin then reads it
+// instead of scanning the row. The answer is the same, bit for bit, as without it.
+func tableMin(fa *mpFactor, best [][]float64, j int, mine, rowMin []float64) {
 	if len(fa.vars) == 2 {
 		nr, nc := fa.dims[0], fa.dims[1]
 		for r := range nr {
@@ -188,39 +214,95 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
 				mine[r] = min(mine[r], m+br)
 				continue
 			}
+			if math.IsInf(br, 1) { // a member held at another class: no cell of the row
+				continue
+			}
 			for c, x := range row {
 				mine[c] = min(mine[c], x+br)
 			}
 		}
 		return
 	}
-	// The last member's classes run innermost: a row of the table shares the others' sum.
+	// The last member's classes run innermost: a row of the table shares the others' sum
+	// pre = ((0 + best[0][c_0]) + best[1][c_1]) + …, kept per level (pres[i]: the sum of
+	// the first i terms, in that order, so the same float as summing each row afresh).
+	// A term +∞ (a member held at another class, decode) makes every cell below it +∞,
+	// which no minimum takes: its rows are skipped. No term is −∞ nor NaN (the costs and
+	// messages are finite), so the skipped cells would have left mine as it is.
 	last := len(fa.vars) - 1
 	nl, bl := fa.dims[last], best[last]
 	var idx [mpMaxArity]int
-	for base := 0; base < len(fa.cost); base += nl {
-		pre := 0.0
-		for i := range last {
-			pre += best[i][idx[i]]
+	var pres [mpMaxArity]float64
+	var span [mpMaxArity]int // span[i]: the rows one class of member i covers
+	if last > 0 {
+		span[last-1] = 1
+		for i := last - 2; i >= 0; i-- {
+			span[i] = span[i+1] * fa.dims[i+1]
 		}
-		row := fa.cost[base : base+nl]
-		if j == last {
-			for c, x := range row {
+	}
+	row := 0 // the first row under idx[:i+1]
+	for i := 0; ; {
+		if i < last {
+			// Member i's next class whose term is finite; past its last, up a level.
+			for idx[i] < fa.dims[i] && math.IsInf(best[i][idx[i]], 1) {
+				idx[i]++
+				row += span[i]
+			}
+			if idx[i] == fa.dims[i] {
+				if i == 0 {
+					return
+				}
+				idx[i] = 0
+				i--
+				idx[i]++
+				continue
+			}
+			pres[i+1] = pres[i] + best[i][idx[i]]
+			if i+1 < last {
+				i++
+				continue
+			}
+		}
+		// A row: idx[:last] set, pres[last] its sum.
+		pre := pres[last]
+		cells := fa.cost[row*nl : row*nl+nl]
+		switch {
+		case j == last:
+			mine := mine[:len(cells)]
+			bl := bl[:len(cells)]
+			for c, x := range cells {
 				mine[c] = min(mine[c], x+pre+bl[c])
 			}
-		} else {
-			m := math.Inf(1)
-			for c, x := range row {
-				m = min(m, x+bl[c])
-			}
-			mine[idx[j]] = min(mine[idx[j]], m+pre)
+		case rowMin != nil:
+			mine[idx[j]] = min(mine[idx[j]], rowMin[row]+pre)
+		default:
+			mine[idx[j]] = min(mine[idx[j]], rowMinOf(cells, bl)+pre)
 		}
-		for i := last - 1; i >= 0; i-- { // the next row
-			if idx[i]++; idx[i] < fa.dims[i] {
-				break
-			}
-			idx[i] = 0
+		row++
+		if last == 0 {
+			return
 		}
+		idx[last-1]++
+		i = last - 1
+	}
+}
+
+// rowMinOf is the least of cells[c] + bl[c].
+func rowMinOf(cells, bl []float64) float64 {
+	bl = bl[:len(cells)]
+	m := math.Inf(1)
+	for c, x := range cells {
+		m = min(m, x+bl[c])
+	}
+	return m
+}
+
+// tableMinRows fills rowMin, per row of a table of three or more members, with the least
+// of cost + bl over the row (see tableMin).
+func tableMinRows(fa *mpFactor, bl, rowMin []float64) {
+	nl := fa.dims[len(fa.dims)-1]
+	for r := range rowMin {
+		rowMin[r] = rowMinOf(fa.cost[r*nl:r*nl+nl], bl)
 	}
 }
 
@@ -280,6 +362,7 @@ func (s *mpSolver) orMarginal(f, j int, fixed []int, out []float64) {
 // member after it.
 func (s *mpSolver) pass(forward bool) {
 	n := len(s.m.labels)
+	clear(s.rowOK)
 	for step := range n {
 		v := step
 		if !forward {
@@ -296,6 +379,7 @@ func (s *mpSolver) pass(forward bool) {
 			if in {
 				nIn++
 				s.minMarginal(r.f, r.i, nil, s.msg[r.f][r.i])
+				s.wrote(r)
 			}
 			if out {
 				nOut++
@@ -324,7 +408,16 @@ func (s *mpSolver) pass(forward bool) {
 			for x := range mg {
 				mg[x] -= w * th[x]
 			}
+			s.wrote(r)
 		}
+	}
+}
+
+// wrote notes that pass changed msg[r.f][r.i]: the row minima of r.f, when r is its last
+// member, no longer hold.
+func (s *mpSolver) wrote(r mpRef) {
+	if r.i == len(s.m.factors[r.f].vars)-1 {
+		s.rowOK[r.f] = false
 	}
 }
 

@@ -1,0 +1,188 @@
+package sharding
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tableMinPlain is tableMin as it was before the row minima and the skipping of +∞ terms
+// (f15c01b): every row summed afresh, every row scanned. TestTableMinSameBits holds the
+// fast one to it bit for bit.
+func tableMinPlain(fa *mpFactor, best [][]float64, j int, mine []float64) {
+	if len(fa.vars) == 2 {
+		nr, nc := fa.dims[0], fa.dims[1]
+		for r := range nr {
+			br := best[0][r]
+			row := fa.cost[r*nc : r*nc+nc]
+			if j == 0 {
+				m := math.Inf(1)
+				for c, x := range row {
+					m = min(m, x+best[1][c])
+				}
+				mine[r] = min(mine[r], m+br)
+				continue
+			}
+			for c, x := range row {
+				mine[c] = min(mine[c], x+br)
+			}
+		}
+		return
+	}
+	last := len(fa.vars) - 1
+	nl, bl := fa.dims[last], best[last]
+	var idx [mpMaxArity]int
+	for base := 0; base < len(fa.cost); base += nl {
+		pre := 0.0
+		for i := range last {
+			pre += best[i][idx[i]]
+		}
+		row := fa.cost[base : base+nl]
+		if j == last {
+			for c, x := range row {
+				mine[c] = min(mine[c], x+pre+bl[c])
+			}
+		} else {
+			m := math.Inf(1)
+			for c, x := range row {
+				m = min(m, x+bl[c])
+			}
+			mine[idx[j]] = min(mine[idx[j]], m+pre)
+		}
+		for i := last - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < fa.dims[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+}
+
+// randomTable is a table of n members with 1–4 classes each and costs of a few
+// magnitudes (so that sums round differently in different orders).
+func randomTable(r *rand.Rand, n int) mpFactor {
+	f := mpFactor{}
+	size := 1
+	for i := range n {
+		d := 1 + r.IntN(4)
+		f.vars = append(f.vars, i)
+		f.dims = append(f.dims, d)
+		size *= d
+	}
+	f.cost = make([]float64, size)
+	for i := range f.cost {
+		f.cost[i] = r.Float64() * math.Pow(10, float64(r.IntN(7)-3))
+	}
+	return f
+}
+
+// randomBest is tableMin's best for member j of f: zeros for j; for the others −messages
+// of mixed magnitudes and signs (zeros among them, whose negation is −0), with, when
+// held, one finite class and the others +∞ (decode's fixed members).
+func randomBest(r *rand.Rand, f *mpFactor, j int, held bool) [][]float64 {
+	best := make([][]float64, len(f.vars))
+	for i, d := range f.dims {
+		b := make([]float64, d)
+		if i != j {
+			keep := r.IntN(d)
+			for c := range b {
+				switch {
+				case held && r.IntN(2) == 0 && c != keep:
+					b[c] = math.Inf(1)
+				case r.IntN(5) == 0:
+					b[c] = math.Copysign(0, -1) // −msg of a zero message
+				default:
+					b[c] = (r.Float64() - 0.5) * math.Pow(10, float64(r.IntN(7)-3))
+				}
+			}
+		}
+		best[i] = b
+	}
+	return best
+}
+
+// TestTableMinSameBits: on random tables of 1 to 6 members, with and without +∞ terms (held
+// members) and with and without the row minima, tableMin writes the very bits
+// tableMinPlain writes. Sum a row's terms in another order (last member first) or skip
+// a row with a large finite term, and it fails.
+func TestTableMinSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 13))
+	for trial := range 3000 {
+		f := randomTable(r, 1+r.IntN(6))
+		j := r.IntN(len(f.vars))
+		best := randomBest(r, &f, j, trial%2 == 1)
+		want := make([]float64, f.dims[j])
+		got := make([]float64, f.dims[j])
+		for c := range want {
+			want[c], got[c] = math.Inf(1), math.Inf(1)
+		}
+		tableMinPlain(&f, best, j, want)
+		var rows []float64
+		last := len(f.vars) - 1
+		if last >= 2 && j != last && r.IntN(2) == 0 {
+			rows = make([]float64, len(f.cost)/f.dims[last])
+			tableMinRows(&f, best[last], rows)
+		}
+		tableMin(&f, best, j, got, rows)
+		for c := range want {
+			require.Equal(t, math.Float64bits(want[c]), math.Float64bits(got[c]),
+				"trial %d: dims %v, member %d, class %d: %v, want %v", trial, f.dims, j, c, got[c], want[c])
+		}
+	}
+}
+
+// TestRowMinimaFollowMessages: while the solver runs on random energies with tables (as
+// energyModel merges shared values' or-factors), after every sweep each table's row minima
+// marked valid are those of its messages as they stand, and a solver that never keeps them
+// (noRowMin) ends with the same messages, bound and labeling,
+// bit for bit. Drop both pass's clear of rowOK and its wrote calls and it fails (either
+// alone keeps the minima right while a table's members are in order, as addShared sorts
+// them).
+func TestRowMinimaFollowMessages(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 31))
+	tables := 0
+	for trial := range 60 {
+		m := randomEnergy(r, 4+r.IntN(5), 6, 3+r.IntN(6), true)
+		for _, f := range m.factors {
+			if !f.or && len(f.vars) > 2 {
+				tables++
+			}
+		}
+		kept, fresh := newMPSolver(m), newMPSolver(m)
+		fresh.noRowMin = true
+		for it := range 8 {
+			name := fmt.Sprintf("trial %d, sweep %d", trial, it)
+			kept.pass(true)
+			kept.pass(false)
+			fresh.pass(true)
+			fresh.pass(false)
+			for f := range m.factors {
+				fa := &m.factors[f]
+				if kept.rowOK[f] {
+					last := len(fa.vars) - 1
+					bl := make([]float64, fa.dims[last])
+					for c := range bl {
+						bl[c] = math.Inf(1)
+					}
+					for x, c := range fa.classOf[last] {
+						bl[c] = min(bl[c], -kept.msg[f][last][x])
+					}
+					rows := make([]float64, len(kept.rowMin[f]))
+					tableMinRows(fa, bl, rows)
+					require.Equal(t, rows, kept.rowMin[f], name)
+				}
+				for i := range fa.vars {
+					for x := range kept.msg[f][i] {
+						require.Equal(t, math.Float64bits(fresh.msg[f][i][x]), math.Float64bits(kept.msg[f][i][x]), name)
+					}
+				}
+			}
+			require.Equal(t, math.Float64bits(fresh.bound()), math.Float64bits(kept.bound()), name)
+			require.Equal(t, fresh.decode(), kept.decode(), name)
+		}
+	}
+	require.Greater(t, tables, 20, "the energies have tables of three or more members")
+}
