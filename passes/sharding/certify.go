@@ -276,14 +276,13 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 		}
 	}
 	t.cost = make([]float64, size)
-	x := make([]int, len(m.labels))
+	// A cell's labels are its classes' first labels: part i's value there is
+	// parts[i].value of them, read through at[i] and of[i] (tableParts).
+	at, of := tableParts(vars, reps, parts)
 	idx := make([]int, len(vars))
-	for at := range t.cost {
-		for i, v := range vars {
-			x[v] = reps[i][idx[i]]
-		}
+	for cell := range t.cost {
 		for i := range parts {
-			t.cost[at] += parts[i].value(x)
+			t.cost[cell] += partValue(&parts[i], at[i], of[i], idx)
 		}
 		for i := len(idx) - 1; i >= 0; i-- {
 			if idx[i]++; idx[i] < t.dims[i] {
@@ -293,6 +292,55 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 		}
 	}
 	return t, true
+}
+
+// tableParts tells table, per part and member k of the part: at[k], the member's place
+// among vars, and of[k][c], the part's class (a table) or category (an or-factor) of the
+// first label of that member's class c (reps), so that partValue reads a part's value at
+// a cell without spelling the cell's labels out.
+func tableParts(vars []int, reps [][]int, parts []mpFactor) (at [][]int, of [][][]int) {
+	at, of = make([][]int, len(parts)), make([][][]int, len(parts))
+	for i := range parts {
+		f := &parts[i]
+		for k, v := range f.vars {
+			a := slices.Index(vars, v)
+			o := make([]int, len(reps[a]))
+			for c, x := range reps[a] {
+				if f.or {
+					o[c] = int(f.cat[k][x])
+				} else {
+					o[c] = f.classOf[k][x]
+				}
+			}
+			at[i], of[i] = append(at[i], a), append(of[i], o)
+		}
+	}
+	return at, of
+}
+
+// partValue is f.value at the labels of the table cell whose classes are idx (see
+// tableParts): the same cost, read the same way.
+func partValue(f *mpFactor, at []int, of [][]int, idx []int) float64 {
+	if !f.or {
+		a := 0
+		for k := range f.vars {
+			a = a*f.dims[k] + of[k][idx[at[k]]]
+		}
+		return f.cost[a]
+	}
+	trig := false
+	for k := range f.vars {
+		switch uint8(of[k][idx[at[k]]]) {
+		case catKill:
+			return 0
+		case catTrigger:
+			trig = true
+		}
+	}
+	if trig {
+		return f.c
+	}
+	return 0
 }
 
 // certify tries to answer the ILP without lp_solve: it solves the energy model by message

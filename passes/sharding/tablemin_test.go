@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -185,4 +186,66 @@ func TestRowMinimaFollowMessages(t *testing.T) {
 		}
 	}
 	require.Greater(t, tables, 20, "the energies have tables of three or more members")
+}
+
+// TestTableCostsSameBits: the tables addShared makes of random or-factors and pair tables
+// hold, cell for cell and bit for bit, the sum over their parts of each part's value at the
+// cell's first labels, added in the parts' order (table's arithmetic before tableParts).
+// Read an or-factor's category of the wrong member, and it fails.
+func TestTableCostsSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 5))
+	tables := 0
+	for range 200 {
+		m := randomEnergy(r, 4+r.IntN(5), 6, 2+r.IntN(5), false)
+		var ors []mpFactor
+		var vars []int
+		for _, f := range m.factors {
+			if f.or {
+				ors = append(ors, f)
+				for _, v := range f.vars {
+					if !slices.Contains(vars, v) {
+						vars = append(vars, v)
+					}
+				}
+			}
+		}
+		if len(ors) == 0 {
+			continue
+		}
+		slices.Sort(vars)
+		var pairs []int
+		for i, f := range m.factors {
+			if !f.or && slices.Contains(vars, f.vars[0]) && slices.Contains(vars, f.vars[1]) {
+				pairs = append(pairs, i)
+			}
+		}
+		tab, ok := m.table(vars, ors, pairs)
+		if !ok {
+			continue
+		}
+		tables++
+		parts := slices.Clone(ors)
+		for _, i := range pairs {
+			parts = append(parts, m.factors[i])
+		}
+		x := make([]int, len(m.labels))
+		idx := make([]int, len(vars))
+		for cell, got := range tab.cost {
+			for i, v := range vars {
+				x[v] = slices.Index(tab.classOf[i], idx[i]) // the class's first label
+			}
+			want := 0.0
+			for i := range parts {
+				want += parts[i].value(x)
+			}
+			require.Equal(t, math.Float64bits(want), math.Float64bits(got), "cell %d", cell)
+			for i := len(idx) - 1; i >= 0; i-- {
+				if idx[i]++; idx[i] < tab.dims[i] {
+					break
+				}
+				idx[i] = 0
+			}
+		}
+	}
+	require.Greater(t, tables, 100)
 }
