@@ -231,18 +231,26 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine, rowMin []float64) {
 	// messages are finite), so the skipped cells would have left mine as it is.
 	last := len(fa.vars) - 1
 	nl, bl := fa.dims[last], best[last]
+	if last == 0 { // one member: one row, its sum 0
+		pre := 0.0
+		for c, x := range fa.cost[:nl] {
+			mine[c] = min(mine[c], x+pre+bl[c])
+		}
+		return
+	}
+	// The members before inner run through an odometer, inner's classes (one row each) in
+	// a loop of their own (cellsMin, rowsMin).
+	inner := last - 1
 	var idx [mpMaxArity]int
 	var pres [mpMaxArity]float64
 	var span [mpMaxArity]int // span[i]: the rows one class of member i covers
-	if last > 0 {
-		span[last-1] = 1
-		for i := last - 2; i >= 0; i-- {
-			span[i] = span[i+1] * fa.dims[i+1]
-		}
+	span[inner] = 1
+	for i := inner - 1; i >= 0; i-- {
+		span[i] = span[i+1] * fa.dims[i+1]
 	}
 	row := 0 // the first row under idx[:i+1]
 	for i := 0; ; {
-		if i < last {
+		if i < inner {
 			// Member i's next class whose term is finite; past its last, up a level.
 			for idx[i] < fa.dims[i] && math.IsInf(best[i][idx[i]], 1) {
 				idx[i]++
@@ -258,33 +266,65 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine, rowMin []float64) {
 				continue
 			}
 			pres[i+1] = pres[i] + best[i][idx[i]]
-			if i+1 < last {
-				i++
-				continue
-			}
+			i++
+			continue
 		}
-		// A row: idx[:last] set, pres[last] its sum.
-		pre := pres[last]
-		cells := fa.cost[row*nl : row*nl+nl]
+		// inner's rows: idx[:inner] set, pres[inner] the sum of their terms.
+		bi, p0 := best[inner], pres[inner]
 		switch {
 		case j == last:
-			mine := mine[:len(cells)]
-			bl := bl[:len(cells)]
-			for c, x := range cells {
-				mine[c] = min(mine[c], x+pre+bl[c])
+			cellsMin(fa.cost, row, nl, p0, bi, bl, mine)
+		case j == inner:
+			for c, t := range bi {
+				if !math.IsInf(t, 1) {
+					mine[c] = min(mine[c], rowAt(fa.cost, row+c, nl, bl, rowMin)+(p0+t))
+				}
 			}
-		case rowMin != nil:
-			mine[idx[j]] = min(mine[idx[j]], rowMin[row]+pre)
 		default:
-			mine[idx[j]] = min(mine[idx[j]], rowMinOf(cells, bl)+pre)
+			mine[idx[j]] = rowsMin(fa.cost, row, nl, p0, bi, bl, mine[idx[j]], rowMin)
 		}
-		row++
-		if last == 0 {
+		row += fa.dims[inner]
+		if inner == 0 {
 			return
 		}
-		idx[last-1]++
-		i = last - 1
+		i = inner - 1
+		idx[i]++
 	}
+}
+
+// cellsMin is tableMin's step for the last member over the rows of inner's classes: row
+// r0+c has the sum p0 + bi[c], and each of its cells x takes mine[k] to x + sum + bl[k].
+func cellsMin(cost []float64, r0, nl int, p0 float64, bi, bl, mine []float64) {
+	bl, mine = bl[:nl], mine[:nl]
+	for c, t := range bi {
+		if math.IsInf(t, 1) {
+			continue
+		}
+		pre := p0 + t
+		r := r0 + c
+		for k, x := range cost[r*nl : r*nl+nl] {
+			mine[k] = min(mine[k], x+pre+bl[k])
+		}
+	}
+}
+
+// rowsMin is the least of m and, over the rows r0+c of inner's classes, the row's
+// minimum (rowAt) plus its sum p0 + bi[c].
+func rowsMin(cost []float64, r0, nl int, p0 float64, bi, bl []float64, m float64, rowMin []float64) float64 {
+	for c, t := range bi {
+		if !math.IsInf(t, 1) {
+			m = min(m, rowAt(cost, r0+c, nl, bl, rowMin)+(p0+t))
+		}
+	}
+	return m
+}
+
+// rowAt is row r's least of cost + bl: rowMin's when kept, else scanned.
+func rowAt(cost []float64, r, nl int, bl, rowMin []float64) float64 {
+	if rowMin != nil {
+		return rowMin[r]
+	}
+	return rowMinOf(cost[r*nl:r*nl+nl], bl)
 }
 
 // rowMinOf is the least of cells[c] + bl[c].

@@ -249,3 +249,80 @@ func TestTableCostsSameBits(t *testing.T) {
 	}
 	require.Greater(t, tables, 100)
 }
+
+// BenchmarkTableMin times one sweep's worth of min-marginals of a table of eight members of
+// 2–4 classes (a shared value's table as addShared makes them, a few thousand cells), for
+// every member in turn, as pass asks for them: tableMinPlain (before), tableMin with the
+// row minima computed once per sweep (rows), and decode's, every member but the last held
+// (held):
+//
+//	go test ./passes/sharding -run '^$' -bench TableMin
+func BenchmarkTableMin(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	f := mpFactor{}
+	size := 1
+	for i := range 8 {
+		d := 2 + r.IntN(3)
+		f.vars, f.dims, size = append(f.vars, i), append(f.dims, d), size*d
+	}
+	f.cost = make([]float64, size)
+	for i := range f.cost {
+		f.cost[i] = r.Float64()
+	}
+	last := len(f.vars) - 1
+	bests := make([][][]float64, len(f.vars))
+	held := make([][][]float64, len(f.vars))
+	for j := range f.vars {
+		bests[j] = randomBest(r, &f, j, false)
+		held[j] = randomBest(r, &f, j, false)
+		for i := range j { // decode holds the members before j at one class
+			for c := range held[j][i] {
+				if c != 0 {
+					held[j][i][c] = math.Inf(1)
+				}
+			}
+		}
+	}
+	mine := make([]float64, 4)
+	rows := make([]float64, size/f.dims[last])
+	reset := func(n int) []float64 {
+		m := mine[:n]
+		for c := range m {
+			m[c] = math.Inf(1)
+		}
+		return m
+	}
+	b.Run(fmt.Sprintf("plain/%d-cells", size), func(b *testing.B) {
+		for b.Loop() {
+			for j := range f.vars {
+				tableMinPlain(&f, bests[j], j, reset(f.dims[j]))
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("rows/%d-cells", size), func(b *testing.B) {
+		for b.Loop() {
+			tableMinRows(&f, bests[0][last], rows)
+			for j := range f.vars {
+				rm := rows
+				if j == last {
+					rm = nil
+				}
+				tableMin(&f, bests[j], j, reset(f.dims[j]), rm)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("held-plain/%d-cells", size), func(b *testing.B) {
+		for b.Loop() {
+			for j := range f.vars {
+				tableMinPlain(&f, held[j], j, reset(f.dims[j]))
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("held/%d-cells", size), func(b *testing.B) {
+		for b.Loop() {
+			for j := range f.vars {
+				tableMin(&f, held[j], j, reset(f.dims[j]), nil)
+			}
+		}
+	})
+}
