@@ -191,7 +191,8 @@ func TestRowMinimaFollowMessages(t *testing.T) {
 // TestTableCostsSameBits: the tables addShared makes of random or-factors and pair tables
 // hold, cell for cell and bit for bit, the sum over their parts of each part's value at the
 // cell's first labels, added in the parts' order (table's arithmetic before tableParts).
-// Read an or-factor's category of the wrong member, and it fails.
+// Read an or-factor's category of the wrong member, or keep a part's value past a change
+// of its last member's class (table's changed one level too deep), and it fails.
 func TestTableCostsSameBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 5))
 	tables := 0
