@@ -331,3 +331,44 @@ func TestReshardSourceEqualsReshardCost(t *testing.T) {
 	_, err := NewReshardSource(refMesh(t), refShape, 0, MustParseSpec("RR"))
 	assert.ErrorContains(t, err, "element size must be positive")
 }
+
+// BenchmarkReshardSource prices one source layout of a rank-3 tensor on a 2×4 mesh into
+// every layout: by a ReshardCost search per target (cost), and by one ReshardSource and a
+// lookup per target (source), as the sharding planner's memo now does:
+//
+//	go test ./mesh -run '^$' -bench ReshardSource
+func BenchmarkReshardSource(b *testing.B) {
+	m, err := NewUniformMesh(2, 4, 1e-5, 1e-10)
+	require.NoError(b, err)
+	shape := []int{64, 64, 64}
+	from := Replicated(3)
+	from.Dims[0], from.Partial = Axis1, Axis0
+	var tos []Spec
+	for _, s := range allSpecs(3) {
+		if s.Partial == AxesNone {
+			tos = append(tos, s)
+		}
+	}
+	b.Run(fmt.Sprintf("cost/%d-targets", len(tos)), func(b *testing.B) {
+		for b.Loop() {
+			for _, to := range tos {
+				if _, err := ReshardCost(m, shape, 4, from, to); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("source/%d-targets", len(tos)), func(b *testing.B) {
+		for b.Loop() {
+			src, err := NewReshardSource(m, shape, 4, from)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, to := range tos {
+				if _, err := src.To(to); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
