@@ -110,9 +110,13 @@ type mpSolver struct {
 	// member's current messages (tableMinRows): pass clears them all when it starts and
 	// f's when it writes msg[f][last], so that they always match the messages. Messages
 	// are written only by pass (and by a caller before run, which starts with a pass).
-	rowMin   [][]float64
-	rowOK    []bool
-	noRowMin bool // never keep them (a test's reference)
+	rowMin [][]float64
+	rowOK  []bool
+	// cls[f][i], when clsOK[f][i], is the least of −msg[f][i] per class of member i of
+	// table f (minMarginal's best for a member not held), kept the same way.
+	cls      [][][]float64
+	clsOK    [][]bool
+	noRowMin bool // never keep rowMin nor cls (a test's reference)
 }
 
 // mpRef is variable's place in a factor: factor f, member i.
@@ -120,7 +124,8 @@ type mpRef struct{ f, i int }
 
 func newMPSolver(m *mpModel) *mpSolver {
 	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels)),
-		rowMin: make([][]float64, len(m.factors)), rowOK: make([]bool, len(m.factors))}
+		rowMin: make([][]float64, len(m.factors)), rowOK: make([]bool, len(m.factors)),
+		cls: make([][][]float64, len(m.factors)), clsOK: make([][]bool, len(m.factors))}
 	most, arity := 0, 0
 	for _, n := range m.labels {
 		most = max(most, n)
@@ -152,6 +157,10 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 	// best[i][c]: the least of −msg over member i's labels in class c (member j: 0).
 	best := s.best[:len(fa.vars)]
 	for i, v := range fa.vars {
+		if i != j && !s.noRowMin && (fixed == nil || fixed[v] < 0) {
+			best[i] = s.classMins(f, i)
+			continue
+		}
 		b := growTo(&s.bestBuf[i], fa.dims[i])
 		for c := range b {
 			b[c] = math.Inf(1)
@@ -192,6 +201,32 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 	for x, c := range fa.classOf[j] {
 		out[x] = mine[c]
 	}
+}
+
+// classMins is cls[f][i], worked out again when msg[f][i] changed since (see mpSolver).
+func (s *mpSolver) classMins(f, i int) []float64 {
+	if s.cls[f] == nil {
+		n := len(s.m.factors[f].vars)
+		s.cls[f], s.clsOK[f] = make([][]float64, n), make([]bool, n)
+	}
+	b := s.cls[f][i]
+	if s.clsOK[f][i] {
+		return b
+	}
+	fa := &s.m.factors[f]
+	if b == nil {
+		b = make([]float64, fa.dims[i])
+		s.cls[f][i] = b
+	}
+	for c := range b {
+		b[c] = math.Inf(1)
+	}
+	mg := s.msg[f][i]
+	for x, c := range fa.classOf[i] {
+		b[c] = min(b[c], -mg[x])
+	}
+	s.clsOK[f][i] = true
+	return b
 }
 
 // tableMin sets mine[c] to the least of cost + Σ_i best[i][class_i] over the cells whose
@@ -403,6 +438,9 @@ func (s *mpSolver) orMarginal(f, j int, fixed []int, out []float64) {
 func (s *mpSolver) pass(forward bool) {
 	n := len(s.m.labels)
 	clear(s.rowOK)
+	for _, ok := range s.clsOK {
+		clear(ok)
+	}
 	for step := range n {
 		v := step
 		if !forward {
@@ -453,11 +491,14 @@ func (s *mpSolver) pass(forward bool) {
 	}
 }
 
-// wrote notes that pass changed msg[r.f][r.i]: the row minima of r.f, when r is its last
-// member, no longer hold.
+// wrote notes that pass changed msg[r.f][r.i]: r's class minima, and the row minima of
+// r.f when r is its last member, no longer hold.
 func (s *mpSolver) wrote(r mpRef) {
 	if r.i == len(s.m.factors[r.f].vars)-1 {
 		s.rowOK[r.f] = false
+	}
+	if s.clsOK[r.f] != nil {
+		s.clsOK[r.f][r.i] = false
 	}
 }
 

@@ -138,10 +138,10 @@ func TestTableMinSameBits(t *testing.T) {
 // TestRowMinimaFollowMessages: while the solver runs on random energies with tables (as
 // energyModel merges shared values' or-factors), after every sweep each table's row minima
 // marked valid are those of its messages as they stand, and a solver that never keeps them
-// (noRowMin) ends with the same messages, bound and labeling,
+// nor the class minima (noRowMin) ends with the same messages, bound and labeling,
 // bit for bit. Drop both pass's clear of rowOK and its wrote calls and it fails (either
 // alone keeps the minima right while a table's members are in order, as addShared sorts
-// them).
+// them); so it does without the clearing of clsOK.
 func TestRowMinimaFollowMessages(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 31))
 	tables := 0
