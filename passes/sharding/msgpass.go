@@ -571,17 +571,30 @@ func argminOf(xs []float64) int {
 
 // icm improves x in place, one variable at a time, to its best label with the others
 // held (iterated conditional modes), until no single change lowers E or rounds run out.
+// A table's cell under x with v at label k is at[r] + classOf[r.i][k]·stride[r] (the
+// others' classes held), so a label costs a lookup per table instead of a walk.
 func (m *mpModel) icm(x []int, adj [][]mpRef, rounds int) {
+	var at, stride []int
 	for range rounds {
 		changed := false
 		for v := range x {
 			cur := x[v]
+			at, stride = at[:0], stride[:0]
+			for _, r := range adj[v] {
+				a, st := m.factors[r.f].cellWithout(r.i, x)
+				at, stride = append(at, a), append(stride, st)
+			}
 			best, bestE := cur, math.Inf(1)
 			for k := range m.labels[v] {
 				x[v] = k
 				e := m.unary[v][k]
-				for _, r := range adj[v] {
-					e += m.factors[r.f].value(x)
+				for ri, r := range adj[v] {
+					f := &m.factors[r.f]
+					if f.or {
+						e += f.value(x)
+						continue
+					}
+					e += f.cost[at[ri]+f.classOf[r.i][k]*stride[ri]]
 				}
 				if e < bestE || e == bestE && k == cur {
 					best, bestE = k, e
@@ -594,6 +607,26 @@ func (m *mpModel) icm(x []int, adj [][]mpRef, rounds int) {
 			return
 		}
 	}
+}
+
+// cellWithout is, for a table, the index value computes under x with member i's class
+// taken as 0, and the stride of member i's class in it (an or-factor: 0, 0).
+func (f *mpFactor) cellWithout(i int, x []int) (at, stride int) {
+	if f.or {
+		return 0, 0
+	}
+	stride = 1
+	for m, v := range f.vars {
+		c := 0
+		if m != i {
+			c = f.classOf[m][x[v]]
+		}
+		at = at*f.dims[m] + c
+		if m > i {
+			stride *= f.dims[m]
+		}
+	}
+	return at, stride
 }
 
 // mpResult is what certify found: the best labeling, its energy, the bound, the passes.
