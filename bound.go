@@ -755,6 +755,9 @@ func (o *oracle) refute(opt *dp.Result) bool {
 				continue // its solve without memory rows ran (restrict.go): rangeFloor prices it at least as high
 			}
 		}
+		if o.perEdge(st.Start, st.End, st.Submesh, st.Logical) {
+			continue // its bound would be void (rangeDual): not worth its planner build
+		}
 		v := o.rangeDual(st.Start, st.End, st.Submesh, st.Logical)
 		if o.ctx.Err() != nil {
 			return false // cancelled: no bound, and none recorded
@@ -765,6 +768,29 @@ func (o *oracle) refute(opt *dp.Result) bool {
 		}
 	}
 	return raised
+}
+
+// perEdge reports whether a solve of a layer of [start, end) on (s, l) priced some
+// value's resharding per consumer (sharding.ILPStats.PerEdgeValues): the range's ILP
+// then does too, as the layer's values keep their consumers there, and its dual bound
+// would be void (GPT-2.6B's whole network on 2×4 and 4×2: 418 such values). A guess
+// that only spares work: rangeDual checks the range's own count.
+func (o *oracle) perEdge(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	if o.layerInfos() == nil {
+		return false
+	}
+	for k := start; k < end; k++ {
+		key := solveKey{o.infos[k].sg.hash, s, l}
+		for _, p := range o.points[key] {
+			if p.res != nil && p.res.ILP.PerEdgeValues > 0 {
+				return true
+			}
+		}
+		if r := o.relaxed[key]; r != nil && r.res != nil && r.res.ILP.PerEdgeValues > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // dualSlack is the relative margin taken off a dual bound before it prices a range: the
