@@ -60,6 +60,9 @@ func traceILPs(b *testing.B, config string) func() {
 		if st.Warm {
 			start = "warm"
 		}
+		if st.Incumbent {
+			start += "+incumbent"
+		}
 		kind, budget := ilpKind(p)
 		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,%s,%.0f\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
 			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status, start, kind, budget)
