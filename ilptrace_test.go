@@ -60,7 +60,7 @@ func traceILPs(b *testing.B, config string) func() {
 		if st.Warm {
 			start = "warm"
 		}
-		if st.Incumbent {
+		if st.Incumbent != nil {
 			start += "+incumbent"
 		}
 		kind, budget := ilpKind(p)
@@ -100,9 +100,10 @@ func dumpILP(b *testing.B, p *ilp.Problem, st ilp.Stats) {
 	}
 	defer f.Close()
 	if err := gob.NewEncoder(f).Encode(struct {
-		P     *ilp.Problem
-		Limit time.Duration
-	}{p, st.Limit}); err != nil {
+		P         *ilp.Problem
+		Limit     time.Duration
+		Incumbent []float64
+	}{p, st.Limit, st.Incumbent}); err != nil {
 		b.Error(err)
 	}
 }

@@ -170,22 +170,23 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 	}()
 	t := defaultTuning
 	if !hasIntegers(p) {
-		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, nil, &st)
 	}
 	st.Rules = 1
 	var inc *Solution // the incumbent: prior of the first run, its cutoff
 	if opts.Incumbent != nil {
 		vals := append([]float64(nil), opts.Incumbent...)
 		inc = &Solution{Values: vals, Objective: objective(p, vals), Status: Feasible}
-		st.Incumbent = true
+		st.Incumbent = opts.Incumbent
 	}
 	if t.firstRule < 0 {
-		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, inc, &st)
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, inc, nil, &st)
 	}
 	first := t
 	first.bbRule = t.firstRule
 	lim := limits{opts.TimeLimit, opts.Iterations, bbAllowanceMin}
-	sol, reusable, err = run(ctx, p, opts, lim, &first, inc, &st)
+	var root *Basis
+	sol, reusable, err = run(ctx, p, opts, lim, &first, inc, &root, &st)
 	if !errors.Is(err, errGaveUp) {
 		return sol, reusable, err
 	}
@@ -197,9 +198,14 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 		lim.time = max(opts.TimeLimit-st.CPU, time.Nanosecond)
 	}
 	lim.bbMin = 0
-	t.scaleRows = first.scaleRows
+	t.scaleRows, t.noCutoff = first.scaleRows, first.noCutoff
 	st.Rules = 2
-	return run(ctx, p, opts, lim, &t, sol, &st)
+	if root != nil {
+		// The second rule's simplex starts where the first rule's branch and bound began:
+		// at the root relaxation's basis, not again from the start's.
+		opts.Start = root
+	}
+	return run(ctx, p, opts, lim, &t, sol, nil, &st)
 }
 
 // errGaveUp: the branching allowance stopped the first rule's search (see solve).
@@ -228,10 +234,11 @@ type limits struct {
 // run solves p under *t within lim, retrying scaled when lp_solve fails numerically
 // (t.scaleRows is then set); prior, if set, is a feasible point found before, returned
 // instead of a worse one when the search stops early, and with opts.Incumbent set also
-// the search's cutoff (see Options.Incumbent). Errors name opts' limits.
-func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, st *Stats) (*Solution, bool, error) {
+// the search's cutoff (see Options.Incumbent); root is as for attempt. Errors name opts'
+// limits.
+func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, root **Basis, st *Stats) (*Solution, bool, error) {
 	for {
-		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, st)
+		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, root, st)
 		if !retry {
 			return sol, reusable, err
 		}
@@ -239,7 +246,7 @@ func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, p
 			// lp_solve failed numerically with the cutoff (it does when the cutoff is at or
 			// below the optimum on some problems): solve without it, keeping the incumbent
 			// as prior. A function of the problem and the incumbent, as the failure is.
-			t.noCutoff, st.Incumbent = true, false
+			t.noCutoff, st.Incumbent = true, nil
 			continue
 		}
 		// lp_solve's own scaling failed on this problem's range of numbers: solve it again
@@ -250,8 +257,9 @@ func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, p
 }
 
 // attempt is one lp_solve run of p under t, its effort added to st; retry says that it
-// failed numerically and a scaled run may succeed.
-func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning, prior *Solution, st *Stats) (*Solution, bool, bool, error) {
+// failed numerically and a scaled run may succeed. With root set and a branching allowance,
+// *root becomes the basis at which branch and bound began (nil: none).
+func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning, prior *Solution, root **Basis, st *Stats) (*Solution, bool, bool, error) {
 	start := time.Now()
 	m, err := build(p, t)
 	if err != nil {
@@ -279,6 +287,9 @@ func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning
 	st.CPU += cpu
 	st.Iterations += iters
 	st.Nodes += nodes
+	if root != nil && lim.bbMin > 0 {
+		*root = m.rootBasis()
+	}
 	if (code == lpNumFailure || code == lpAccuracy) && (!t.scaleRows || cutoff) && ctx.Err() == nil {
 		return nil, false, true, nil
 	}

@@ -27,9 +27,10 @@ type Stats struct {
 	Cached bool
 	// Warm: lp_solve started from a given basis (Options.Start), not the all-slack one.
 	Warm bool
-	// Incumbent: the search ran with an incumbent's cutoff (Options.Incumbent); false
-	// also when lp_solve failed numerically with it and solved again without.
-	Incumbent bool
+	// Incumbent is the point of Options.Incumbent when the search ran with its cutoff;
+	// nil without one, and when lp_solve failed numerically with it and solved again
+	// without. Read only.
+	Incumbent []float64
 }
 
 // tracer receives every Solve's Stats; see Trace.
