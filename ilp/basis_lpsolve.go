@@ -21,11 +21,6 @@ func (m *lpModel) basis() *Basis {
 	if C.get_basis(m.lp, &buf[0], 1) == 0 {
 		return nil
 	}
-	return m.readBasis(buf, rows)
-}
-
-// readBasis reads buf, in get_basis's layout with nonbasic entries, as a Basis.
-func (m *lpModel) readBasis(buf []C.int, rows int) *Basis {
 	b := &Basis{Rows: make([]BasisStatus, rows), Vars: make([]BasisStatus, m.ncols)}
 	set := func(k int, s BasisStatus) {
 		if k <= rows {

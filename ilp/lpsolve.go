@@ -33,22 +33,7 @@ typedef struct {
 	long long root_iter; // iterations when branch and bound began (bb_started)
 	int bb_started;
 	int gaveup;         // set by ap_abort when the branching allowance is spent
-	int *root_basis;    // with bb_min: the basis when branch and bound began (get_basis), or NULL
 } ap_ctrl;
-
-// ap_capture keeps lp's basis as c->root_basis: called when branch and bound begins, it is
-// the root relaxation's, which a later search of the same problem can start from.
-static void ap_capture(lprec *lp, ap_ctrl *c) {
-	int n = 1 + get_Nrows(lp) + get_Ncolumns(lp);
-	int *b = (int *)malloc(sizeof(int) * n);
-	if (b == NULL) return;
-	if (!get_basis(lp, b, TRUE)) {
-		free(b);
-		return;
-	}
-	free(c->root_basis);
-	c->root_basis = b;
-}
 
 // ap_cpu returns the CPU time of the calling thread: lp_solve runs on that one thread, so
 // this is the solve's own CPU time whatever else the machine does.
@@ -74,7 +59,6 @@ static int __WINAPI ap_abort(lprec *lp, void *handle) {
 		if (!c->bb_started) {
 			c->bb_started = 1;
 			c->root_iter = it;
-			ap_capture(lp, c);
 		}
 		long long allow = c->root_iter > c->bb_min ? c->root_iter : c->bb_min;
 		if (it - c->root_iter >= allow) {
@@ -108,12 +92,6 @@ static int ap_solve(lprec *lp, ap_ctrl *c, long long limit_ns, long long max_ite
 	*cpu_ns = ap_cpu() - start;
 	return code;
 }
-
-static void ap_free(ap_ctrl *c) {
-	free(c->root_basis);
-	free(c);
-}
-static int *ap_root_basis(ap_ctrl *c) { return c->root_basis; }
 
 static void ap_cancel(ap_ctrl *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED); }
 static int ap_timedout(ap_ctrl *c) { return c->timedout; }
@@ -197,7 +175,7 @@ func newLPModel(ncols int) (*lpModel, error) {
 // free releases the lprec and the abort control; the model is unusable after.
 func (m *lpModel) free() {
 	C.delete_lp(m.lp)
-	C.ap_free(m.ctrl)
+	C.free(unsafe.Pointer(m.ctrl))
 	m.lp, m.ctrl = nil, nil
 }
 
@@ -408,17 +386,6 @@ func (m *lpModel) solve(limit time.Duration, iters, bbMin int64) int {
 // nodes (lp_solve's get_total_iter and get_total_nodes).
 func (m *lpModel) effort() (cpu time.Duration, iters, nodes int64) {
 	return m.cpu, int64(C.get_total_iter(m.lp)), int64(C.get_total_nodes(m.lp))
-}
-
-// rootBasis is the basis lp_solve held when branch and bound began in the last solve
-// under a branching allowance (the root relaxation's); nil when none was kept.
-func (m *lpModel) rootBasis() *Basis {
-	p := C.ap_root_basis(m.ctrl)
-	if p == nil {
-		return nil
-	}
-	rows := int(C.get_Nrows(m.lp))
-	return m.readBasis(unsafe.Slice((*C.int)(p), 1+rows+m.ncols), rows)
 }
 
 // cancel makes the running solve stop at lp_solve's next abort check. It is

@@ -51,7 +51,6 @@ func (*lpModel) solutionCount() int                    { return 0 }
 func (*lpModel) effort() (time.Duration, int64, int64) { return 0, 0, 0 }
 func (*lpModel) variables() ([]float64, error)         { return nil, ErrNoSolver }
 func (*lpModel) basis() *Basis                         { return nil }
-func (*lpModel) rootBasis() *Basis                     { return nil }
 func (*lpModel) setBasis(*Basis) error                 { return ErrNoSolver }
 func (*lpModel) setCutoff(float64)                     {}
 

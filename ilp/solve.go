@@ -170,7 +170,7 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 	}()
 	t := defaultTuning
 	if !hasIntegers(p) {
-		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, nil, &st)
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
 	}
 	st.Rules = 1
 	var inc *Solution // the incumbent: prior of the first run, its cutoff
@@ -180,13 +180,12 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 		st.Incumbent = opts.Incumbent
 	}
 	if t.firstRule < 0 {
-		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, inc, nil, &st)
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, inc, &st)
 	}
 	first := t
 	first.bbRule = t.firstRule
 	lim := limits{opts.TimeLimit, opts.Iterations, bbAllowanceMin}
-	var root *Basis
-	sol, reusable, err = run(ctx, p, opts, lim, &first, inc, &root, &st)
+	sol, reusable, err = run(ctx, p, opts, lim, &first, inc, &st)
 	if !errors.Is(err, errGaveUp) {
 		return sol, reusable, err
 	}
@@ -200,12 +199,7 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 	lim.bbMin = 0
 	t.scaleRows, t.noCutoff = first.scaleRows, first.noCutoff
 	st.Rules = 2
-	if root != nil {
-		// The second rule's simplex starts where the first rule's branch and bound began:
-		// at the root relaxation's basis, not again from the start's.
-		opts.Start = root
-	}
-	return run(ctx, p, opts, lim, &t, sol, nil, &st)
+	return run(ctx, p, opts, lim, &t, sol, &st)
 }
 
 // errGaveUp: the branching allowance stopped the first rule's search (see solve).
@@ -234,11 +228,10 @@ type limits struct {
 // run solves p under *t within lim, retrying scaled when lp_solve fails numerically
 // (t.scaleRows is then set); prior, if set, is a feasible point found before, returned
 // instead of a worse one when the search stops early, and with opts.Incumbent set also
-// the search's cutoff (see Options.Incumbent); root is as for attempt. Errors name opts'
-// limits.
-func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, root **Basis, st *Stats) (*Solution, bool, error) {
+// the search's cutoff (see Options.Incumbent). Errors name opts' limits.
+func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, st *Stats) (*Solution, bool, error) {
 	for {
-		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, root, st)
+		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, st)
 		if !retry {
 			return sol, reusable, err
 		}
@@ -257,9 +250,8 @@ func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, p
 }
 
 // attempt is one lp_solve run of p under t, its effort added to st; retry says that it
-// failed numerically and a scaled run may succeed. With root set and a branching allowance,
-// *root becomes the basis at which branch and bound began (nil: none).
-func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning, prior *Solution, root **Basis, st *Stats) (*Solution, bool, bool, error) {
+// failed numerically and a scaled run may succeed.
+func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning, prior *Solution, st *Stats) (*Solution, bool, bool, error) {
 	start := time.Now()
 	m, err := build(p, t)
 	if err != nil {
@@ -287,9 +279,6 @@ func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning
 	st.CPU += cpu
 	st.Iterations += iters
 	st.Nodes += nodes
-	if root != nil && lim.bbMin > 0 {
-		*root = m.rootBasis()
-	}
 	if (code == lpNumFailure || code == lpAccuracy) && (!t.scaleRows || cutoff) && ctx.Err() == nil {
 		return nil, false, true, nil
 	}

@@ -44,7 +44,10 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		if res != nil {
 			return res, nil
 		}
-		stats.Sweeps, incumbent = sweeps, inc
+		stats.Sweeps = sweeps
+		if p.opts.Incumbent {
+			incumbent = inc
+		}
 	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
