@@ -1,11 +1,13 @@
 package autopar
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
 	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes/sharding"
@@ -198,8 +200,15 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, pts[0].res
 	for _, f := range []float64{0.6, 0.3} {
+		spot := leanSpot{k, s, l, f}
+		if o.leanStuck[spot] {
+			continue // stopped at its effort limit at another count (leanSpot)
+		}
 		budget := int64(f * float64(peak))
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
+		if errors.Is(sol.err, ilp.ErrTimeout) && meshFactor(l) > 4 {
+			o.leanStuck[spot] = true
+		}
 		if !sol.ok || sol.res == nil {
 			continue
 		}
@@ -211,6 +220,19 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	}
 	o.points[key] = pts
 	return pts
+}
+
+// leanSpot is a memory-lean solve of layer k (by position) on (s, l) at fraction f of
+// its fastest point's peak. One on a two-dimensional mesh that stopped at its effort limit
+// (leanIterations) without a plan is not tried at the other micro-batch counts, whose
+// layer k differs only in its batch dimension (oracle.leanStuck): on Wide-ResNet's 2-D
+// layers (7–11k variables) the 0.6 budget's ILP never got through its LP root within the
+// limit, at 2.5–9 CPU s each, a dozen a count (docs/DECISIONS.md, "widebig").
+type leanSpot struct {
+	k       int
+	sub     mesh.Submesh
+	logical mesh.LogicalShape
+	f       float64
 }
 
 func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
