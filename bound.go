@@ -156,6 +156,20 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 			if o.isSolved(k, st.Submesh, st.Logical) || cheapOnly && meshFactor(st.Logical) > 4 {
 				continue
 			}
+			if st.Start == 0 && o.reweighs(0, k) && o.remat != RematFull {
+				// A first stage prices layer k at its own weight (pointsIn, weighedPrice):
+				// that solve first; the layer's weight-1 solve only if it does not fit.
+				sg := o.weighedLayer(k)
+				key := solveKey{sg.hash, st.Submesh, st.Logical}
+				r, ran := o.relaxed[key]
+				if !ran && !seen[key] {
+					seen[key] = true
+					jobs = append(jobs, job{key: key, sg: sg, relaxed: true})
+				}
+				if !ran || r != nil && r.ok && r.exact {
+					continue
+				}
+			}
 			sg := o.infos[k].sg
 			key := solveKey{sg.hash, st.Submesh, st.Logical}
 			if !seen[key] {

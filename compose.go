@@ -332,6 +332,13 @@ func (o *oracle) composed(start, end int, s mesh.Submesh, l mesh.LogicalShape) c
 	}
 	c := o.compose(start, end, s, l)
 	o.composedAt[key] = c
+	if c.ok {
+		if o.composedEver == nil {
+			o.composedEver = map[rangeKey]bool{}
+		}
+		exact, seen := o.composedEver[key]
+		o.composedEver[key] = c.exact && (exact || !seen)
+	}
 	return c
 }
 
@@ -341,14 +348,16 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 	}
 	pts := make([][]layerPoint, end-start)
 	for k := start; k < end; k++ {
-		if pts[k-start] = o.layerPoints(k, s, l, false); len(pts[k-start]) == 0 {
+		if pts[k-start] = o.pointsIn(start, k, s, l); len(pts[k-start]) == 0 {
 			return composedCost{}
 		}
 	}
 	path, c := o.chain(start, pts, 0)
 	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.mayFit(start, end, s, l) {
 		for k := start; k < end; k++ {
-			pts[k-start] = o.layerPoints(k, s, l, true)
+			if lean := o.layerPoints(k, s, l, true); len(lean) > 0 {
+				pts[k-start] = lean // a layer priced at the range's weight (pointsIn) keeps that point
+			}
 		}
 		path, c = o.leanest(start, pts)
 	}
@@ -652,7 +661,7 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 	var fastest []layerPoint
 	bounded := false
 	for k := start; k < end; k++ {
-		pts := o.layerPoints(k, s, l, false)
+		pts := o.pointsIn(start, k, s, l)
 		if len(pts) == 0 && o.lazy && !o.isSolved(k, s, l) {
 			b, ok := o.layerBound(k, s, l)
 			if !ok {
@@ -702,6 +711,41 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		return o.boundedRange(c, start, end, s, l), true // its ways to run (bound.go)
 	}
 	return o.floored(o.withRemat(c, fastest), start, end, s, l), true
+}
+
+// pointsIn returns the points of layer k as a range from layer start prices it (compose,
+// lower): the layer's own (layerPoints), or, in the lazy search, where the range weighs
+// the layer otherwise than its own solve (reweighs: layer k > 0 in a first stage) and that
+// own solve has no plan, the layer's solve at the range's weight (weighedLayer) where it
+// is exact: solved without its memory rows, its plan fits the memory (solveRelaxed), so it
+// is the layer's optimum at that weight under the memory and a real plan of it (issue 13,
+// branch gptbig2). A first stage's price never reads the layer's weight-1 time (lower
+// takes weighedPrice), so the lazy search does not solve the layer at weight 1 under the
+// memory for a first stage where this point exists (unsolved): on GPT-39B/64 those were
+// memory-bound ILPs that ran into lp_solve's limit (30 CPU s each) only to price a stage by
+// plans at the wrong weight.
+func (o *oracle) pointsIn(start, k int, s mesh.Submesh, l mesh.LogicalShape) []layerPoint {
+	pts := o.layerPoints(k, s, l, false)
+	if len(pts) > 0 || !o.lazy || !o.reweighs(start, k) {
+		return pts
+	}
+	if w := o.weighedExact(k, s, l); w != nil {
+		return []layerPoint{pointOf(o.weighedLayer(k), w)}
+	}
+	return pts
+}
+
+// weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is
+// exact (its relaxed plan fits the memory), else nil.
+func (o *oracle) weighedExact(k int, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
+	if o.remat == RematFull {
+		return nil
+	}
+	r := o.relaxed[solveKey{o.weighedLayer(k).hash, s, l}]
+	if r == nil || !r.ok || !r.exact {
+		return nil
+	}
+	return r
 }
 
 // reweighs says whether layer k, in a range from layer start, was solved at another weight
