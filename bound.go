@@ -378,6 +378,7 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 		if err != nil {
 			return // no plan even optimistically: the composed DP says why
 		}
+		o.markLean(opt)
 		res, err := dp.Solve(ctx, layers, dc, o, do)
 		within := err == nil && res.Time <= opt.Time*(1+refineTolerance)
 		o.roundTrace("settle", opt, res)

@@ -353,7 +353,7 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 		}
 	}
 	path, c := o.chain(start, pts, 0)
-	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.mayFit(start, end, s, l) {
+	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.leanFor(start, end, s, l) && o.mayFit(start, end, s, l) {
 		for k := start; k < end; k++ {
 			if lean := o.layerPoints(k, s, l, true); len(lean) > 0 {
 				pts[k-start] = lean // a layer priced at the range's weight (pointsIn) keeps that point
@@ -363,6 +363,33 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 	}
 	c.exact = c.exact && o.disjointLeaves(start, end) && allFastest(path)
 	return c
+}
+
+// leanFor says whether compose may solve memory-lean points for layers [start, end) on
+// (s, l): in the lazy search, only for a range an optimistic plan ran (markLean), as the
+// lazy search solves a layer only where an optimistic plan runs it (bound.go). Each lean
+// point is a layer ILP under a budget that binds, on 2-D meshes a 3,000-iteration solve
+// that mostly ends without a plan; the composed DP asked for them for every range whose
+// layers were solved on a mesh (MoE-70B/64: five such solves, 27 of its first 104 CPU s,
+// none with a plan). A range no optimistic plan runs is still composed from its layers'
+// fastest points; the plan found is held to the optimistic bound as before (exactly).
+func (o *oracle) leanFor(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	return !o.lazy || o.leanAt[rangeKey{start, end, s, l}]
+}
+
+// markLean lets compose solve memory-lean points for the stages of p, an optimistic plan
+// (leanFor), and forgets the compositions of those newly marked.
+func (o *oracle) markLean(p *dp.Result) {
+	if o.leanAt == nil {
+		o.leanAt = map[rangeKey]bool{}
+	}
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if !o.leanAt[k] {
+			o.leanAt[k] = true
+			delete(o.composedAt, k)
+		}
+	}
 }
 
 // mayFit reports whether some way to run layers [start, end) on (s, l) may fit the device

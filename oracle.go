@@ -73,6 +73,9 @@ type oracle struct {
 	// (weighedLayer): this count's, as infos
 	firstLayers map[int]*stageGraph
 	composedAt  map[rangeKey]composedCost
+	// leanAt: in the lazy search, the ranges (on their meshes) an optimistic plan ran,
+	// the only ones compose solves memory-lean points for (compose.go, leanFor)
+	leanAt map[rangeKey]bool
 	// composedEver: every range composedAt priced with a plan during the search, false
 	// when any of its prices was inexact (countComposed; solveLayers clears composedAt)
 	composedEver map[rangeKey]bool

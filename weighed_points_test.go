@@ -90,3 +90,58 @@ func TestFirstStageWeighedPoints(t *testing.T) {
 		})
 	}
 }
+
+// TestLeanOnlyForOptimisticRanges: in the lazy search compose solves no memory-lean points
+// for a range no optimistic plan ran (leanFor), and does once markLean has seen a plan run
+// it; outside the lazy search as before. mlp-tiny on 4 devices under a budget that binds
+// (TestFastSearchMatchesExhaustive's case). Caught: leanFor always true.
+func TestLeanOnlyForOptimisticRanges(t *testing.T) {
+	g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu")
+	require.NoError(t, err)
+	c.Hosts, c.DevicesPerHost = 1, 4
+	c.DeviceMemoryBytes = 24 << 10
+	o, dc := testOracle(t, g, c, 2, 3)
+	o.fast = true
+	require.NotNil(t, o.layerInfos())
+	meshes := o.meshes(dc)
+	for _, mk := range meshes {
+		for k := range o.lay.L {
+			o.layerPoints(k, mk.sub, mk.logical, false) // each layer's own solve, no lean points
+		}
+	}
+	o.lazy = true
+	leaned := func(start, end int, mk meshKey) bool {
+		for k := start; k < end; k++ {
+			if o.leaned[solveKey{o.infos[k].sg.hash, mk.sub, mk.logical}] {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, mk := range meshes {
+		for start := 0; start < o.lay.L; start++ {
+			for end := start + 2; end <= o.lay.L; end++ {
+				pts := make([][]layerPoint, end-start)
+				for k := start; k < end; k++ {
+					pts[k-start] = o.pointsIn(start, k, mk.sub, mk.logical)
+				}
+				if _, cc := o.chain(start, pts, 0); fitsSomeWay(cc.cost, float64(o.memory)) || !o.mayFit(start, end, mk.sub, mk.logical) ||
+					leaned(start, end, mk) {
+					continue // compose would not lean it, or a range before already did
+				}
+				at := fmt.Sprintf("layers %d-%d on %v %v", start, end-1, mk.sub, mk.logical)
+				o.compose(start, end, mk.sub, mk.logical)
+				assert.False(t, leaned(start, end, mk), "%s: no optimistic plan ran it", at)
+				o.markLean(&dp.Result{Stages: []dp.Stage{{Start: start, End: end, Submesh: mk.sub, Logical: mk.logical}}})
+				o.compose(start, end, mk.sub, mk.logical)
+				assert.True(t, leaned(start, end, mk), "%s: an optimistic plan ran it", at)
+				checked++
+			}
+		}
+	}
+	t.Logf("%d ranges leaned only once an optimistic plan ran them", checked)
+	require.Positive(t, checked)
+}
