@@ -176,12 +176,10 @@ func fail(format string, args ...any) {
 }
 
 type lowerer struct {
-	p      *Plan
-	g      *ir.Graph
-	an     *analysis
-	stages []*stageEm
-	// updateOf maps an updated param or state to the value that replaces it.
-	updateOf map[ir.ValueID]ir.ValueID
+	p        *Plan
+	g        *ir.Graph
+	an       *analysis
+	stages   []*stageEm
 	isUpdate []bool // value is the new content of some param or state
 	isOutput []bool
 }

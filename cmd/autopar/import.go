@@ -11,7 +11,6 @@ import (
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/onnx"
 	"github.com/autopar/autopar/ir"
-	"github.com/autopar/autopar/runtime/kernels"
 	"github.com/autopar/autopar/safetensors"
 )
 
@@ -87,16 +86,4 @@ func weightsPath(f importFlags) string {
 		return f.weights
 	}
 	return strings.TrimSuffix(f.out, ".ir") + ".safetensors"
-}
-
-// loadWeights reads a safetensors file into the params of g, for run --weights.
-func loadWeights(path string, g *ir.Graph, params map[string]*kernels.Tensor) error {
-	w, _, err := safetensors.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if _, err := safetensors.Apply(g, params, w); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
