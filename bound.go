@@ -376,7 +376,11 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	for ctx.Err() == nil {
 		opt, err := o.optimisticPlan(ctx, layers, dc, do)
 		if err != nil {
-			return // no plan even optimistically: the composed DP says why
+			// No plan even optimistically: the composed DP says why, with the lean points
+			// of every range (the optimistic memory is no proof: gpt-1.3b/4 at 16
+			// micro-batches has a plan where it has none).
+			o.markLean(nil)
+			return
 		}
 		o.markLean(opt)
 		res, err := dp.Solve(ctx, layers, dc, o, do)

@@ -181,7 +181,18 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 		pts = []layerPoint{pointOf(sg, sol)}
 		o.points[key] = pts
 	}
-	if !lean || len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
+	if !lean {
+		return pts
+	}
+	return o.leanPoints(sg, key, pts, o.weight(k), pts[0].res)
+}
+
+// leanPoints adds to pts, the points of layer graph sg (solve key key) whose first is the
+// fastest, its memory-lean ones (solved once), weighed by b; warm, if set, is the solve
+// lp_solve starts the first lean one from.
+func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b float64, warm *sharding.Result) []layerPoint {
+	s, l := key.sub, key.logical
+	if len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
 		return pts
 	}
 	if o.memory > 0 && pts[0].res.PeakMemory > o.memory {
@@ -196,7 +207,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	// would every smaller budget: the leaner ones are not solved. Each starts lp_solve from
 	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
 	// memory rows' budget changes.
-	peak, last := pts[0].res.PeakMemory, pts[0].res
+	peak, last := pts[0].res.PeakMemory, warm
 	for _, f := range []float64{0.6, 0.3} {
 		budget := int64(f * float64(peak))
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
@@ -204,7 +215,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 			continue
 		}
 		last = sol.res
-		pts = paretoAdd(pts, pointOf(sg, sol), o.weight(k))
+		pts = paretoAdd(pts, pointOf(sg, sol), b)
 		if sol.res.Budget > budget {
 			break
 		}
@@ -356,7 +367,9 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.leanFor(start, end, s, l) && o.mayFit(start, end, s, l) {
 		for k := start; k < end; k++ {
 			if lean := o.layerPoints(k, s, l, true); len(lean) > 0 {
-				pts[k-start] = lean // a layer priced at the range's weight (pointsIn) keeps that point
+				pts[k-start] = lean
+			} else if lean := o.weighedPoints(k, s, l); len(lean) > 0 && o.lazy && o.reweighs(start, k) {
+				pts[k-start] = lean // priced at the range's weight (pointsIn): its lean points at that weight
 			}
 		}
 		path, c = o.leanest(start, pts)
@@ -374,12 +387,18 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 // none with a plan). A range no optimistic plan runs is still composed from its layers'
 // fastest points; the plan found is held to the optimistic bound as before (exactly).
 func (o *oracle) leanFor(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
-	return !o.lazy || o.leanAt[rangeKey{start, end, s, l}]
+	return !o.lazy || o.leanAll || o.leanAt[rangeKey{start, end, s, l}]
 }
 
 // markLean lets compose solve memory-lean points for the stages of p, an optimistic plan
-// (leanFor), and forgets the compositions of those newly marked.
+// (leanFor), and forgets the compositions of those newly marked; with p nil, for every
+// range, and forgets every composition.
 func (o *oracle) markLean(p *dp.Result) {
+	if p == nil {
+		o.leanAll = true
+		clear(o.composedAt)
+		return
+	}
 	if o.leanAt == nil {
 		o.leanAt = map[rangeKey]bool{}
 	}
@@ -760,6 +779,25 @@ func (o *oracle) pointsIn(start, k int, s mesh.Submesh, l mesh.LogicalShape) []l
 		return []layerPoint{pointOf(o.weighedLayer(k), w)}
 	}
 	return pts
+}
+
+// weighedPoints are layer k's points on (s, l) at a first stage's weight: its weighed
+// solve where exact (weighedExact), then its memory-lean points solved at that weight
+// (leanPoints, lp_solve cold: the weighed solve had no memory rows to start from); nil
+// where the weighed solve is not exact.
+func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []layerPoint {
+	w := o.weighedExact(k, s, l)
+	if w == nil {
+		return nil
+	}
+	sg := o.weighedLayer(k)
+	key := solveKey{sg.hash, s, l}
+	pts, ok := o.points[key]
+	if !ok {
+		pts = []layerPoint{pointOf(sg, w)}
+		o.points[key] = pts
+	}
+	return o.leanPoints(sg, key, pts, o.weight(0), nil)
 }
 
 // weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is

@@ -76,6 +76,9 @@ type oracle struct {
 	// leanAt: in the lazy search, the ranges (on their meshes) an optimistic plan ran,
 	// the only ones compose solves memory-lean points for (compose.go, leanFor)
 	leanAt map[rangeKey]bool
+	// leanAll: settle found no optimistic plan, so compose leans every range as outside the
+	// lazy search (markLean(nil))
+	leanAll bool
 	// composedEver: every range composedAt priced with a plan during the search, false
 	// when any of its prices was inexact (countComposed; solveLayers clears composedAt)
 	composedEver map[rangeKey]bool

@@ -145,3 +145,56 @@ func TestLeanOnlyForOptimisticRanges(t *testing.T) {
 	t.Logf("%d ranges leaned only once an optimistic plan ran them", checked)
 	require.Positive(t, checked)
 }
+
+// TestWeighedLeanPoints: a first stage composed from layers priced at its weight
+// (pointsIn) that does not fit the memory gets those layers' memory-lean points at the
+// same weight (weighedPoints), as a range of weight-1 points gets theirs: without them
+// gpt-1.3b/4 at 16 micro-batches had no composed plan, was deferred and then skipped
+// (its plan, 57.728 s, the row's best, lost). mlp-tiny on 2 hosts of 2, B 4, under 20 KiB.
+// Caught: compose without the weighedPoints branch.
+func TestWeighedLeanPoints(t *testing.T) {
+	leaned := 0
+	for _, tc := range []struct {
+		hosts, devices, b int
+		memory            int64
+	}{{2, 2, 4, 20 << 10}} {
+		g, err := frontend.ParseFile("testdata/models/mlp-tiny.ir")
+		require.NoError(t, err)
+		c, err := mesh.ParseCluster("cpu")
+		require.NoError(t, err)
+		c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+		c.DeviceMemoryBytes = tc.memory
+		o, dc := testOracle(t, g, c, tc.b, 3)
+		o.mb = tc.b
+		o.fast = true
+		require.NotNil(t, o.layerInfos())
+		o.allMeshes = o.meshes(dc)
+		o.lazy = true
+		for _, mk := range o.allMeshes {
+			p := &dp.Result{Stages: []dp.Stage{{Start: 0, End: o.lay.L, Submesh: mk.sub, Logical: mk.logical}}}
+			for range 2 * o.lay.L {
+				jobs := o.unsolved(p, false)
+				if len(jobs) == 0 {
+					break
+				}
+				o.run(jobs, nil)
+			}
+			o.markLean(p)
+			pts := make([][]layerPoint, o.lay.L)
+			weighed := false
+			for k := range o.lay.L {
+				pts[k] = o.pointsIn(0, k, mk.sub, mk.logical)
+				weighed = weighed || k > 0 && !o.isSolved(k, mk.sub, mk.logical) && len(pts[k]) > 0
+			}
+			if _, fast := o.chain(0, pts, 0); !weighed || fitsSomeWay(fast.cost, float64(o.memory)) || !o.mayFit(0, o.lay.L, mk.sub, mk.logical) {
+				continue
+			}
+			cc := o.compose(0, o.lay.L, mk.sub, mk.logical)
+			if cc.ok && fitsSomeWay(cc.cost, float64(o.memory)) {
+				leaned++ // fits by lean points, some at the stage's weight
+			}
+		}
+	}
+	t.Logf("%d first stages of weighed layers fit by lean points", leaned)
+	require.Positive(t, leaned)
+}
