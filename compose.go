@@ -184,13 +184,20 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	if !lean {
 		return pts
 	}
-	return o.leanPoints(sg, key, pts, o.weight(k), pts[0].res)
+	return o.leanPoints(sg, key, pts, o.weight(k), pts[0].res, leanFractions)
 }
+
+// leanFractions are the budgets of a layer's memory-lean points, as fractions of its
+// fastest point's peak; weighedFractions those of a layer priced at a first stage's weight
+// (weighedPoints): the leanest only, which mostly ends in the min-peak plan at once (tens
+// of ms on gpt-6.7b/16), where the 0.6 budget ran into the lean limit (3-4.5 CPU s each,
+// 28 of them on gpt-6.7b/16 before a plan).
+var leanFractions, weighedFractions = []float64{0.6, 0.3}, []float64{0.3}
 
 // leanPoints adds to pts, the points of layer graph sg (solve key key) whose first is the
 // fastest, its memory-lean ones (solved once), weighed by b; warm, if set, is the solve
 // lp_solve starts the first lean one from.
-func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b float64, warm *sharding.Result) []layerPoint {
+func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b float64, warm *sharding.Result, fractions []float64) []layerPoint {
 	s, l := key.sub, key.logical
 	if len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
 		return pts
@@ -208,7 +215,7 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b fl
 	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
 	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, warm
-	for _, f := range []float64{0.6, 0.3} {
+	for _, f := range fractions {
 		budget := int64(f * float64(peak))
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
 		if !sol.ok || sol.res == nil {
@@ -782,9 +789,9 @@ func (o *oracle) pointsIn(start, k int, s mesh.Submesh, l mesh.LogicalShape) []l
 }
 
 // weighedPoints are layer k's points on (s, l) at a first stage's weight: its weighed
-// solve where exact (weighedExact), then its memory-lean points solved at that weight
-// (leanPoints, lp_solve cold: the weighed solve had no memory rows to start from); nil
-// where the weighed solve is not exact.
+// solve where exact (weighedExact), then its leanest memory-lean point solved at that
+// weight (leanPoints, weighedFractions; lp_solve warm from the weighed solve, as layerPoints starts from a layer's
+// relaxed solve where that is its point); nil where the weighed solve is not exact.
 func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []layerPoint {
 	w := o.weighedExact(k, s, l)
 	if w == nil {
@@ -797,7 +804,7 @@ func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []lay
 		pts = []layerPoint{pointOf(sg, w)}
 		o.points[key] = pts
 	}
-	return o.leanPoints(sg, key, pts, o.weight(0), nil)
+	return o.leanPoints(sg, key, pts, o.weight(0), pts[0].res, weighedFractions)
 }
 
 // weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is
