@@ -1,11 +1,13 @@
 package autopar
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sync"
 	"syscall"
@@ -49,6 +51,11 @@ var alpaLayers = flag.Int("alpa-layers", 0, "layers of BenchmarkCompileAlpa's co
 // -alpa-microbatches; 0: searched, --microbatches auto).
 var alpaMicrobatches = flag.Int("alpa-microbatches", 0, "micro-batches of BenchmarkCompileAlpa's compiles (0: auto)")
 
+// alpaPlanDir, when set (flag -alpa-plan-dir DIR), makes BenchmarkCompileAlpa write each
+// configuration's plan.json as DIR/<search>_<model>_<gpus>gpu.json, to compare the plans
+// of two builds byte for byte.
+var alpaPlanDir = flag.String("alpa-plan-dir", "", "write each plan of BenchmarkCompileAlpa as DIR/<search>_<model>_<gpus>gpu.json")
+
 // BenchmarkCompileAlpa compiles every model of Alpa's suite for its cluster, micro-batches
 // searched (--microbatches auto) and batch norm per micro-batch (--batch-norm microbatch,
 // as Alpa computes it), by each search, and reports the compile time, the peak heap of the
@@ -90,9 +97,23 @@ func BenchmarkCompileAlpa(b *testing.B) {
 						continue
 					}
 					reportCompile(b, p, st, heap)
+					if *alpaPlanDir != "" {
+						writeAlpaPlan(b, p, fmt.Sprintf("%s_%s_%dgpu.json", search, tc.model, tc.gpus))
+					}
 				}
 			})
 		}
+	}
+}
+
+// writeAlpaPlan writes p's plan.json into -alpa-plan-dir under name.
+func writeAlpaPlan(b *testing.B, p *Plan, name string) {
+	var buf bytes.Buffer
+	if err := p.WriteJSON(&buf); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*alpaPlanDir, name), buf.Bytes(), 0o644); err != nil {
+		b.Fatal(err)
 	}
 }
 

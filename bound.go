@@ -262,11 +262,19 @@ func (o *oracle) relaxes(key solveKey) bool {
 // 2.425 s on GPT-39B's middle layer on 8×8). A solve stopped by a limit proves nothing
 // and gives no bound (ok false). TestRelaxedIsLower.
 func (o *oracle) solveRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
+	return o.solveRelaxedAt(sg, s, l, 0)
+}
+
+// solveRelaxedAt is solveRelaxed at most iters of lp_solve's effort (0: the compile's).
+func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, iters int64) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
 	}
 	opts := o.solveOptions(sg, s, l, relaxedBudget)
+	if iters > 0 {
+		opts.Iterations = iters
+	}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
 	if err != nil {

@@ -1,11 +1,13 @@
 package autopar
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
 	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes/sharding"
@@ -184,7 +186,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	if !lean {
 		return pts
 	}
-	return o.leanPoints(sg, key, pts, o.weight(k), pts[0].res, leanFractions)
+	return o.leanPoints(sg, key, k, pts, o.weight(k), pts[0].res, leanFractions)
 }
 
 // leanFractions are the budgets of a layer's memory-lean points, as fractions of its
@@ -195,9 +197,11 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 var leanFractions, weighedFractions = []float64{0.6, 0.3}, []float64{0.3}
 
 // leanPoints adds to pts, the points of layer graph sg (solve key key) whose first is the
-// fastest, its memory-lean ones (solved once), weighed by b; warm, if set, is the solve
-// lp_solve starts the first lean one from.
-func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b float64, warm *sharding.Result, fractions []float64) []layerPoint {
+// fastest, its memory-lean ones at fractions of its peak (solved once), weighed by b; warm,
+// if set, is the solve lp_solve starts the first lean one from; spotK is the layer's
+// position for leanSpot (−1−k for layer k at a first stage's weight, weighedPoints: its
+// own ILP).
+func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layerPoint, b float64, warm *sharding.Result, fractions []float64) []layerPoint {
 	s, l := key.sub, key.logical
 	if len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
 		return pts
@@ -216,8 +220,15 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b fl
 	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, warm
 	for _, f := range fractions {
+		spot := leanSpot{spotK, s, l, f}
+		if o.leanStuck[spot] {
+			continue // stopped at its effort limit at another count (leanSpot)
+		}
 		budget := int64(f * float64(peak))
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
+		if errors.Is(sol.err, ilp.ErrTimeout) && meshFactor(l) > 4 {
+			o.leanStuck[spot] = true
+		}
 		if !sol.ok || sol.res == nil {
 			continue
 		}
@@ -229,6 +240,19 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, pts []layerPoint, b fl
 	}
 	o.points[key] = pts
 	return pts
+}
+
+// leanSpot is a memory-lean solve of layer k (by position) on (s, l) at fraction f of
+// its fastest point's peak. One on a two-dimensional mesh that stopped at its effort limit
+// (leanIterations) without a plan is not tried at the other micro-batch counts, whose
+// layer k differs only in its batch dimension (oracle.leanStuck): on Wide-ResNet's 2-D
+// layers (7–11k variables) the 0.6 budget's ILP never got through its LP root within the
+// limit, at 2.5–9 CPU s each, a dozen a count (docs/DECISIONS.md, "widebig").
+type leanSpot struct {
+	k       int
+	sub     mesh.Submesh
+	logical mesh.LogicalShape
+	f       float64
 }
 
 func pointOf(sg *stageGraph, sol *stageSolution) layerPoint {
@@ -804,7 +828,7 @@ func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []lay
 		pts = []layerPoint{pointOf(sg, w)}
 		o.points[key] = pts
 	}
-	return o.leanPoints(sg, key, pts, o.weight(0), pts[0].res, weighedFractions)
+	return o.leanPoints(sg, key, -1-k, pts, o.weight(0), pts[0].res, weighedFractions)
 }
 
 // weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is

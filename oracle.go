@@ -98,6 +98,7 @@ type shared struct {
 	solved      map[solveKey]*stageSolution
 	points      map[solveKey][]layerPoint
 	leaned      map[solveKey]bool
+	leanStuck   map[leanSpot]bool // lean solves stopped at their limit (compose.go, leanSpot)
 	reshardMemo map[reshardMemoKey]float64
 	solves      atomic.Int64
 	maxVars     atomic.Int64 // the most variables of any ILP solved
@@ -116,7 +117,7 @@ type shared struct {
 }
 
 func newShared() *shared {
-	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{},
+	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, leanStuck: map[leanSpot]bool{},
 		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{},
 		relaxed: map[solveKey]*stageSolution{}}
 }
@@ -294,7 +295,8 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 			return c.cost, c.ok
 		}
 		if o.optimistic {
-			return o.lower(start, end, s, l)
+			c, ok := o.lower(start, end, s, l)
+			return o.rangeFloor(c, start, end, s, l), ok // the range's relaxed solve, where one ran (restrict.go)
 		}
 		c := o.composed(start, end, s, l)
 		return c.cost, c.ok
@@ -446,7 +448,7 @@ func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape)
 // force pinned to their layouts; warm, if set, is an earlier solution of the same stage
 // on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart); restrict,
 // if set, the strategies its layers chose (sharding.Options.Restrict, restrict.go).
-func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID]string) *stageSolution {
+func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}

@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"context"
+	"slices"
 
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
@@ -58,15 +59,46 @@ func (o *oracle) restrictStage(start, end int, s mesh.Submesh, l mesh.LogicalSha
 	if err != nil {
 		return false
 	}
-	names := map[ir.ValueID]string{}
+	// Each layer's points on (s, l): the one the composition chose first, then the others
+	// (the fastest, the memory-lean ones), whose strategies the restricted ILP may mix
+	// under the range's own memory rows.
+	pts := make([][]layerPoint, len(c.points))
+	for j, p := range c.points {
+		pts[j] = []layerPoint{p}
+		for _, q := range o.points[solveKey{o.infos[start+j].sg.hash, s, l}] {
+			if q.res != nil && q.res != p.res {
+				pts[j] = append(pts[j], q)
+			}
+		}
+	}
+	// The range's own ILP without its memory rows (solveRelaxed, capped): where its plan
+	// fits, that is the range's solve and nothing is restricted; otherwise it bounds the
+	// one-stage plan (rangeFloor) and its strategies join the layers' below.
+	var r *stageSolution
+	if restrictRelaxed {
+		r = o.rangeRelaxed(sg, s, l)
+	}
+	if r != nil && r.exact {
+		return false
+	}
+	names := map[ir.ValueID][]string{}
+	if r != nil {
+		for i := range sg.g.Values {
+			names[ir.ValueID(i)] = []string{r.res.Strategies[i].Name}
+		}
+	}
 	for i := range sg.g.Values {
 		v := &sg.g.Values[i]
-		for j, p := range c.points {
+		for j := range c.points {
 			// The op in the layer that computes it (a value another layer computes is an
 			// input leaf there) or the leaf (param, state, input) that layer reads.
 			lg := o.infos[start+j].sg.g
 			if id, ok := lg.Lookup(v.Name); ok && lg.Value(id).Op == v.Op {
-				names[ir.ValueID(i)] = p.res.Strategies[id].Name
+				for _, p := range pts[j] {
+					if name := p.res.Strategies[id].Name; !slices.Contains(names[ir.ValueID(i)], name) {
+						names[ir.ValueID(i)] = append(names[ir.ValueID(i)], name)
+					}
+				}
 				break
 			}
 		}
@@ -78,6 +110,71 @@ func (o *oracle) restrictStage(start, end int, s mesh.Submesh, l mesh.LogicalSha
 	o.restricted[k] = sol
 	o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: true} // a plan's price, not the range's least
 	return true
+}
+
+// rangeRelaxed is the solve of the range graph sg on (s, l) without its memory rows
+// (bound.go, solveRelaxed) at most restrictRelaxIterations of lp_solve's effort, run once
+// per solve key: nil when it gave no bound (a limit). Where its plan fits the memory it is
+// the range's solve under the memory too (exact), and is kept as such (o.solved). The
+// certificate (passes/sharding certify.go) usually answers it without lp_solve: the
+// memory rows are what makes Wide-ResNet's range ILPs dear (30 s to lp_solve's limit on
+// 2×4 and 4×2, 60 s and more of branch and bound on 1×8).
+func (o *oracle) rangeRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
+	key := solveKey{sg.hash, s, l}
+	r, ran := o.relaxed[key]
+	if !ran {
+		r = o.solveRelaxedAt(sg, s, l, restrictRelaxIterations)
+		o.relaxed[key] = r
+		if _, solved := o.solved[key]; r.exact && !solved {
+			o.solved[key] = r // the memory rows would not have bound it
+		}
+	}
+	if r == nil || !r.ok || r.res == nil {
+		return nil
+	}
+	return r
+}
+
+// restrictRelaxed: restrictStage solves the range without its memory rows first
+// (rangeRelaxed); off only in tests of the restriction to the layers' points alone.
+var restrictRelaxed = true
+
+// restrictRelaxIterations bounds the relaxed solve of a restricted range by lp_solve's
+// effort: a bound stopped by its limit proves nothing, and the restricted plan stands
+// without it, as before.
+const restrictRelaxIterations = leanIterations
+
+// rangeFloor raises c, the optimistic price of layers [start, end) on (s, l), by the
+// range's relaxed solve (rangeRelaxed) where one ran and the range is the whole step, a
+// one-stage plan: its step is B·t + u (dp: Σ t + (B−1)·max t + u₀), and the relaxed ILP
+// weighs every plan of the range, plain or recomputing (recomputation only adds time),
+// at w·t + u with w = B (weightOf(0)), so its objective W bounds every plan's step from
+// below. Each way of c keeps its t (a bound on t) and has u raised to W − B·t where that
+// is more: B·t + u is then W or more, and no way's step falls below what c said. Not for
+// a pipeline's stages, whose t the step reads at weights between 1 and B (from layer 0)
+// or whose u it does not read at all. TestRangeFloorIsLower.
+func (o *oracle) rangeFloor(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
+	if start != 0 || end != o.lay.L || o.mb < 1 {
+		return c
+	}
+	sg, err := o.stage(start, end)
+	if err != nil || sg.mb != o.mb {
+		return c
+	}
+	r := o.relaxed[solveKey{sg.hash, s, l}]
+	if r == nil || !r.ok || r.res == nil {
+		return c
+	}
+	b := float64(o.mb)
+	w := b*r.cost.Time + r.cost.Step
+	c.Step = max(c.Step, w-b*c.Time)
+	if len(c.Remat) > 0 {
+		c.Remat = slices.Clone(c.Remat)
+		for i := range c.Remat {
+			c.Remat[i].Step = max(c.Remat[i].Step, w-b*c.Remat[i].Time)
+		}
+	}
+	return c
 }
 
 // unrestrict re-prices plan p's restricted stages by their full range ILPs (exactly's

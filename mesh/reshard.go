@@ -152,19 +152,31 @@ type memoBytes struct {
 // tiny ((rank+2)² nodes), so the frontier is a plain scan, which also makes
 // the tie-breaking obvious: lowest (time, steps), then lowest index.
 func (g *reshardGraph) shortest(from, to Spec) ([]Step, bool) {
-	n := (len(g.shape) + 2) * (len(g.shape) + 2)
-	type label struct {
-		time  float64
-		steps int
-		prev  int
-		via   Step
-		spec  Spec
-		seen  bool
-		done  bool
-	}
-	labels := make([]label, n)
 	src, dst := g.index(from), g.index(to)
-	labels[src] = label{spec: from.clone(), prev: -1, seen: true}
+	return pathTo(g.search(from, dst), src, dst)
+}
+
+// reshardLabel is a layout's label in the search: its best time and steps so far, the
+// layout it is reached from and by which step; done once final.
+type reshardLabel struct {
+	time  float64
+	steps int
+	prev  int
+	via   Step
+	spec  Spec
+	seen  bool
+	done  bool
+}
+
+// search runs shortest's Dijkstra from from until layout dst is final, or (dst < 0)
+// every layout it reaches is. A label once final never changes, and the layouts are
+// taken in the same order whatever dst is, so a layout's final label is the same in a
+// search that stops at it and in one that runs to the end.
+func (g *reshardGraph) search(from Spec, dst int) []reshardLabel {
+	n := (len(g.shape) + 2) * (len(g.shape) + 2)
+	labels := make([]reshardLabel, n)
+	src := g.index(from)
+	labels[src] = reshardLabel{spec: from.clone(), prev: -1, seen: true}
 	for {
 		u := -1
 		for i := range labels {
@@ -175,11 +187,11 @@ func (g *reshardGraph) shortest(from, to Spec) ([]Step, bool) {
 			}
 		}
 		if u < 0 {
-			return nil, false
+			return labels
 		}
 		labels[u].done = true
 		if u == dst {
-			break
+			return labels
 		}
 		for _, st := range g.moves(labels[u].spec) {
 			v, t := g.index(st.After), labels[u].time+st.Time
@@ -188,9 +200,16 @@ func (g *reshardGraph) shortest(from, to Spec) ([]Step, bool) {
 				continue
 			}
 			if !l.seen || t < l.time || t == l.time && labels[u].steps+1 < l.steps {
-				*l = label{time: t, steps: labels[u].steps + 1, prev: u, via: st, spec: st.After, seen: true}
+				*l = reshardLabel{time: t, steps: labels[u].steps + 1, prev: u, via: st, spec: st.After, seen: true}
 			}
 		}
+	}
+}
+
+// pathTo reads the steps from src to dst off search's labels (false: dst not reached).
+func pathTo(labels []reshardLabel, src, dst int) ([]Step, bool) {
+	if !labels[dst].done {
+		return nil, false
 	}
 	path := make([]Step, 0, labels[dst].steps)
 	for v := dst; v != src; v = labels[v].prev {
@@ -200,4 +219,47 @@ func (g *reshardGraph) shortest(from, to Spec) ([]Step, bool) {
 		path[i], path[j] = path[j], path[i]
 	}
 	return path, true
+}
+
+// A ReshardSource answers ReshardCost from one layout to any other out of one search run
+// to the end: To(to) returns what ReshardCost(m, shape, elemBytes, from, to) returns,
+// the same steps, time and bytes, at the price of a lookup. A caller pricing many
+// targets of one source (the sharding planner's resharding memo) searches once. Its
+// methods only read it: it may be shared.
+type ReshardSource struct {
+	m      *LogicalMesh
+	shape  []int
+	from   Spec
+	g      *reshardGraph
+	labels []reshardLabel
+}
+
+// NewReshardSource searches from from; its errors are ReshardCost's for elemBytes and
+// from.
+func NewReshardSource(m *LogicalMesh, shape []int, elemBytes int, from Spec) (*ReshardSource, error) {
+	if elemBytes <= 0 {
+		return nil, fmt.Errorf("mesh: element size must be positive, got %d", elemBytes)
+	}
+	if _, err := m.LocalShape(shape, from); err != nil {
+		return nil, err
+	}
+	g := newReshardGraph(m, shape, elemBytes)
+	return &ReshardSource{m: m, shape: shape, from: from.clone(), g: g, labels: g.search(from, -1)}, nil
+}
+
+// To is ReshardCost from the source's layout to to.
+func (s *ReshardSource) To(to Spec) (Reshard, error) {
+	if _, err := s.m.LocalShape(s.shape, to); err != nil {
+		return Reshard{}, err
+	}
+	path, ok := pathTo(s.labels, s.g.index(s.from), s.g.index(to))
+	if !ok {
+		return Reshard{}, fmt.Errorf("mesh: no collectives turn %s into %s (partial sums cannot be created)", s.from, to)
+	}
+	r := Reshard{Steps: path}
+	for _, st := range path {
+		r.Time += st.Time
+		r.Sent += st.Sent
+	}
+	return r, nil
 }

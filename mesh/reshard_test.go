@@ -294,3 +294,81 @@ func BenchmarkReshardCost(b *testing.B) {
 		})
 	}
 }
+
+// TestReshardSourceEqualsReshardCost: from every layout of tensors of rank 1 to 4 (shapes
+// some axes do not divide, so that some layouts are errors or closed as intermediates) on
+// meshes of several shapes, a ReshardSource's To(to) returns for every target exactly
+// what ReshardCost returns: the same steps, time and bytes, or the same error. Make search
+// stop at the first target it finalizes (dst 0 for every source) and it fails.
+func TestReshardSourceEqualsReshardCost(t *testing.T) {
+	for _, ms := range [][2]int{{2, 2}, {2, 4}, {1, 8}, {4, 2}} {
+		m, err := NewUniformMesh(ms[0], ms[1], 1e-5, 1e-10)
+		require.NoError(t, err)
+		for _, shape := range [][]int{{8}, {4, 6}, {16, 2, 8}, {8, 4, 3, 16}} {
+			specs := allSpecs(len(shape))
+			for _, from := range specs {
+				src, srcErr := NewReshardSource(m, shape, 2, from)
+				for _, to := range specs {
+					want, wantErr := ReshardCost(m, shape, 2, from, to)
+					name := fmt.Sprintf("%v on %v: %s → %s", shape, ms, from, to)
+					if srcErr != nil {
+						require.Error(t, wantErr, name)
+						require.Equal(t, wantErr.Error(), srcErr.Error(), name)
+						continue
+					}
+					got, err := src.To(to)
+					if wantErr != nil {
+						require.Error(t, err, name)
+						require.Equal(t, wantErr.Error(), err.Error(), name)
+						continue
+					}
+					require.NoError(t, err, name)
+					require.Equal(t, want, got, name)
+				}
+			}
+		}
+	}
+	_, err := NewReshardSource(refMesh(t), refShape, 0, MustParseSpec("RR"))
+	assert.ErrorContains(t, err, "element size must be positive")
+}
+
+// BenchmarkReshardSource prices one source layout of a rank-3 tensor on a 2×4 mesh into
+// every layout: by a ReshardCost search per target (cost), and by one ReshardSource and a
+// lookup per target (source), as the sharding planner's memo now does:
+//
+//	go test ./mesh -run '^$' -bench ReshardSource
+func BenchmarkReshardSource(b *testing.B) {
+	m, err := NewUniformMesh(2, 4, 1e-5, 1e-10)
+	require.NoError(b, err)
+	shape := []int{64, 64, 64}
+	from := Replicated(3)
+	from.Dims[0], from.Partial = Axis1, Axis0
+	var tos []Spec
+	for _, s := range allSpecs(3) {
+		if s.Partial == AxesNone {
+			tos = append(tos, s)
+		}
+	}
+	b.Run(fmt.Sprintf("cost/%d-targets", len(tos)), func(b *testing.B) {
+		for b.Loop() {
+			for _, to := range tos {
+				if _, err := ReshardCost(m, shape, 4, from, to); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("source/%d-targets", len(tos)), func(b *testing.B) {
+		for b.Loop() {
+			src, err := NewReshardSource(m, shape, 4, from)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, to := range tos {
+				if _, err := src.To(to); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

@@ -38,11 +38,11 @@ const (
 	exitTerminated  = 143
 )
 
-// exit ends the process on a second signal; afterNotify runs once the signals are caught.
-// Tests replace them.
+// exit ends the process on a second signal; afterNotify runs once the signals are caught,
+// with the context the command will run under. Tests replace them.
 var (
 	exit        = os.Exit
-	afterNotify = func() {}
+	afterNotify = func(context.Context) {}
 )
 
 // cli runs the command line args and returns the exit status. The first SIGINT or SIGTERM
@@ -62,7 +62,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	defer close(done)
 	status := make(chan int, 1) // the status the first signal asks for
 	go watchSignals(sigs, done, cancel, status, stderr)
-	afterNotify()
+	afterNotify(ctx)
 	defer func() { global = globalFlags{} }() // command functions called directly get the defaults
 	root := newRoot()
 	root.SetArgs(args)

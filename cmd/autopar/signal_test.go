@@ -18,8 +18,17 @@ import (
 // A real SIGINT, sent to this process once cli catches signals, stops a manual-plan
 // compile that writes programs: status 130, "interrupted" on stderr, no output directory.
 func TestInterruptExits130AndWritesNothing(t *testing.T) {
-	afterNotify = func() { require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT)) }
-	t.Cleanup(func() { afterNotify = func() {} })
+	// The signal is delivered asynchronously: wait until it has cancelled, or a loaded
+	// machine may let the compile finish first (the status would then be 0).
+	afterNotify = func(ctx context.Context) {
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Error("SIGINT did not cancel the command's context")
+		}
+	}
+	t.Cleanup(func() { afterNotify = func(context.Context) {} })
 	dir := filepath.Join(t.TempDir(), "out")
 	var out, errOut bytes.Buffer
 	status := cli([]string{"compile", "../../testdata/models/gpt-tiny.ir", "--cluster", "cpu:2", "--plan", "tp=2",
@@ -85,7 +94,7 @@ func TestInterruptMidCompile(t *testing.T) {
 	progressInterval = time.Millisecond
 	t.Cleanup(func() { progressInterval = 5 * time.Second })
 	var errOut syncBuffer
-	afterNotify = func() {
+	afterNotify = func(context.Context) {
 		go func() {
 			for !strings.Contains(errOut.String(), "building the training step") {
 				time.Sleep(time.Millisecond)
@@ -93,7 +102,7 @@ func TestInterruptMidCompile(t *testing.T) {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
 		}()
 	}
-	t.Cleanup(func() { afterNotify = func() {} })
+	t.Cleanup(func() { afterNotify = func(context.Context) {} })
 	dir := filepath.Join(t.TempDir(), "out")
 	var out bytes.Buffer
 	status := cli([]string{"compile", "../../testdata/models/gpt-tiny.ir", "--cluster", "cpu:2", "--plan", "tp=2",

@@ -276,23 +276,85 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 		}
 	}
 	t.cost = make([]float64, size)
-	x := make([]int, len(m.labels))
-	idx := make([]int, len(vars))
-	for at := range t.cost {
-		for i, v := range vars {
-			x[v] = reps[i][idx[i]]
+	// A cell's labels are its classes' first labels: part i's value there is
+	// parts[i].value of them, read through at[i] and of[i] (tableParts).
+	// A part's value changes only when one of its members' class does: the odometer
+	// moved members from changed on, so a part whose members all come before keeps it.
+	at, of := tableParts(vars, reps, parts)
+	vals, lastAt := make([]float64, len(parts)), make([]int, len(parts))
+	for i := range parts {
+		lastAt[i] = len(vars) // no members: read every time
+		if len(at[i]) > 0 {
+			lastAt[i] = slices.Max(at[i])
 		}
+	}
+	idx := make([]int, len(vars))
+	changed := 0
+	for cell := range t.cost {
 		for i := range parts {
-			t.cost[at] += parts[i].value(x)
+			if lastAt[i] >= changed {
+				vals[i] = partValue(&parts[i], at[i], of[i], idx)
+			}
+			t.cost[cell] += vals[i]
 		}
 		for i := len(idx) - 1; i >= 0; i-- {
 			if idx[i]++; idx[i] < t.dims[i] {
+				changed = i
 				break
 			}
 			idx[i] = 0
 		}
 	}
 	return t, true
+}
+
+// tableParts tells table, per part and member k of the part: at[k], the member's place
+// among vars, and of[k][c], the part's class (a table) or category (an or-factor) of the
+// first label of that member's class c (reps), so that partValue reads a part's value at
+// a cell without spelling the cell's labels out.
+func tableParts(vars []int, reps [][]int, parts []mpFactor) (at [][]int, of [][][]int) {
+	at, of = make([][]int, len(parts)), make([][][]int, len(parts))
+	for i := range parts {
+		f := &parts[i]
+		for k, v := range f.vars {
+			a := slices.Index(vars, v)
+			o := make([]int, len(reps[a]))
+			for c, x := range reps[a] {
+				if f.or {
+					o[c] = int(f.cat[k][x])
+				} else {
+					o[c] = f.classOf[k][x]
+				}
+			}
+			at[i], of[i] = append(at[i], a), append(of[i], o)
+		}
+	}
+	return at, of
+}
+
+// partValue is f.value at the labels of the table cell whose classes are idx (see
+// tableParts): the same cost, read the same way.
+func partValue(f *mpFactor, at []int, of [][]int, idx []int) float64 {
+	if !f.or {
+		a := 0
+		for k := range f.vars {
+			a = a*f.dims[k] + of[k][idx[at[k]]]
+		}
+		return f.cost[a]
+	}
+	trig := false
+	for k := range f.vars {
+		switch uint8(of[k][idx[at[k]]]) {
+		case catKill:
+			return 0
+		case catTrigger:
+			trig = true
+		}
+	}
+	if trig {
+		return f.c
+	}
+	return 0
 }
 
 // certify tries to answer the ILP without lp_solve: it solves the energy model by message

@@ -148,6 +148,26 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 		s, t uint64
 	}
 	bounds := map[boundKey]float64{}
+	// costs memoizes, per outgoing value and layout, the weighed resharding into each
+	// layout its edges' consumers may want (the edges' wants, in order, one after another).
+	type costKey struct {
+		v ir.ValueID
+		s uint64
+	}
+	costs := map[costKey][]float64{}
+	costsOf := func(v ir.ValueID, from mesh.Spec, bits uint64) []float64 {
+		ck := costKey{v, bits}
+		cs, ok := costs[ck]
+		if !ok {
+			for _, e := range n.outE[v] {
+				for _, w := range wants[e] {
+					cs = append(cs, p.reshardCost(v, from, w))
+				}
+			}
+			costs[ck] = cs
+		}
+		return cs
+	}
 	bound := func(s, t int) float64 {
 		sum := 0.0
 		for _, v := range n.out {
@@ -158,10 +178,13 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 			bk := boundKey{v, specBits(from), specBits(to)}
 			x, ok := bounds[bk]
 			if !ok {
+				fc, tc := costsOf(v, from, bk.s), costsOf(v, to, bk.t)
+				at := 0
 				for _, e := range n.outE[v] {
 					worst := 0.0
-					for _, w := range wants[e] {
-						worst = max(worst, p.reshardCost(v, from, w)-p.reshardCost(v, to, w))
+					for range wants[e] {
+						worst = max(worst, fc[at]-tc[at])
+						at++
 					}
 					x += worst
 				}

@@ -133,7 +133,7 @@ func (p *planner) reshard(v ir.ValueID, from, to mesh.Spec) mesh.Reshard {
 		p.memo[lk] = r
 		return r
 	}
-	r, err := mesh.ReshardCost(p.lm, t.Shape, t.DType.Size(), from, to)
+	r, err := p.opts.Reshard.price(p.lm, t.Shape, t.DType.Size(), k, from, to)
 	if err != nil {
 		panic(fmt.Sprintf("sharding: resharding %s from %s to %s: %v", p.g.Value(v).Name, from, to, err))
 	}
@@ -153,6 +153,44 @@ type localReshardKey struct {
 type ReshardMemo struct {
 	mu sync.Mutex
 	m  map[reshardKey]mesh.Reshard
+	// srcs holds per (type, from) the search that priced a first target from there: a
+	// value's layouts are read in ten or so others, all answered by the one search.
+	srcs map[srcKey]*mesh.ReshardSource
+}
+
+type srcKey struct {
+	typ  string
+	from uint64
+}
+
+// price is mesh.ReshardCost(lm, shape, elemBytes, from, to), k's key, read off the memo's
+// search from (k.typ, from) (mesh.ReshardSource: the same answer), made on the first
+// target asked of it. A nil memo searches every time.
+func (r *ReshardMemo) price(lm *mesh.LogicalMesh, shape []int, elemBytes int, k reshardKey, from, to mesh.Spec) (mesh.Reshard, error) {
+	if r == nil {
+		return mesh.ReshardCost(lm, shape, elemBytes, from, to)
+	}
+	sk := srcKey{k.typ, k.from}
+	r.mu.Lock()
+	src := r.srcs[sk]
+	r.mu.Unlock()
+	if src == nil {
+		var err error
+		if src, err = mesh.NewReshardSource(lm, shape, elemBytes, from); err != nil {
+			return mesh.Reshard{}, err
+		}
+		r.mu.Lock()
+		if had := r.srcs[sk]; had != nil {
+			src = had // a concurrent solve got there first: keep one
+		} else {
+			if r.srcs == nil {
+				r.srcs = map[srcKey]*mesh.ReshardSource{}
+			}
+			r.srcs[sk] = src
+		}
+		r.mu.Unlock()
+	}
+	return src.To(to)
 }
 
 func (r *ReshardMemo) get(k reshardKey) (mesh.Reshard, bool) {

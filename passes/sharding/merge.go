@@ -262,6 +262,9 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 			nOut += len(ms)
 			nArena += len(ms) * (len(gs.pick) + 1)
 		}
+		if !firstOnly && nOut > maxGroupStrategies {
+			return nil // over the bound: the caller takes the first matches only
+		}
 		arena = make([]int32, 0, nArena)
 		out := make([]groupStrategy, 0, nOut)
 		for _, gs := range gr.strats {
@@ -288,7 +291,7 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 		return out
 	}
 	out := extend(false)
-	if len(out) > maxGroupStrategies {
+	if out == nil {
 		out = extend(true)
 	}
 	gr.strats = out

@@ -106,13 +106,26 @@ type mpSolver struct {
 	// scratch
 	theta, buf, mineBuf []float64
 	best, bestBuf       [][]float64
+	// rowMin[f], when rowOK[f], is tableMin's row minima of table f under its last
+	// member's current messages (tableMinRows): pass clears them all when it starts and
+	// f's when it writes msg[f][last], so that they always match the messages. Messages
+	// are written only by pass (and by a caller before run, which starts with a pass).
+	rowMin [][]float64
+	rowOK  []bool
+	// cls[f][i], when clsOK[f][i], is the least of −msg[f][i] per class of member i of
+	// table f (minMarginal's best for a member not held), kept the same way.
+	cls      [][][]float64
+	clsOK    [][]bool
+	noRowMin bool // never keep rowMin nor cls (a test's reference)
 }
 
 // mpRef is variable's place in a factor: factor f, member i.
 type mpRef struct{ f, i int }
 
 func newMPSolver(m *mpModel) *mpSolver {
-	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels))}
+	s := &mpSolver{m: m, msg: make([][][]float64, len(m.factors)), adj: make([][]mpRef, len(m.labels)),
+		rowMin: make([][]float64, len(m.factors)), rowOK: make([]bool, len(m.factors)),
+		cls: make([][][]float64, len(m.factors)), clsOK: make([][]bool, len(m.factors))}
 	most, arity := 0, 0
 	for _, n := range m.labels {
 		most = max(most, n)
@@ -144,6 +157,10 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 	// best[i][c]: the least of −msg over member i's labels in class c (member j: 0).
 	best := s.best[:len(fa.vars)]
 	for i, v := range fa.vars {
+		if i != j && !s.noRowMin && (fixed == nil || fixed[v] < 0) {
+			best[i] = s.classMins(f, i)
+			continue
+		}
 		b := growTo(&s.bestBuf[i], fa.dims[i])
 		for c := range b {
 			b[c] = math.Inf(1)
@@ -166,15 +183,59 @@ func (s *mpSolver) minMarginal(f, j int, fixed []int, out []float64) {
 	for c := range mine {
 		mine[c] = math.Inf(1)
 	}
-	tableMin(fa, best, j, mine)
+	var rows []float64
+	if last := len(fa.vars) - 1; !s.noRowMin && last >= 2 && j != last && (fixed == nil || fixed[fa.vars[last]] < 0) {
+		// best[last] is −msg's least per class, as for every call since the messages
+		// last changed: the row minima of the previous call still hold.
+		rows = s.rowMin[f]
+		if !s.rowOK[f] {
+			if rows == nil {
+				rows = make([]float64, len(fa.cost)/fa.dims[last])
+				s.rowMin[f] = rows
+			}
+			tableMinRows(fa, best[last], rows)
+			s.rowOK[f] = true
+		}
+	}
+	tableMin(fa, best, j, mine, rows)
 	for x, c := range fa.classOf[j] {
 		out[x] = mine[c]
 	}
 }
 
+// classMins is cls[f][i], worked out again when msg[f][i] changed since (see mpSolver).
+func (s *mpSolver) classMins(f, i int) []float64 {
+	if s.cls[f] == nil {
+		n := len(s.m.factors[f].vars)
+		s.cls[f], s.clsOK[f] = make([][]float64, n), make([]bool, n)
+	}
+	b := s.cls[f][i]
+	if s.clsOK[f][i] {
+		return b
+	}
+	fa := &s.m.factors[f]
+	if b == nil {
+		b = make([]float64, fa.dims[i])
+		s.cls[f][i] = b
+	}
+	for c := range b {
+		b[c] = math.Inf(1)
+	}
+	mg := s.msg[f][i]
+	for x, c := range fa.classOf[i] {
+		b[c] = min(b[c], -mg[x])
+	}
+	s.clsOK[f][i] = true
+	return b
+}
+
 // tableMin sets mine[c] to the least of cost + Σ_i best[i][class_i] over the cells whose
 // member j is in class c. A two-member table, the common case, runs without the odometer.
-func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
+// rowMin, when not nil (only for j ≠ the last member), holds for every row of the table
+// (the cells that share all members' classes but the last's) the least of
+// cost + best[last] over the row, as tableMinRows computes it; tableMin then reads it
+// instead of scanning the row. The answer is the same, bit for bit, as without it.
+func tableMin(fa *mpFactor, best [][]float64, j int, mine, rowMin []float64) {
 	if len(fa.vars) == 2 {
 		nr, nc := fa.dims[0], fa.dims[1]
 		for r := range nr {
@@ -188,39 +249,135 @@ func tableMin(fa *mpFactor, best [][]float64, j int, mine []float64) {
 				mine[r] = min(mine[r], m+br)
 				continue
 			}
+			if math.IsInf(br, 1) { // a member held at another class: no cell of the row
+				continue
+			}
 			for c, x := range row {
 				mine[c] = min(mine[c], x+br)
 			}
 		}
 		return
 	}
-	// The last member's classes run innermost: a row of the table shares the others' sum.
+	// The last member's classes run innermost: a row of the table shares the others' sum
+	// pre = ((0 + best[0][c_0]) + best[1][c_1]) + …, kept per level (pres[i]: the sum of
+	// the first i terms, in that order, so the same float as summing each row afresh).
+	// A term +∞ (a member held at another class, decode) makes every cell below it +∞,
+	// which no minimum takes: its rows are skipped. No term is −∞ nor NaN (the costs and
+	// messages are finite), so the skipped cells would have left mine as it is.
 	last := len(fa.vars) - 1
 	nl, bl := fa.dims[last], best[last]
-	var idx [mpMaxArity]int
-	for base := 0; base < len(fa.cost); base += nl {
+	if last == 0 { // one member: one row, its sum 0
 		pre := 0.0
-		for i := range last {
-			pre += best[i][idx[i]]
+		for c, x := range fa.cost[:nl] {
+			mine[c] = min(mine[c], x+pre+bl[c])
 		}
-		row := fa.cost[base : base+nl]
-		if j == last {
-			for c, x := range row {
-				mine[c] = min(mine[c], x+pre+bl[c])
+		return
+	}
+	// The members before inner run through an odometer, inner's classes (one row each) in
+	// a loop of their own (cellsMin, rowsMin).
+	inner := last - 1
+	var idx [mpMaxArity]int
+	var pres [mpMaxArity]float64
+	var span [mpMaxArity]int // span[i]: the rows one class of member i covers
+	span[inner] = 1
+	for i := inner - 1; i >= 0; i-- {
+		span[i] = span[i+1] * fa.dims[i+1]
+	}
+	row := 0 // the first row under idx[:i+1]
+	for i := 0; ; {
+		if i < inner {
+			// Member i's next class whose term is finite; past its last, up a level.
+			for idx[i] < fa.dims[i] && math.IsInf(best[i][idx[i]], 1) {
+				idx[i]++
+				row += span[i]
 			}
-		} else {
-			m := math.Inf(1)
-			for c, x := range row {
-				m = min(m, x+bl[c])
+			if idx[i] == fa.dims[i] {
+				if i == 0 {
+					return
+				}
+				idx[i] = 0
+				i--
+				idx[i]++
+				continue
 			}
-			mine[idx[j]] = min(mine[idx[j]], m+pre)
+			pres[i+1] = pres[i] + best[i][idx[i]]
+			i++
+			continue
 		}
-		for i := last - 1; i >= 0; i-- { // the next row
-			if idx[i]++; idx[i] < fa.dims[i] {
-				break
+		// inner's rows: idx[:inner] set, pres[inner] the sum of their terms.
+		bi, p0 := best[inner], pres[inner]
+		switch {
+		case j == last:
+			cellsMin(fa.cost, row, nl, p0, bi, bl, mine)
+		case j == inner:
+			for c, t := range bi {
+				if !math.IsInf(t, 1) {
+					mine[c] = min(mine[c], rowAt(fa.cost, row+c, nl, bl, rowMin)+(p0+t))
+				}
 			}
-			idx[i] = 0
+		default:
+			mine[idx[j]] = rowsMin(fa.cost, row, nl, p0, bi, bl, mine[idx[j]], rowMin)
 		}
+		row += fa.dims[inner]
+		if inner == 0 {
+			return
+		}
+		i = inner - 1
+		idx[i]++
+	}
+}
+
+// cellsMin is tableMin's step for the last member over the rows of inner's classes: row
+// r0+c has the sum p0 + bi[c], and each of its cells x takes mine[k] to x + sum + bl[k].
+func cellsMin(cost []float64, r0, nl int, p0 float64, bi, bl, mine []float64) {
+	bl, mine = bl[:nl], mine[:nl]
+	for c, t := range bi {
+		if math.IsInf(t, 1) {
+			continue
+		}
+		pre := p0 + t
+		r := r0 + c
+		for k, x := range cost[r*nl : r*nl+nl] {
+			mine[k] = min(mine[k], x+pre+bl[k])
+		}
+	}
+}
+
+// rowsMin is the least of m and, over the rows r0+c of inner's classes, the row's
+// minimum (rowAt) plus its sum p0 + bi[c].
+func rowsMin(cost []float64, r0, nl int, p0 float64, bi, bl []float64, m float64, rowMin []float64) float64 {
+	for c, t := range bi {
+		if !math.IsInf(t, 1) {
+			m = min(m, rowAt(cost, r0+c, nl, bl, rowMin)+(p0+t))
+		}
+	}
+	return m
+}
+
+// rowAt is row r's least of cost + bl: rowMin's when kept, else scanned.
+func rowAt(cost []float64, r, nl int, bl, rowMin []float64) float64 {
+	if rowMin != nil {
+		return rowMin[r]
+	}
+	return rowMinOf(cost[r*nl:r*nl+nl], bl)
+}
+
+// rowMinOf is the least of cells[c] + bl[c].
+func rowMinOf(cells, bl []float64) float64 {
+	bl = bl[:len(cells)]
+	m := math.Inf(1)
+	for c, x := range cells {
+		m = min(m, x+bl[c])
+	}
+	return m
+}
+
+// tableMinRows fills rowMin, per row of a table of three or more members, with the least
+// of cost + bl over the row (see tableMin).
+func tableMinRows(fa *mpFactor, bl, rowMin []float64) {
+	nl := fa.dims[len(fa.dims)-1]
+	for r := range rowMin {
+		rowMin[r] = rowMinOf(fa.cost[r*nl:r*nl+nl], bl)
 	}
 }
 
@@ -280,6 +437,10 @@ func (s *mpSolver) orMarginal(f, j int, fixed []int, out []float64) {
 // member after it.
 func (s *mpSolver) pass(forward bool) {
 	n := len(s.m.labels)
+	clear(s.rowOK)
+	for _, ok := range s.clsOK {
+		clear(ok)
+	}
 	for step := range n {
 		v := step
 		if !forward {
@@ -296,6 +457,7 @@ func (s *mpSolver) pass(forward bool) {
 			if in {
 				nIn++
 				s.minMarginal(r.f, r.i, nil, s.msg[r.f][r.i])
+				s.wrote(r)
 			}
 			if out {
 				nOut++
@@ -324,7 +486,19 @@ func (s *mpSolver) pass(forward bool) {
 			for x := range mg {
 				mg[x] -= w * th[x]
 			}
+			s.wrote(r)
 		}
+	}
+}
+
+// wrote notes that pass changed msg[r.f][r.i]: r's class minima, and the row minima of
+// r.f when r is its last member, no longer hold.
+func (s *mpSolver) wrote(r mpRef) {
+	if r.i == len(s.m.factors[r.f].vars)-1 {
+		s.rowOK[r.f] = false
+	}
+	if s.clsOK[r.f] != nil {
+		s.clsOK[r.f][r.i] = false
 	}
 }
 
@@ -397,17 +571,30 @@ func argminOf(xs []float64) int {
 
 // icm improves x in place, one variable at a time, to its best label with the others
 // held (iterated conditional modes), until no single change lowers E or rounds run out.
+// A table's cell under x with v at label k is at[r] + classOf[r.i][k]·stride[r] (the
+// others' classes held), so a label costs a lookup per table instead of a walk.
 func (m *mpModel) icm(x []int, adj [][]mpRef, rounds int) {
+	var at, stride []int
 	for range rounds {
 		changed := false
 		for v := range x {
 			cur := x[v]
+			at, stride = at[:0], stride[:0]
+			for _, r := range adj[v] {
+				a, st := m.factors[r.f].cellWithout(r.i, x)
+				at, stride = append(at, a), append(stride, st)
+			}
 			best, bestE := cur, math.Inf(1)
 			for k := range m.labels[v] {
 				x[v] = k
 				e := m.unary[v][k]
-				for _, r := range adj[v] {
-					e += m.factors[r.f].value(x)
+				for ri, r := range adj[v] {
+					f := &m.factors[r.f]
+					if f.or {
+						e += f.value(x)
+						continue
+					}
+					e += f.cost[at[ri]+f.classOf[r.i][k]*stride[ri]]
 				}
 				if e < bestE || e == bestE && k == cur {
 					best, bestE = k, e
@@ -420,6 +607,26 @@ func (m *mpModel) icm(x []int, adj [][]mpRef, rounds int) {
 			return
 		}
 	}
+}
+
+// cellWithout is, for a table, the index value computes under x with member i's class
+// taken as 0, and the stride of member i's class in it (an or-factor: 0, 0).
+func (f *mpFactor) cellWithout(i int, x []int) (at, stride int) {
+	if f.or {
+		return 0, 0
+	}
+	stride = 1
+	for m, v := range f.vars {
+		c := 0
+		if m != i {
+			c = f.classOf[m][x[v]]
+		}
+		at = at*f.dims[m] + c
+		if m > i {
+			stride *= f.dims[m]
+		}
+	}
+	return at, stride
 }
 
 // mpResult is what certify found: the best labeling, its energy, the bound, the passes.

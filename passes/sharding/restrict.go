@@ -1,10 +1,14 @@
 package sharding
 
-import "github.com/autopar/autopar/ir"
+import (
+	"slices"
+
+	"github.com/autopar/autopar/ir"
+)
 
 // restrict applies Options.Restrict after merging: in each group, only the strategies that
-// pick, for every member Restrict names, the candidate of that name stay. A member whose
-// name no candidate has is left free; a group none of whose strategies matches (merging
+// pick, for every member Restrict names, a candidate of one of its names stay. A member
+// none of whose names a candidate has is left free; a group none of whose strategies matches (merging
 // kept another combination) keeps them all, so the ILP still chooses there.
 // Merging and fusion are as without it, so a range of layers restricted to its layers'
 // chosen strategies is priced as the range ILP prices that plan (compile.go's composed
@@ -14,13 +18,14 @@ func (p *planner) restrict() {
 		return
 	}
 	for _, gr := range p.groups {
-		want := make([]int32, len(gr.members)) // per member: the named candidate, −1 none
+		want := make([][]int32, len(gr.members)) // per member: the named candidates, nil none
 		named := false
 		for mi, v := range gr.members {
-			want[mi] = -1
-			if name, ok := p.opts.Restrict[v]; ok {
-				want[mi] = p.candidateNamed(v, name)
-				named = true
+			for _, name := range p.opts.Restrict[v] {
+				if k := p.candidateNamed(v, name); k >= 0 && !slices.Contains(want[mi], k) {
+					want[mi] = append(want[mi], k)
+					named = true
+				}
 			}
 		}
 		if !named {
@@ -29,8 +34,8 @@ func (p *planner) restrict() {
 		var keep []groupStrategy
 		for _, gs := range gr.strats {
 			ok := true
-			for mi, k := range want {
-				ok = ok && (k < 0 || gs.pick[mi] == k)
+			for mi, ks := range want {
+				ok = ok && (ks == nil || slices.Contains(ks, gs.pick[mi]))
 			}
 			if ok {
 				keep = append(keep, gs)

@@ -12,8 +12,9 @@ import (
 
 // TestRestrict: a solve restricted to the strategies an unrestricted solve chose finds that
 // plan again, at its price, with fewer variables; restricted to another strategy of one
-// matmul it chooses that strategy and costs no less than the optimum; a name no candidate
-// has leaves its value free.
+// matmul it chooses that strategy and costs no less than the optimum; restricted to that
+// one and the optimum's it chooses the optimum's; a name no candidate has leaves its value
+// free.
 func TestRestrict(t *testing.T) {
 	g := mlpStep(t, 8, 8, 3)
 	lm := uniform(t, 2, 2)
@@ -21,9 +22,9 @@ func TestRestrict(t *testing.T) {
 	ctx := context.Background()
 	best, err := Solve(ctx, g, lm, opts)
 	require.NoError(t, err)
-	names := map[ir.ValueID]string{}
+	names := map[ir.ValueID][]string{}
 	for i := range g.Values {
-		names[ir.ValueID(i)] = best.Strategies[i].Name
+		names[ir.ValueID(i)] = []string{best.Strategies[i].Name}
 	}
 	ro := opts
 	ro.Restrict = names
@@ -46,13 +47,20 @@ func TestRestrict(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, other)
-	ro.Restrict = map[ir.ValueID]string{z: other}
+	ro.Restrict = map[ir.ValueID][]string{z: {other}}
 	got, err := Solve(ctx, g, lm, ro)
 	require.NoError(t, err)
 	assert.Equal(t, other, got.Strategies[z].Name)
 	assert.GreaterOrEqual(t, got.Cost.Total, best.Cost.Total*(1-1e-12))
 
-	ro.Restrict = map[ir.ValueID]string{z: "no such strategy"}
+	// Two names: the ILP chooses between them, here the optimum's.
+	ro.Restrict = map[ir.ValueID][]string{z: {other, best.Strategies[z].Name}}
+	both, err := Solve(ctx, g, lm, ro)
+	require.NoError(t, err)
+	assert.InDelta(t, best.Cost.Total, both.Cost.Total, 1e-12*best.Cost.Total)
+	assert.Equal(t, best.Strategies[z].Name, both.Strategies[z].Name)
+
+	ro.Restrict = map[ir.ValueID][]string{z: {"no such strategy"}}
 	free, err := Solve(ctx, g, lm, ro)
 	require.NoError(t, err)
 	assert.InDelta(t, best.Cost.Total, free.Cost.Total, 1e-12*best.Cost.Total)

@@ -49,9 +49,9 @@ type Options struct {
 	// ForceSpec pins values to the first candidate whose output has the given layout.
 	ForceSpec map[ir.ValueID]mesh.Spec
 	// Restrict keeps, in each ILP node, only the strategies that pick for each named member
-	// the candidate of that Strategy.Name (restrict.go): the strategies other solves chose
-	// for the same ops. Unlike Force it leaves merging and fusion as they are.
-	Restrict map[ir.ValueID]string
+	// a candidate of one of those Strategy.Names (restrict.go): the strategies other solves
+	// chose for the same ops. Unlike Force it leaves merging and fusion as they are.
+	Restrict map[ir.ValueID][]string
 	// NoMerge keeps every op its own ILP node (followers are merged by default).
 	NoMerge bool
 	// NoPrune keeps every strategy of every node: no dominance pruning (dominance.go),

@@ -470,10 +470,11 @@ func dropReplicatedWork(ss []Strategy, lm *mesh.LogicalMesh) []Strategy {
 // is the same, row for row — and s costs no more in Compute+Comm and in Memory. Among equals
 // the first is kept. Strategies with any spec different are never compared, so pruning
 // cannot lose the optimum. The order of the survivors is the generation order, which is
-// what Options.Force indexes.
+// what Options.Force indexes. It filters ss in place (a survivor only moves to an earlier
+// slot, one already read), and copies the survivors out when they fill under half of it.
 func prune(ss []Strategy) []Strategy {
 	best := map[specsKey]int{}
-	var out []Strategy
+	out := ss[:0]
 	for _, s := range ss {
 		key := specKeyOf(s)
 		j, seen := best[key]
@@ -486,6 +487,10 @@ func prune(ss []Strategy) []Strategy {
 			out[j] = s
 		}
 	}
+	if len(out) < cap(ss)/2 {
+		return slices.Clone(out)
+	}
+	clear(ss[len(out):]) // what the dropped ones refer to is garbage
 	return out
 }
 
