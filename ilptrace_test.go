@@ -60,6 +60,9 @@ func traceILPs(b *testing.B, config string) func() {
 		if st.Warm {
 			start = "warm"
 		}
+		if st.Incumbent != nil {
+			start += "+incumbent"
+		}
 		kind, budget := ilpKind(p)
 		fmt.Fprintf(f, "%s,%d,%d,%.0f,%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,%s,%.0f\n", config, st.Vars, st.Rows, st.Limit.Seconds(),
 			st.Build.Seconds()*1e3, st.Wall.Seconds()*1e3, st.CPU.Seconds()*1e3, st.Iterations, st.Nodes, root, status, start, kind, budget)
@@ -97,9 +100,10 @@ func dumpILP(b *testing.B, p *ilp.Problem, st ilp.Stats) {
 	}
 	defer f.Close()
 	if err := gob.NewEncoder(f).Encode(struct {
-		P     *ilp.Problem
-		Limit time.Duration
-	}{p, st.Limit}); err != nil {
+		P         *ilp.Problem
+		Limit     time.Duration
+		Incumbent []float64
+	}{p, st.Limit, st.Incumbent}); err != nil {
 		b.Error(err)
 	}
 }

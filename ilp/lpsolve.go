@@ -150,6 +150,7 @@ type lpModel struct {
 
 	cpu       time.Duration // thread CPU time of the last solve
 	scaleRows bool          // normalize rows and the objective (see normalize)
+	objScale  float64       // lp_solve's objective row is objScale times the problem's (a power of two; 0: 1)
 	colExp    []int         // column j is 2^colExp[j] times lp_solve's column (scale.go); nil: none
 }
 
@@ -278,7 +279,7 @@ func (m *lpModel) normalize(x float64) float64 {
 func (m *lpModel) setObjective(terms []Term) error {
 	m.load(terms)
 	if m.scaleRows {
-		m.normalize(0)
+		m.objScale = m.normalize(1)
 	}
 	if len(m.idx) == 0 {
 		return nil // lp_solve rejects an empty set_obj_fnex; zero is its default
@@ -360,6 +361,16 @@ func (m *lpModel) tune(t tuning) {
 	if t.gapRel > 0 {
 		C.set_mip_gap(m.lp, 0, C.double(t.gapRel))
 	}
+}
+
+// setCutoff makes lp_solve's branch and bound reject every point whose objective (the
+// problem's, ObjConstant excluded) is not better than cutoff: set_obj_bound, its initial
+// "at least better than" value (https://lpsolve.sourceforge.net/5.5/set_obj_bound.htm).
+func (m *lpModel) setCutoff(cutoff float64) {
+	if m.objScale != 0 {
+		cutoff *= m.objScale
+	}
+	C.set_obj_bound(m.lp, C.double(cutoff))
 }
 
 // solve runs lp_solve with a limit on its CPU time, one on simplex iterations and a

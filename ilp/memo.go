@@ -38,7 +38,7 @@ type solveMemo struct {
 
 var memo = solveMemo{entries: map[memoKey]*memoEntry{}}
 
-// keyOf hashes the problem, the iteration limit and the solver settings: all that decides
+// keyOf hashes the problem, the iteration limit, the start, the incumbent and the solver settings: all that decides
 // an answer that no clock or context cut short.
 func keyOf(p *Problem, opts Options, t tuning) memoKey {
 	h := sha256.New()
@@ -70,6 +70,13 @@ func keyOf(p *Problem, opts Options, t tuning) memoKey {
 		f(p.Rows[i].RHS)
 	}
 	u(uint64(max(0, opts.Iterations)))
+	if x := opts.Incumbent; x != nil { // the incumbent may be the answer
+		u(math.MaxUint64 - 1)
+		u(uint64(len(x)))
+		for _, v := range x {
+			f(v)
+		}
+	}
 	if b := opts.Start; b != nil { // the start decides which optimum is found
 		u(math.MaxUint64)
 		u(uint64(len(b.Vars)))

@@ -52,6 +52,7 @@ func (*lpModel) effort() (time.Duration, int64, int64) { return 0, 0, 0 }
 func (*lpModel) variables() ([]float64, error)         { return nil, ErrNoSolver }
 func (*lpModel) basis() *Basis                         { return nil }
 func (*lpModel) setBasis(*Basis) error                 { return ErrNoSolver }
+func (*lpModel) setCutoff(float64)                     {}
 
 // Available reports whether this build can solve ILPs: ErrNoSolver without cgo.
 func Available() error { return ErrNoSolver }

@@ -24,6 +24,7 @@ var (
 	replayLean    = flag.Int64("ilp-lean", 0, "TestReplay: solve problems recorded with a limit under 10 s with this iteration limit and 30 s")
 	replayIters   = flag.Int64("ilp-iters", 0, "TestReplay: stop every solve after this many simplex iterations (ilp.Options.Iterations)")
 	replayNoLimit = flag.Bool("ilp-nolimit", false, "TestReplay: ignore the recorded time limits")
+	replayInc     = flag.Bool("ilp-incumbent", false, "TestReplay: give each problem its recorded incumbent (Options.Incumbent), if any; problems without one are skipped")
 	replayTune    = flag.String("ilp-tune", "", "lp_solve settings for TestReplay: presolve=N,scaling=N,bbrule=N,floor=N,improve=N,depth=N")
 )
 
@@ -88,8 +89,9 @@ func TestReplay(t *testing.T) {
 	var iters, nodes int64
 	for _, f := range files {
 		var rec struct {
-			P     *Problem
-			Limit time.Duration
+			P         *Problem
+			Limit     time.Duration
+			Incumbent []float64
 		}
 		r, err := os.Open(f)
 		if err != nil {
@@ -100,6 +102,9 @@ func TestReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if *replayInc && rec.Incumbent == nil {
+			continue
+		}
 		var st Stats
 		restore := Trace(func(_ *Problem, s Stats) { st = s })
 		if *replayNoLimit {
@@ -109,6 +114,9 @@ func TestReplay(t *testing.T) {
 		if *replayLean > 0 && rec.Limit > 0 && rec.Limit < 10*time.Second {
 			// a lean solve of the oracle: effort-limited now, with its full time limit
 			opts = Options{TimeLimit: 30 * time.Second, Iterations: *replayLean}
+		}
+		if *replayInc {
+			opts.Incumbent = rec.Incumbent
 		}
 		var sol *Solution
 		if *replayMemo {
@@ -127,6 +135,9 @@ func TestReplay(t *testing.T) {
 		status := "ok"
 		if err != nil {
 			status = err.Error()
+		}
+		if rec.Incumbent != nil {
+			obj += fmt.Sprintf(" (incumbent %.9g)", Evaluate(rec.P, rec.Incumbent).Objective)
 		}
 		fmt.Printf("%s\t%d\t%d\t%s\t%.3f\t%d\t%d\t%s\n", filepath.Base(f), st.Vars, st.Rows, obj, st.CPU.Seconds(), st.Iterations, st.Nodes, status)
 		cpu += st.CPU

@@ -41,6 +41,16 @@ type Options struct {
 	// changed or rows and variables were appended to it. It changes the search's path,
 	// not the objective it proves optimal.
 	Start *Basis
+	// Incumbent, if set, is a feasible point of the problem known before the solve (one
+	// value per variable; Evaluate must find it feasible), typically a heuristic's plan.
+	// lp_solve's branch and bound then looks only for points better than it (its
+	// objective is the cutoff: set_obj_bound), so it prunes every node whose bound does
+	// not beat it. Solve returns the incumbent itself, Status Optimal, when lp_solve
+	// proves that nothing better exists (within its MIP gaps, as for any optimum); at a
+	// limit, the better of the incumbent and lp_solve's best point (the incumbent on a
+	// tie), Status Feasible. The answer is a function of the problem, the options and the
+	// incumbent. It does not apply to a problem without integer variables.
+	Incumbent []float64
 }
 
 // Status says how good a returned Solution is.
@@ -117,6 +127,14 @@ func Solve(ctx context.Context, p *Problem, opts Options) (*Solution, error) {
 	if len(p.Vars) == 0 {
 		return solveConstant(p) // lp_solve refuses a model without columns
 	}
+	if opts.Incumbent != nil {
+		if len(opts.Incumbent) != len(p.Vars) {
+			return nil, fmt.Errorf("ilp: incumbent has %d values for %d variables", len(opts.Incumbent), len(p.Vars))
+		}
+		if ev := Evaluate(p, opts.Incumbent); !ev.Feasible() {
+			return nil, fmt.Errorf("ilp: incumbent is not feasible: %w", ev.Err())
+		}
+	}
 	k := keyOf(p, opts, defaultTuning)
 	e, mine, err := memo.lookup(ctx, k)
 	if err != nil {
@@ -155,13 +173,19 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
 	}
 	st.Rules = 1
+	var inc *Solution // the incumbent: prior of the first run, its cutoff
+	if opts.Incumbent != nil {
+		vals := append([]float64(nil), opts.Incumbent...)
+		inc = &Solution{Values: vals, Objective: objective(p, vals), Status: Feasible}
+		st.Incumbent = opts.Incumbent
+	}
 	if t.firstRule < 0 {
-		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, nil, &st)
+		return run(ctx, p, opts, limits{opts.TimeLimit, opts.Iterations, 0}, &t, inc, &st)
 	}
 	first := t
 	first.bbRule = t.firstRule
 	lim := limits{opts.TimeLimit, opts.Iterations, bbAllowanceMin}
-	sol, reusable, err = run(ctx, p, opts, lim, &first, nil, &st)
+	sol, reusable, err = run(ctx, p, opts, lim, &first, inc, &st)
 	if !errors.Is(err, errGaveUp) {
 		return sol, reusable, err
 	}
@@ -173,7 +197,7 @@ func solve(ctx context.Context, p *Problem, opts Options) (sol *Solution, reusab
 		lim.time = max(opts.TimeLimit-st.CPU, time.Nanosecond)
 	}
 	lim.bbMin = 0
-	t.scaleRows = first.scaleRows
+	t.scaleRows, t.noCutoff = first.scaleRows, first.noCutoff
 	st.Rules = 2
 	return run(ctx, p, opts, lim, &t, sol, &st)
 }
@@ -203,12 +227,20 @@ type limits struct {
 
 // run solves p under *t within lim, retrying scaled when lp_solve fails numerically
 // (t.scaleRows is then set); prior, if set, is a feasible point found before, returned
-// instead of a worse one when the search stops early. Errors name opts' limits.
+// instead of a worse one when the search stops early, and with opts.Incumbent set also
+// the search's cutoff (see Options.Incumbent). Errors name opts' limits.
 func run(ctx context.Context, p *Problem, opts Options, lim limits, t *tuning, prior *Solution, st *Stats) (*Solution, bool, error) {
 	for {
 		sol, reusable, retry, err := attempt(ctx, p, opts, lim, *t, prior, st)
 		if !retry {
 			return sol, reusable, err
+		}
+		if opts.Incumbent != nil && prior != nil && !t.noCutoff {
+			// lp_solve failed numerically with the cutoff (it does when the cutoff is at or
+			// below the optimum on some problems): solve without it, keeping the incumbent
+			// as prior. A function of the problem and the incumbent, as the failure is.
+			t.noCutoff, st.Incumbent = true, nil
+			continue
 		}
 		// lp_solve's own scaling failed on this problem's range of numbers: solve it again
 		// scaled exactly (scale.go). The failure, and so the retry, is a function of the
@@ -235,6 +267,10 @@ func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning
 			return nil, false, false, err
 		}
 	}
+	cutoff := opts.Incumbent != nil && prior != nil && !t.noCutoff
+	if cutoff {
+		m.setCutoff(prior.Objective - p.ObjConstant)
+	}
 	built := time.Now()
 	code := solveWatched(ctx, m, lim)
 	cpu, iters, nodes := m.effort()
@@ -243,10 +279,19 @@ func attempt(ctx context.Context, p *Problem, opts Options, lim limits, t tuning
 	st.CPU += cpu
 	st.Iterations += iters
 	st.Nodes += nodes
-	if (code == lpNumFailure || code == lpAccuracy) && !t.scaleRows && ctx.Err() == nil {
+	if (code == lpNumFailure || code == lpAccuracy) && (!t.scaleRows || cutoff) && ctx.Err() == nil {
 		return nil, false, true, nil
 	}
+	if cutoff && (code == lpInfeasible || code == lpOptimal && m.solutionCount() == 0) {
+		// Nothing beats the cutoff: the point it came from is optimal.
+		sol := *prior
+		sol.Status = Optimal
+		return &sol, true, false, nil
+	}
 	sol, err := result(ctx, p, m, code, opts, prior)
+	if cutoff && err == nil && sol != nil && prior.Objective <= sol.Objective {
+		sol = &Solution{Values: prior.Values, Objective: prior.Objective, Status: Optimal} // lp_solve's answer ties the cutoff
+	}
 	return sol, cacheable(sol, err, m), false, err
 }
 

@@ -27,6 +27,10 @@ type Stats struct {
 	Cached bool
 	// Warm: lp_solve started from a given basis (Options.Start), not the all-slack one.
 	Warm bool
+	// Incumbent is the point of Options.Incumbent when the search ran with its cutoff;
+	// nil without one, and when lp_solve failed numerically with it and solved again
+	// without. Read only.
+	Incumbent []float64
 }
 
 // tracer receives every Solve's Stats; see Trace.
@@ -59,6 +63,9 @@ type tuning struct {
 	// positive (set_epspivot, set_epsel, set_mip_gap).
 	epsPivot, epsEl, gapAbs, gapRel float64
 	scaleRows                       bool
+	// noCutoff drops the incumbent's cutoff (Options.Incumbent), after lp_solve failed
+	// numerically with it (see run).
+	noCutoff bool
 }
 
 // lp_solve's branching rules used (set_bb_rule, lp_lib.h).

@@ -421,8 +421,9 @@ func (st *mpState) closedChoice() []int {
 // the ILP without memory rows that fits them is an optimum with them. When the plan does
 // not fit, the Lagrangian search of the memory rows (lagrange.go) runs: its plan, when its
 // bound proves it optimal under the budget, is the answer. Otherwise nil, with the sweeps
-// run.
-func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
+// run and the best plan of the Lagrangian search that fits the budget (nil: none), the
+// incumbent lp_solve must beat.
+func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps int, incumbent []int) {
 	start := time.Now()
 	st, _ := p.solveEnergy() // nil: the model cannot express the ILP; lp_solve answers
 	var mp mpResult
@@ -437,33 +438,33 @@ func (p *planner) certified(budget float64, stats ILPStats) (*Result, int) {
 		}
 	}()
 	if st == nil || st.res.x == nil {
-		return nil, mp.iters
+		return nil, mp.iters, nil
 	}
 	free := st.choice(st.res.x)
 	_, peak := p.peakOf(free)
 	fits = budget <= 0 || peak <= budget
 	if fits && choice == nil {
-		return nil, mp.iters // an open certificate: lp_solve answers
+		return nil, mp.iters, nil // an open certificate: lp_solve answers
 	}
 	if fits {
 		stats.SolveTime = time.Since(start)
 		stats.Solver, stats.Sweeps = "msgpass", mp.iters
 		if res := p.planResult(choice, ilp.Optimal, stats); res != nil {
-			return res, mp.iters
+			return res, mp.iters, nil
 		}
-		return nil, mp.iters
+		return nil, mp.iters, nil
 	}
 	lag := p.lagrange(st, budget, p.stop())
-	sweeps := mp.iters + lag.sweeps
+	sweeps = mp.iters + lag.sweeps
 	if lagTrace != nil {
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
 	if !lag.closed {
-		return nil, sweeps
+		return nil, sweeps, st.choice(lag.x)
 	}
 	stats.SolveTime = time.Since(start)
 	stats.Solver, stats.Sweeps = "lagrange", sweeps
-	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps
+	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps, nil
 }
 
 // planResult is choice's Result as solve returns an answer of the given status: the

@@ -38,12 +38,16 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		}
 		pts = p.topPoints(hi, 4, budget)
 	}
+	var incumbent []int // the Lagrangian search's best plan that fits: lp_solve's cutoff
 	if !p.opts.LPSolveOnly {
-		res, sweeps := p.certified(budget, stats)
+		res, sweeps, inc := p.certified(budget, stats)
 		if res != nil {
 			return res, nil
 		}
 		stats.Sweeps = sweeps
+		if p.opts.Incumbent {
+			incumbent = inc
+		}
 	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
@@ -69,6 +73,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 			opts.Start = w.basis
 		}
 		w = nil
+		opts.Incumbent = p.incumbentValues(incumbent)
 		sol, err := ilp.Solve(ctx, p.prob, opts)
 		stats.Rounds = round
 		if sol != nil && sol.Basis != nil {
@@ -104,6 +109,21 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		}
 		return res, nil
 	}
+}
+
+// incumbentValues is choice's point of the ILP as it stands (memory rows included), to
+// give lp_solve as its incumbent (ilp.Options.Incumbent: its cutoff, and the answer when
+// nothing beats it); nil when choice is nil or its point does not satisfy every row (it
+// cannot: the plans the Lagrangian search keeps fit the budget at every point).
+func (p *planner) incumbentValues(choice []int) []float64 {
+	if choice == nil {
+		return nil
+	}
+	x := p.assignment(choice)
+	if ev := ilp.Evaluate(p.prob, x); !ev.Feasible() {
+		return nil
+	}
+	return x
 }
 
 // result spells a choice of group strategies out per value.

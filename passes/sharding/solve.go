@@ -38,6 +38,13 @@ type Options struct {
 	// (certify.go), which answers most layer ILPs in milliseconds with a plan proven
 	// optimal to lp_solve's own gaps. The tests compare the two.
 	LPSolveOnly bool
+	// Incumbent gives lp_solve, on a memory-bound ILP that the Lagrangian search of the
+	// memory rows does not close (lagrange.go), that search's best plan that fits as its
+	// incumbent (ilp.Options.Incumbent): the cutoff of its branch and bound, the answer
+	// when lp_solve proves nothing better, and never a worse answer at a limit. Off by
+	// default: it makes the exhaustive search find plans the fast one misses
+	// (docs/DECISIONS.md, "The Lagrangian's plan as lp_solve's incumbent").
+	Incumbent bool
 	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
 	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
 	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an
