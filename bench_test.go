@@ -18,6 +18,7 @@ import (
 	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ilp"
+	"github.com/autopar/autopar/internal/gcpolicy"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -62,8 +63,10 @@ var alpaPlanDir = flag.String("alpa-plan-dir", "", "write each plan of Benchmark
 // compiler, its CPU time, the ILPs solved, the largest ILP's variables and the predicted
 // step. A compile past -alpa-cap is cancelled and reported as "over-cap", one that finds
 // no plan as "no-plan" with the compiler's error in the log. Select one with
-// -bench 'CompileAlpa/fast/gpt-1.3b/'.
+// -bench 'CompileAlpa/fast/gpt-1.3b/'. The collector is set as autopar compile sets it
+// (internal/gcpolicy; GOGC in the environment overrides it).
 func BenchmarkCompileAlpa(b *testing.B) {
+	defer gcpolicy.ForSearch()()
 	for _, search := range Searches {
 		for _, tc := range alpaSuite {
 			b.Run(fmt.Sprintf("%s/%s/%dgpu", search, tc.model, tc.gpus), func(b *testing.B) {
@@ -171,6 +174,7 @@ func alpaConfig(b *testing.B, name string, gpus int) (*ir.Graph, *mesh.Cluster) 
 // BenchmarkCompileTiny is the first thing a new user tries: the tiny GPT on one DGX A100
 // (8 GPUs), micro-batches searched, by each search.
 func BenchmarkCompileTiny(b *testing.B) {
+	defer gcpolicy.ForSearch()()
 	g := model(b, "gpt-tiny")
 	for _, search := range Searches {
 		b.Run(search, func(b *testing.B) {

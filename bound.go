@@ -158,6 +158,20 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 			if o.isSolved(k, st.Submesh, st.Logical) || cheapOnly && meshFactor(st.Logical) > 4 {
 				continue
 			}
+			if st.Start == 0 && o.reweighs(0, k) && o.remat != RematFull {
+				// A first stage prices layer k at its own weight (pointsIn, weighedPrice):
+				// that solve first; the layer's weight-1 solve only if it does not fit.
+				sg := o.weighedLayer(k)
+				key := solveKey{sg.hash, st.Submesh, st.Logical}
+				r, ran := o.relaxed[key]
+				if !ran && !seen[key] {
+					seen[key] = true
+					jobs = append(jobs, job{key: key, sg: sg, relaxed: true})
+				}
+				if !ran || r != nil && r.ok && r.exact {
+					continue
+				}
+			}
 			sg := o.infos[k].sg
 			key := solveKey{sg.hash, st.Submesh, st.Logical}
 			if !seen[key] {
@@ -372,8 +386,13 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	for ctx.Err() == nil {
 		opt, err := o.optimisticPlan(ctx, layers, dc, do)
 		if err != nil {
-			return // no plan even optimistically: the composed DP says why
+			// No plan even optimistically: the composed DP says why, with the lean points
+			// of every range (the optimistic memory is no proof: gpt-1.3b/4 at 16
+			// micro-batches has a plan where it has none).
+			o.markLean(nil)
+			return
 		}
+		o.markLean(opt)
 		res, err := dp.Solve(ctx, layers, dc, o, do)
 		within := err == nil && res.Time <= opt.Time*(1+refineTolerance)
 		o.roundTrace("settle", opt, res)

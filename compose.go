@@ -183,7 +183,27 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 		pts = []layerPoint{pointOf(sg, sol)}
 		o.points[key] = pts
 	}
-	if !lean || len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
+	if !lean {
+		return pts
+	}
+	return o.leanPoints(sg, key, k, pts, o.weight(k), pts[0].res, leanFractions)
+}
+
+// leanFractions are the budgets of a layer's memory-lean points, as fractions of its
+// fastest point's peak; weighedFractions those of a layer priced at a first stage's weight
+// (weighedPoints): the leanest only, which mostly ends in the min-peak plan at once (tens
+// of ms on gpt-6.7b/16), where the 0.6 budget ran into the lean limit (3-4.5 CPU s each,
+// 28 of them on gpt-6.7b/16 before a plan).
+var leanFractions, weighedFractions = []float64{0.6, 0.3}, []float64{0.3}
+
+// leanPoints adds to pts, the points of layer graph sg (solve key key) whose first is the
+// fastest, its memory-lean ones at fractions of its peak (solved once), weighed by b; warm,
+// if set, is the solve lp_solve starts the first lean one from; spotK is the layer's
+// position for leanSpot (−1−k for layer k at a first stage's weight, weighedPoints: its
+// own ILP).
+func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layerPoint, b float64, warm *sharding.Result, fractions []float64) []layerPoint {
+	s, l := key.sub, key.logical
+	if len(pts) == 0 || pts[0].res == nil || o.leaned[key] || o.ctx.Err() != nil {
 		return pts
 	}
 	if o.memory > 0 && pts[0].res.PeakMemory > o.memory {
@@ -198,9 +218,9 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	// would every smaller budget: the leaner ones are not solved. Each starts lp_solve from
 	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
 	// memory rows' budget changes.
-	peak, last := pts[0].res.PeakMemory, pts[0].res
-	for _, f := range []float64{0.6, 0.3} {
-		spot := leanSpot{k, s, l, f}
+	peak, last := pts[0].res.PeakMemory, warm
+	for _, f := range fractions {
+		spot := leanSpot{spotK, s, l, f}
 		if o.leanStuck[spot] {
 			continue // stopped at its effort limit at another count (leanSpot)
 		}
@@ -213,7 +233,7 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 			continue
 		}
 		last = sol.res
-		pts = paretoAdd(pts, pointOf(sg, sol), o.weight(k))
+		pts = paretoAdd(pts, pointOf(sg, sol), b)
 		if sol.res.Budget > budget {
 			break
 		}
@@ -354,6 +374,13 @@ func (o *oracle) composed(start, end int, s mesh.Submesh, l mesh.LogicalShape) c
 	}
 	c := o.compose(start, end, s, l)
 	o.composedAt[key] = c
+	if c.ok {
+		if o.composedEver == nil {
+			o.composedEver = map[rangeKey]bool{}
+		}
+		exact, seen := o.composedEver[key]
+		o.composedEver[key] = c.exact && (exact || !seen)
+	}
 	return c
 }
 
@@ -363,19 +390,56 @@ func (o *oracle) compose(start, end int, s mesh.Submesh, l mesh.LogicalShape) co
 	}
 	pts := make([][]layerPoint, end-start)
 	for k := start; k < end; k++ {
-		if pts[k-start] = o.layerPoints(k, s, l, false); len(pts[k-start]) == 0 {
+		if pts[k-start] = o.pointsIn(start, k, s, l); len(pts[k-start]) == 0 {
 			return composedCost{}
 		}
 	}
 	path, c := o.chain(start, pts, 0)
-	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.mayFit(start, end, s, l) {
+	if o.memory > 0 && !fitsSomeWay(c.cost, float64(o.memory)) && o.leanFor(start, end, s, l) && o.mayFit(start, end, s, l) {
 		for k := start; k < end; k++ {
-			pts[k-start] = o.layerPoints(k, s, l, true)
+			if lean := o.layerPoints(k, s, l, true); len(lean) > 0 {
+				pts[k-start] = lean
+			} else if lean := o.weighedPoints(k, s, l); len(lean) > 0 && o.lazy && o.reweighs(start, k) {
+				pts[k-start] = lean // priced at the range's weight (pointsIn): its lean points at that weight
+			}
 		}
 		path, c = o.leanest(start, pts)
 	}
 	c.exact = c.exact && o.disjointLeaves(start, end) && allFastest(path)
 	return c
+}
+
+// leanFor says whether compose may solve memory-lean points for layers [start, end) on
+// (s, l): in the lazy search, only for a range an optimistic plan ran (markLean), as the
+// lazy search solves a layer only where an optimistic plan runs it (bound.go). Each lean
+// point is a layer ILP under a budget that binds, on 2-D meshes a 3,000-iteration solve
+// that mostly ends without a plan; the composed DP asked for them for every range whose
+// layers were solved on a mesh (MoE-70B/64: five such solves, 27 of its first 104 CPU s,
+// none with a plan). A range no optimistic plan runs is still composed from its layers'
+// fastest points; the plan found is held to the optimistic bound as before (exactly).
+func (o *oracle) leanFor(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	return !o.lazy || o.leanAll || o.leanAt[rangeKey{start, end, s, l}]
+}
+
+// markLean lets compose solve memory-lean points for the stages of p, an optimistic plan
+// (leanFor), and forgets the compositions of those newly marked; with p nil, for every
+// range, and forgets every composition.
+func (o *oracle) markLean(p *dp.Result) {
+	if p == nil {
+		o.leanAll = true
+		clear(o.composedAt)
+		return
+	}
+	if o.leanAt == nil {
+		o.leanAt = map[rangeKey]bool{}
+	}
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if !o.leanAt[k] {
+			o.leanAt[k] = true
+			delete(o.composedAt, k)
+		}
+	}
 }
 
 // mayFit reports whether some way to run layers [start, end) on (s, l) may fit the device
@@ -674,7 +738,7 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 	var fastest []layerPoint
 	bounded := false
 	for k := start; k < end; k++ {
-		pts := o.layerPoints(k, s, l, false)
+		pts := o.pointsIn(start, k, s, l)
 		if len(pts) == 0 && o.lazy && !o.isSolved(k, s, l) {
 			b, ok := o.layerBound(k, s, l)
 			if !ok {
@@ -724,6 +788,60 @@ func (o *oracle) lower(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.
 		return o.boundedRange(c, start, end, s, l), true // its ways to run (bound.go)
 	}
 	return o.floored(o.withRemat(c, fastest), start, end, s, l), true
+}
+
+// pointsIn returns the points of layer k as a range from layer start prices it (compose,
+// lower): the layer's own (layerPoints), or, in the lazy search, where the range weighs
+// the layer otherwise than its own solve (reweighs: layer k > 0 in a first stage) and that
+// own solve has no plan, the layer's solve at the range's weight (weighedLayer) where it
+// is exact: solved without its memory rows, its plan fits the memory (solveRelaxed), so it
+// is the layer's optimum at that weight under the memory and a real plan of it (issue 13,
+// branch gptbig2). A first stage's price never reads the layer's weight-1 time (lower
+// takes weighedPrice), so the lazy search does not solve the layer at weight 1 under the
+// memory for a first stage where this point exists (unsolved): on GPT-39B/64 those were
+// memory-bound ILPs that ran into lp_solve's limit (30 CPU s each) only to price a stage by
+// plans at the wrong weight.
+func (o *oracle) pointsIn(start, k int, s mesh.Submesh, l mesh.LogicalShape) []layerPoint {
+	pts := o.layerPoints(k, s, l, false)
+	if len(pts) > 0 || !o.lazy || !o.reweighs(start, k) {
+		return pts
+	}
+	if w := o.weighedExact(k, s, l); w != nil {
+		return []layerPoint{pointOf(o.weighedLayer(k), w)}
+	}
+	return pts
+}
+
+// weighedPoints are layer k's points on (s, l) at a first stage's weight: its weighed
+// solve where exact (weighedExact), then its leanest memory-lean point solved at that
+// weight (leanPoints, weighedFractions; lp_solve warm from the weighed solve, as layerPoints starts from a layer's
+// relaxed solve where that is its point); nil where the weighed solve is not exact.
+func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []layerPoint {
+	w := o.weighedExact(k, s, l)
+	if w == nil {
+		return nil
+	}
+	sg := o.weighedLayer(k)
+	key := solveKey{sg.hash, s, l}
+	pts, ok := o.points[key]
+	if !ok {
+		pts = []layerPoint{pointOf(sg, w)}
+		o.points[key] = pts
+	}
+	return o.leanPoints(sg, key, -1-k, pts, o.weight(0), pts[0].res, weighedFractions)
+}
+
+// weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is
+// exact (its relaxed plan fits the memory), else nil.
+func (o *oracle) weighedExact(k int, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
+	if o.remat == RematFull {
+		return nil
+	}
+	r := o.relaxed[solveKey{o.weighedLayer(k).hash, s, l}]
+	if r == nil || !r.ok || !r.exact {
+		return nil
+	}
+	return r
 }
 
 // reweighs says whether layer k, in a range from layer start, was solved at another weight

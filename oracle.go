@@ -73,7 +73,16 @@ type oracle struct {
 	// (weighedLayer): this count's, as infos
 	firstLayers map[int]*stageGraph
 	composedAt  map[rangeKey]composedCost
-	exactAt     map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
+	// leanAt: in the lazy search, the ranges (on their meshes) an optimistic plan ran,
+	// the only ones compose solves memory-lean points for (compose.go, leanFor)
+	leanAt map[rangeKey]bool
+	// leanAll: settle found no optimistic plan, so compose leans every range as outside the
+	// lazy search (markLean(nil))
+	leanAll bool
+	// composedEver: every range composedAt priced with a plan during the search, false
+	// when any of its prices was inexact (countComposed; solveLayers clears composedAt)
+	composedEver map[rangeKey]bool
+	exactAt      map[rangeKey]composedCost // ranges the fast search has solved exactly (exactly)
 	// restricted are the ranges exactly priced by their composed plan (restrict.go); their
 	// exactAt entries are not exact, so the optimistic plan bounds them instead.
 	restricted map[rangeKey]*stageSolution
@@ -616,14 +625,13 @@ func hopeless(c *mesh.Cluster, sg *stageGraph, n float64, minimum, memory int64)
 
 // countComposed adds the oracle's composed prices to the compile's counts.
 func (o *oracle) countComposed() {
-	for _, c := range o.composedAt {
-		if c.ok {
-			o.nComposed.Add(1)
-			if !c.exact {
-				o.nInexact.Add(1)
-			}
+	for _, exact := range o.composedEver {
+		o.nComposed.Add(1)
+		if !exact {
+			o.nInexact.Add(1)
 		}
 	}
+	clear(o.composedEver)
 }
 
 // solveOptions are the options every sharding solve of the search runs sg under on (s, l)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/internal/gcpolicy"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/passes"
 	"github.com/autopar/autopar/units"
@@ -52,6 +53,7 @@ produced and stops, --time times each, --check verifies after each):
 ` + phaseList(),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			defer gcpolicy.ForSearch()()
 			return runCompile(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
 		},
 	}

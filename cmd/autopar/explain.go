@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autopar/autopar"
+	"github.com/autopar/autopar/internal/gcpolicy"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/render"
 	"github.com/autopar/autopar/units"
@@ -47,6 +48,7 @@ activations.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stageSet := cmd.Flags().Changed("stage")
+			defer gcpolicy.ForSearch()()
 			return runExplain(cmd.Context(), cmd.OutOrStdout(), args[0], f, stageSet)
 		},
 	}
