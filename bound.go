@@ -392,6 +392,12 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			o.markLean(nil)
 			return
 		}
+		if o.cutoff > 0 && opt.Time >= o.cutoff {
+			// The count's bound, raised by the layers solved so far, now loses to another
+			// count's plan: the test searchAll's loses makes before a count, made again.
+			o.outbid = true
+			return
+		}
 		o.markLean(opt)
 		res, err := dp.Solve(ctx, layers, dc, o, do)
 		within := err == nil && res.Time <= opt.Time*(1+refineTolerance)

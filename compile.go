@@ -372,6 +372,10 @@ var noFastPlan func(microbatches int) bool
 // ILPs the compile had solved by then.
 var countTrace func(microbatches int, bound float64, outcome string, step float64, solves int64)
 
+// cutoffFor, set by tests only, replaces a count's cutoff (oracle.cutoff) by its value
+// for the count's micro-batches (TestOutbidCounts).
+var cutoffFor func(microbatches int) float64
+
 // errNoFastPlan is a count whose fast search found no plan: neither the composed prices
 // nor the stages exactly solved fit (the composition's memory is an estimate). searchAll
 // runs its exhaustive search after the other counts, unless a plan found beats its bound.
@@ -427,7 +431,16 @@ func searchAll(ss []*Compilation) []error {
 			continue
 		}
 		a.progress = progress
+		if best != nil && a.o.fast {
+			a.o.cutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
+		}
+		if cutoffFor != nil && a.o.fast {
+			a.o.cutoff = cutoffFor(a.s.Microbatches)
+		}
 		errs[i] = a.finish()
+		if errors.Is(errs[i], errSkipped) {
+			continue
+		}
 		if errors.Is(errs[i], errNoFastPlan) {
 			a.trace("deferred")
 			deferred = append(deferred, a)
@@ -531,6 +544,16 @@ func (a *attempt) finish() error {
 		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 	case o.fast:
 		o.settle(ctx, lay.L, dc, do, a.progress)
+		if o.outbid {
+			// Its bound lost to the best plan mid-search (settle): skipped like loses.
+			o.fast, o.lazy = true, true
+			a.bound = a.optimistic(ctx)
+			o.fast, o.lazy = false, false
+			o.countComposed()
+			s.shared.skipped.Add(1)
+			a.trace("outbid")
+			return errSkipped
+		}
 		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 		if ctx.Err() != nil {
 			break

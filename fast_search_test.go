@@ -168,3 +168,69 @@ func TestDeferredCounts(t *testing.T) {
 		t.Logf("%s withheld: %d ILPs, %d counts skipped", name, st.solves, st.skipped)
 	}
 }
+
+// TestOutbidCounts: settle stops a count whose optimistic bound, raised by the layers it
+// solved, reaches its cutoff (another count's plan plus boundMargin): "outbid". That is
+// sound only if no count is outbid by a cutoff at its own exhaustive plan plus the margin:
+// with each count's cutoff set so, no count is outbid and the compile finds the
+// exhaustive plan. A cutoff at half of each count's exhaustive step is then shown
+// to fire, so the test can fail.
+func TestOutbidCounts(t *testing.T) {
+	type cfg struct {
+		model, cluster string
+		hosts, devices int
+		layers         int
+		memory         int64
+	}
+	cases := []cfg{
+		{"mlp-tiny", "cpu", 1, 2, 2, 0},
+		{"mlp-tiny", "cpu", 1, 2, 2, 24 << 10},
+	}
+	defer func() { countTrace, cutoffFor = nil, nil }()
+	fired := 0
+	for _, tc := range cases {
+		g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")
+		require.NoError(t, err)
+		c, err := mesh.ParseCluster(tc.cluster)
+		require.NoError(t, err)
+		c.Hosts, c.DevicesPerHost = tc.hosts, tc.devices
+		opts := Options{Layers: tc.layers, MemoryPerDevice: tc.memory, Search: SearchExhaustive}
+		ex := map[int]float64{}
+		for _, b := range []int{1, 2, 4, 8, 16} {
+			o := opts
+			o.Microbatches = b
+			if q, _, err := compileSearch(context.Background(), g, c, o); err == nil {
+				ex[b] = q.Predicted.StepTime
+			}
+		}
+		ref, _, err := compileSearch(context.Background(), g, c, opts)
+		require.NoError(t, err)
+		for _, scale := range []float64{1 + boundMargin, 0.5} {
+			outbid := 0
+			countTrace = func(_ int, _ float64, outcome string, _ float64, _ int64) {
+				if outcome == "outbid" {
+					outbid++
+				}
+			}
+			cutoffFor = func(b int) float64 {
+				return ex[b] * scale
+			}
+			o := opts
+			o.Search = SearchFast
+			if scale < 1 {
+				// the compile may end with no plan (every count outbid): Run, not compileSearch
+				_, err := Run(context.Background(), g, c, o, &PhaseConfig{UpTo: "search"})
+				countTrace, cutoffFor = nil, nil
+				assert.NoError(t, err)
+				fired += outbid
+				continue
+			}
+			p, _, err := compileSearch(context.Background(), g, c, o)
+			countTrace, cutoffFor = nil, nil
+			require.NoError(t, err)
+			assert.Zero(t, outbid, "%+v: a count outbid by its own exhaustive plan", tc)
+			assert.LessOrEqual(t, p.Predicted.StepTime, ref.Predicted.StepTime*1.01, "%+v", tc)
+		}
+	}
+	assert.Positive(t, fired, "a cutoff below every plan outbids")
+}

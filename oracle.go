@@ -98,10 +98,15 @@ type oracle struct {
 // are keyed by the structural hash of their graph, which holds its shapes, so a layer whose
 // micro-batch shape repeats across counts is solved once.
 type shared struct {
-	solved      map[solveKey]*stageSolution
-	points      map[solveKey][]layerPoint
-	leaned      map[solveKey]bool
-	leanStuck   map[leanSpot]bool // lean solves stopped at their limit (compose.go, leanSpot)
+	solved    map[solveKey]*stageSolution
+	points    map[solveKey][]layerPoint
+	leaned    map[solveKey]bool
+	leanStuck map[leanSpot]bool // lean solves stopped at their limit (compose.go, leanSpot)
+	// cutoff, when > 0, is the step time (the best plan of another micro-batch count, plus
+	// boundMargin) at or above which this count's optimistic bound loses (searchAll):
+	// settle stops there and sets outbid (compile.go, attempt.finish).
+	cutoff      float64
+	outbid      bool
 	reshardMemo map[reshardMemoKey]float64
 	solves      atomic.Int64
 	maxVars     atomic.Int64 // the most variables of any ILP solved
