@@ -435,14 +435,25 @@ func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.
 		w.ActBytes = max(w.ActBytes, inFlight)
 		w.OnceBytes = max(w.OnceBytes, weights+first-w.WeightBytes-w.ActBytes)
 	}
-	raise(&c)
+	return eachWay(c, raise)
+}
+
+// eachWay is c with f applied to each of its ways, the plain one and every recomputing
+// one; the recomputing ways are copied first, as c's may be shared with the oracle's.
+func eachWay(c dp.StageCost, f func(*dp.StageCost)) dp.StageCost {
+	f(&c)
 	if len(c.Remat) > 0 {
 		c.Remat = slices.Clone(c.Remat)
 		for i := range c.Remat {
-			raise(&c.Remat[i])
+			f(&c.Remat[i])
 		}
 	}
 	return c
+}
+
+// stepRaised is c with each way's step part raised so that weight·t + u is at least total.
+func stepRaised(c dp.StageCost, weight, total float64) dp.StageCost {
+	return eachWay(c, func(x *dp.StageCost) { x.Step = max(x.Step, total-weight*x.Time) })
 }
 
 // layerMem is what bounds from below, without an ILP, the memory of a stage that holds a
@@ -900,18 +911,7 @@ func (o *oracle) dualRaised(c dp.StageCost, start, end int, s mesh.Submesh, l me
 	if !ok || math.IsInf(v, -1) {
 		return c
 	}
-	w := o.weight(start)
-	raise := func(x *dp.StageCost) {
-		x.Step = max(x.Step, v-w*x.Time)
-	}
-	raise(&c)
-	if len(c.Remat) > 0 {
-		c.Remat = slices.Clone(c.Remat)
-		for i := range c.Remat {
-			raise(&c.Remat[i])
-		}
-	}
-	return c
+	return stepRaised(c, o.weight(start), v)
 }
 
 // weighsAsPriced reports whether the stage's ILP weighs every cost as the stage's price

@@ -166,15 +166,7 @@ func (o *oracle) rangeFloor(c dp.StageCost, start, end int, s mesh.Submesh, l me
 		return c
 	}
 	b := float64(o.mb)
-	w := b*r.cost.Time + r.cost.Step
-	c.Step = max(c.Step, w-b*c.Time)
-	if len(c.Remat) > 0 {
-		c.Remat = slices.Clone(c.Remat)
-		for i := range c.Remat {
-			c.Remat[i].Step = max(c.Remat[i].Step, w-b*c.Remat[i].Time)
-		}
-	}
-	return c
+	return stepRaised(c, b, b*r.cost.Time+r.cost.Step)
 }
 
 // unrestrict re-prices plan p's restricted stages by their full range ILPs (exactly's
