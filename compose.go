@@ -63,6 +63,9 @@ type layerInfo struct {
 	// one make the composition inexact.
 	leaves []ir.ValueID
 	mem    *layerMem // the bytes memFloor reads (bound.go), made on first use
+	// convs: the layer holds a convolution (a Wide-ResNet block): on a two-dimensional
+	// mesh its lean points are the leanest budget's only (convLeanFractions)
+	convs bool
 }
 
 // crossEdge is one use, in the consumer layer, of a value produced by an op of another
@@ -129,7 +132,7 @@ func (o *oracle) layerInfos() []*layerInfo {
 			o.note(err)
 			return nil
 		}
-		o.infos[k] = &layerInfo{sg: sg}
+		o.infos[k] = &layerInfo{sg: sg, convs: holdsConv(sg.g)}
 		local[k] = map[ir.ValueID]ir.ValueID{}
 		for i := range sg.g.Values {
 			v := &sg.g.Values[i]
@@ -186,7 +189,30 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	if !lean {
 		return pts
 	}
-	return o.leanPoints(sg, key, k, pts, o.weight(k), pts[0].res, leanFractions)
+	fractions := leanFractions
+	if o.infos[k].convs && meshFactor(l) > 4 {
+		fractions = convLeanFractions
+	}
+	return o.leanPoints(sg, key, k, pts, o.weight(k), pts[0].res, fractions)
+}
+
+// convLeanFractions are the lean budgets of a convolution layer on a two-dimensional mesh:
+// the leanest only. Wide-ResNet's 2-D layer ILPs (7–11k variables) under the 0.6 budget,
+// where that budget is above the layer's least footprint, stopped at leanIterations inside
+// their LP root on every row measured (1.4–4.6 CPU s each, no point; 12 of them in
+// wresnet-4b/16's first count); where it is below, the 0.6 solve answers with the min-peak
+// plan, the same point the 0.3 budget gives (docs/DECISIONS.md, "wres3").
+var convLeanFractions = []float64{0.3}
+
+// holdsConv reports whether g computes a convolution or one of its gradients.
+func holdsConv(g *ir.Graph) bool {
+	for i := range g.Values {
+		switch g.Values[i].Op {
+		case ir.OpConv2D, ir.OpConv2DInputGrad, ir.OpConv2DFilterGrad:
+			return true
+		}
+	}
+	return false
 }
 
 // leanFractions are the budgets of a layer's memory-lean points, as fractions of its
