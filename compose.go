@@ -196,13 +196,15 @@ func (o *oracle) layerPoints(k int, s mesh.Submesh, l mesh.LogicalShape, lean bo
 	return o.leanPoints(sg, key, k, pts, o.weight(k), pts[0].res, fractions)
 }
 
-// convLeanFractions are the lean budgets of a convolution layer on a two-dimensional mesh:
-// the leanest only. Wide-ResNet's 2-D layer ILPs (7–11k variables) under the 0.6 budget,
-// where that budget is above the layer's least footprint, stopped at leanIterations inside
-// their LP root on every row measured (1.4–4.6 CPU s each, no point; 12 of them in
-// wresnet-4b/16's first count); where it is below, the 0.6 solve answers with the min-peak
-// plan, the same point the 0.3 budget gives (docs/DECISIONS.md, "wres3").
-var convLeanFractions = []float64{0.3}
+// convLeanFractions are the lean budgets of a convolution layer (Wide-ResNet's blocks) on
+// a two-dimensional mesh, at its own weight (layerPoints) and at a first stage's
+// (weighedPoints): the budget 0, that is, the plan of the layer's least footprint the
+// min-peak ILP finds (solveStageBudget: sharding.MemoryError.Plan), the point every budget
+// under that footprint gives. Their 2-D ILPs (7–11k variables) under a budget above the
+// footprint (0.6 or 0.3 of the fastest point's peak) stopped at leanIterations inside the
+// LP root on every Wide-ResNet row measured, 1.4–4.6 CPU s each for no point: 12 of them in
+// wresnet-4b/16's first count, 5 in wresnet-6.8b/32's (docs/DECISIONS.md, "wres3").
+var convLeanFractions = []float64{0}
 
 // holdsConv reports whether g computes a convolution or one of its gradients.
 func holdsConv(g *ir.Graph) bool {
@@ -250,7 +252,7 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 		if o.leanStuck[spot] {
 			continue // stopped at its effort limit at another count (leanSpot)
 		}
-		budget := int64(f * float64(peak))
+		budget := max(int64(f*float64(peak)), 1) // 0: as small as a budget goes (convLeanFractions)
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
 		if errors.Is(sol.err, ilp.ErrTimeout) && meshFactor(l) > 4 {
 			o.leanStuck[spot] = true
@@ -854,7 +856,11 @@ func (o *oracle) weighedPoints(k int, s mesh.Submesh, l mesh.LogicalShape) []lay
 		pts = []layerPoint{pointOf(sg, w)}
 		o.points[key] = pts
 	}
-	return o.leanPoints(sg, key, -1-k, pts, o.weight(0), pts[0].res, weighedFractions)
+	fractions := weighedFractions
+	if o.infos[k].convs && meshFactor(l) > 4 {
+		fractions = convLeanFractions
+	}
+	return o.leanPoints(sg, key, -1-k, pts, o.weight(0), pts[0].res, fractions)
 }
 
 // weighedExact is layer k's solve on (s, l) at a first stage's weight where it ran and is

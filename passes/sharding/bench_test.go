@@ -270,3 +270,31 @@ func BenchmarkCertify(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEnergyModel times the certificate's energy model alone (energyModel: the
+// shared values' tables, fillTable) of wresnet-tiny's step on dgx-a100's 2×4 and 4×2
+// meshes, the planner built outside the timer:
+//
+//	go test ./passes/sharding -run '^$' -bench EnergyModel
+func BenchmarkEnergyModel(b *testing.B) {
+	g := tinyStep(b, "wresnet-tiny")
+	for _, shape := range [][2]int{{2, 4}, {4, 2}} {
+		c, lm := benchMesh(b, "dgx-a100", shape[0], shape[1])
+		p, err := newPlanner(g, lm, Options{Cluster: c})
+		require.NoError(b, err)
+		b.Run(fmt.Sprintf("wresnet-tiny/%dx%d", shape[0], shape[1]), func(b *testing.B) {
+			var m *mpModel
+			cpu := cpuTime()
+			for range b.N {
+				m, _, err = p.energyModel()
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+			cells := 0
+			for _, f := range m.factors {
+				cells += len(f.cost)
+			}
+			b.ReportMetric(float64(cells), "cells")
+		})
+	}
+}

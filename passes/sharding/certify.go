@@ -278,33 +278,8 @@ func (m *mpModel) table(vars []int, ors []mpFactor, pairs []int) (mpFactor, bool
 	t.cost = make([]float64, size)
 	// A cell's labels are its classes' first labels: part i's value there is
 	// parts[i].value of them, read through at[i] and of[i] (tableParts).
-	// A part's value changes only when one of its members' class does: the odometer
-	// moved members from changed on, so a part whose members all come before keeps it.
 	at, of := tableParts(vars, reps, parts)
-	vals, lastAt := make([]float64, len(parts)), make([]int, len(parts))
-	for i := range parts {
-		lastAt[i] = len(vars) // no members: read every time
-		if len(at[i]) > 0 {
-			lastAt[i] = slices.Max(at[i])
-		}
-	}
-	idx := make([]int, len(vars))
-	changed := 0
-	for cell := range t.cost {
-		for i := range parts {
-			if lastAt[i] >= changed {
-				vals[i] = partValue(&parts[i], at[i], of[i], idx)
-			}
-			t.cost[cell] += vals[i]
-		}
-		for i := len(idx) - 1; i >= 0; i-- {
-			if idx[i]++; idx[i] < t.dims[i] {
-				changed = i
-				break
-			}
-			idx[i] = 0
-		}
-	}
+	fillTable(&t, parts, at, of) // msgpass.go
 	return t, true
 }
 

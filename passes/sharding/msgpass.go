@@ -692,3 +692,139 @@ func (s *mpSolver) run(maxIters, stall int, stop func() bool, visit func(x []int
 	}
 	return res
 }
+
+// fillTable writes t.cost (zeroed, t.dims set) from parts, read through at and of
+// (tableParts): each cell the sum, in the parts' order from 0, of every part's value at the
+// cell's classes — partValue's value, the same bits as adding partValue cell by cell
+// (TestTableCostsSameBits). It runs row by row, a row being the cells that differ in the
+// last member's class only: a part's members before the last are read once per row (a
+// table's offset; an or-factor's state: killed, triggered, or waiting on the last member),
+// so that a cell costs one look-up per part instead of one per part member; a part without
+// the last member keeps its value until one of its members' classes changes (the odometer
+// moved members from changed on).
+func fillTable(t *mpFactor, parts []mpFactor, at [][]int, of [][][]int) {
+	last := len(t.dims) - 1
+	dl := t.dims[last]
+	np := len(parts)
+	lastK := make([]int, np)  // the part's member at the last place, or −1
+	stride := make([]int, np) // a table part's stride of that member
+	// prefAt: the part's last place among the members before the last one (−1: none; a
+	// part without members is read every row)
+	prefAt := make([]int, np)
+	for i := range parts {
+		lastK[i], stride[i], prefAt[i] = -1, 1, -1
+		if len(at[i]) == 0 {
+			prefAt[i] = last
+		}
+		for k, a := range at[i] {
+			if a != last {
+				prefAt[i] = max(prefAt[i], a)
+				continue
+			}
+			lastK[i] = k
+			if !parts[i].or {
+				for _, d := range parts[i].dims[k+1:] {
+					stride[i] *= d
+				}
+			}
+		}
+	}
+	// row[i] is part i's value at the row's cells: its own slice of buf (a part without the
+	// last member: its value, dl times; a table's slice of the last member's classes), or,
+	// an or-factor with the last member, one of its three rows: 0, where a member before
+	// the last kills the event; orTrig[i], where one triggers it (f.c unless the last
+	// member kills it); orWait[i], where none does (f.c where the last member triggers).
+	buf := make([]float64, np*dl)
+	row := make([][]float64, np)
+	zero := make([]float64, dl)
+	orTrig, orWait := make([][]float64, np), make([][]float64, np)
+	for i := range parts {
+		row[i] = buf[i*dl : (i+1)*dl]
+		f := &parts[i]
+		if !f.or || lastK[i] < 0 {
+			continue
+		}
+		orTrig[i], orWait[i] = make([]float64, dl), make([]float64, dl)
+		for c, cat := range of[i][lastK[i]] {
+			switch uint8(cat) {
+			case catKill:
+			case catTrigger:
+				orTrig[i][c], orWait[i][c] = f.c, f.c
+			default:
+				orTrig[i][c] = f.c
+			}
+		}
+	}
+	idx := make([]int, last) // the row: the classes of the members before the last
+	changed := -1            // the first place whose class changed since the last row (−1: none read yet)
+	for at0 := 0; at0 < len(t.cost); at0 += dl {
+		for i := range parts {
+			if prefAt[i] < changed {
+				continue // no member before the last changed class: the row holds still
+			}
+			f, k0 := &parts[i], lastK[i]
+			if k0 < 0 {
+				v := partValue(f, at[i], of[i], idx)
+				r := row[i]
+				for c := range r {
+					r[c] = v
+				}
+				continue
+			}
+			if !f.or {
+				a := 0
+				for k := range f.vars {
+					o := 0
+					if k != k0 {
+						o = of[i][k][idx[at[i][k]]]
+					}
+					a = a*f.dims[k] + o
+				}
+				r := row[i]
+				for c := range r {
+					r[c] = f.cost[a+of[i][k0][c]*stride[i]]
+				}
+				continue
+			}
+			killed, trig := false, false
+			for k := range f.vars {
+				if k == k0 {
+					continue
+				}
+				switch uint8(of[i][k][idx[at[i][k]]]) {
+				case catKill:
+					killed = true
+				case catTrigger:
+					trig = true
+				}
+				if killed {
+					break
+				}
+			}
+			switch {
+			case killed:
+				row[i] = zero
+			case trig:
+				row[i] = orTrig[i]
+			default:
+				row[i] = orWait[i]
+			}
+		}
+		// Each cell adds the parts up in their order from 0 (t.cost starts zeroed), as
+		// partValue's sum did; a part at a time runs along the row.
+		cells := t.cost[at0 : at0+dl]
+		for _, r := range row {
+			for c, v := range r[:dl] {
+				cells[c] += v
+			}
+		}
+		changed = last
+		for i := last - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < t.dims[i] {
+				changed = i
+				break
+			}
+			idx[i] = 0
+		}
+	}
+}

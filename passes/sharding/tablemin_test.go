@@ -191,13 +191,20 @@ func TestRowMinimaFollowMessages(t *testing.T) {
 // TestTableCostsSameBits: the tables addShared makes of random or-factors and pair tables
 // hold, cell for cell and bit for bit, the sum over their parts of each part's value at the
 // cell's first labels, added in the parts' order (table's arithmetic before tableParts).
-// Read an or-factor's category of the wrong member, or keep a part's value past a change
-// of its last member's class (table's changed one level too deep), and it fails.
+// Pair tables come both ways round (the last member first or second). Read an or-factor's
+// category of the wrong member, keep a part's value past a change of a member's class
+// (fillTable's changed one level too deep), or drop a table's stride of the last member,
+// and it fails.
 func TestTableCostsSameBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 5))
 	tables := 0
 	for range 200 {
 		m := randomEnergy(r, 4+r.IntN(5), 6, 2+r.IntN(5), false)
+		for i := range m.factors {
+			if f := &m.factors[i]; !f.or && r.IntN(2) == 0 {
+				transposePair(f) // the producer's variable after the consumer's, as energyModel may make them
+			}
+		}
 		var ors []mpFactor
 		var vars []int
 		for _, f := range m.factors {
@@ -249,6 +256,20 @@ func TestTableCostsSameBits(t *testing.T) {
 		}
 	}
 	require.Greater(t, tables, 100)
+}
+
+// transposePair swaps a pair table's members, the same costs.
+func transposePair(f *mpFactor) {
+	nr, nc := f.dims[0], f.dims[1]
+	cost := make([]float64, len(f.cost))
+	for a := range nr {
+		for b := range nc {
+			cost[b*nr+a] = f.cost[a*nc+b]
+		}
+	}
+	f.vars = []int{f.vars[1], f.vars[0]}
+	f.classOf = [][]int{f.classOf[1], f.classOf[0]}
+	f.dims, f.cost = []int{nc, nr}, cost
 }
 
 // BenchmarkTableMin times one sweep's worth of min-marginals of a table of eight members of
