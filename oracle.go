@@ -41,8 +41,9 @@ type oracle struct {
 	stages map[[2]int]*stageGraph
 	err    error // the first error that was not a question of memory
 	*shared
-	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
-	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
+	// canonical skips logical meshes (a, b) with a > b inside one host: both axes of a host
+	// cost the same, so (a, b) prices exactly as (b, a) (TestHostMeshesMirror). Off when
+	// the caller pins logical meshes.
 	canonical bool
 	// leastPlans: a one-layer stage that cannot fit is priced by its plan of least memory,
 	// solved, not by hopeless's bound (explain shows what each mesh would need).
@@ -346,7 +347,7 @@ func (o *oracle) solve(start, end int, s mesh.Submesh, l mesh.LogicalShape) *sta
 }
 
 func (o *oracle) mirrored(s mesh.Submesh, l mesh.LogicalShape) bool {
-	return o.canonical && s.Hosts == 1 && l[1] == 1 && l[0] > 1
+	return o.canonical && s.Hosts == 1 && l[0] > l[1]
 }
 
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
