@@ -238,6 +238,15 @@ const DefaultILPIterations = 40000
 // stop on any machine under any load, so the search and its ILP count are deterministic.
 const leanIterations = 3000
 
+// leanLPVars: a memory-lean layer ILP on a two-dimensional mesh of more variables than
+// this, which lp_solve would start cold (no basis of the layer's fastest solve: the
+// certificate answered it), is answered by the Lagrangian search's best plan that fits,
+// not given to lp_solve (sharding.Options.NoLPAbove): at leanIterations lp_solve never got
+// through the LP root of one (GPT-15B/32: 14 such solves of 16.9–28.1k variables, every
+// one ended without a plan, 59 of the row's 69 lean CPU s; docs/DECISIONS.md, "gpt39").
+// Wide-ResNet's 2-D layers (7–11k variables) stay with lp_solve.
+const leanLPVars = 12000
+
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
 	if sh == nil {
 		sh = newShared()
@@ -490,6 +499,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		// the plan depends on: a feasible plan at a short limit serves. The limit is
 		// effort, not time, so that the answer does not depend on the load.
 		opts.Iterations = leanIterations
+		if meshFactor(l) > 4 {
+			opts.NoLPAbove = leanLPVars
+		}
 	}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "plain")
