@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"sort"
 	"strconv"
@@ -270,13 +271,14 @@ func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 // micro-batch from other stages: before the stages are placed and their neighbours'
 // layouts known, each value it receives (received) as one piece per device of an even
 // share of the tensor (codegen lands a transfer on all of the receiver's devices, see
-// codegen's absorb), priced by the point-to-point cost on the stage's own mesh. It is a
-// lower bound on the plan's RecvTime (priceTransfers): a device receives at least one
-// piece of each value, the stage's slowest device at least the even share, and a link to
-// another host costs no less than one inside the stage's own. Under GPipe and 1F1B a
-// stage's receives are on its path per micro-batch (forward activations, backward
-// gradients): Σ over stages counts each boundary's transfer once, as one micro-batch's
-// fill and drain crosses it, and the slowest stage's count B times.
+// codegen's absorb), priced by the point-to-point cost of the cheapest link a sender can
+// reach the stage by (recvLinks). It is a lower bound on the plan's RecvTime
+// (priceTransfers): a device receives at least one piece of each value, the stage's
+// slowest device at least the even share, and every piece crosses a link no cheaper than
+// that one. Under GPipe and 1F1B a stage's receives are on its path per micro-batch
+// (forward activations, backward gradients): Σ over stages counts each boundary's transfer
+// once, as one micro-batch's fill and drain crosses it, and the slowest stage's count B
+// times.
 func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 	k := rangeKey{start, end, s, l}
 	if x, ok := o.recvAt[k]; ok {
@@ -286,13 +288,43 @@ func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShap
 	if recv := o.received(start, end); len(recv) > 0 {
 		if lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1]); err == nil {
 			n := float64(lm.Size())
+			links := recvLinks(o.c, s, lm)
 			for _, b := range recv {
-				x += o.c.SendRecvCost(lm, lm, float64(b)/n)
+				c := math.Inf(1)
+				for _, from := range links {
+					c = min(c, o.c.SendRecvCost(from, lm, float64(b)/n))
+				}
+				x += c
 			}
 		}
 	}
 	o.recvAt[k] = x
 	return x
+}
+
+// recvLinks are the meshes a stage on submesh s (laid out as lm) can receive from, as
+// far as the link's price goes (mesh.Cluster.SendRecvCost: intra-host numbers only when
+// both meshes are on one and the same host): a stage that fills its hosts (s spans whole
+// hosts, as every submesh of more than one host does) shares no host with the disjoint
+// submesh of any other stage, so every piece it receives crosses hosts; a stage on part
+// of one host may receive from the rest of its host (lm itself stands for it) or from
+// another host.
+func recvLinks(c *mesh.Cluster, s mesh.Submesh, lm *mesh.LogicalMesh) []*mesh.LogicalMesh {
+	var out []*mesh.LogicalMesh
+	if s.Hosts == 1 && s.Devices < c.DevicesPerHost {
+		out = append(out, lm)
+	}
+	if c.Hosts > s.Hosts {
+		// One device on a host lm does not use: its link to lm crosses hosts.
+		other := mesh.DeviceID((c.HostOf(lm.Devices[0]) + s.Hosts) % c.Hosts * c.DevicesPerHost)
+		if from, err := mesh.NewLogicalMeshAt(c, mesh.Submesh{Hosts: 1, Devices: 1}, other, 1, 1); err == nil {
+			out = append(out, from)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, lm) // one host, all of it: the stage has no other stage to receive from
+	}
+	return out
 }
 
 func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
