@@ -202,8 +202,9 @@ func TestCompiledPlansEqualSerial(t *testing.T) {
 // slow (1 GFLOP/s) and its micro-batches short (2 × 16 tokens), so that compute, not the
 // activations a pipeline sends between the hosts, is what the second host saves: on a
 // fast device every cross-host byte costs more than computing the whole step on one host
-// twice over, and one stage replicated across the hosts wins (the search priced a
-// whole-host stage's receives at intra-host speed before, and took the pipeline).
+// twice over, and one stage replicated across the hosts is predicted faster, but the search
+// prices a whole-host stage's receives at its own intra-host link and takes the pipeline
+// (oracle.recvEstimate; docs/DECISIONS.md, branch currency).
 func TestSlowLinksMakePipelines(t *testing.T) {
 	m := zoo.NewGPT()
 	m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = 2, 1024, 8, 16, 256, 8

@@ -12,14 +12,15 @@ import (
 	"github.com/autopar/autopar/mesh"
 )
 
-// TestRecvEstimateIsLower: the search's price of a stage's receives (oracle.recvEstimate,
-// in the DP's stage time) is a lower bound of what the plan's transfers cost
-// (priceTransfers, RecvTime), so the DP's step of a plan is at most its predicted step
-// (the currency the count bound compares in, attempt.loses). Plans pinned so that stages
-// fill their hosts (every receive crosses hosts), share a host (receives stay inside it)
-// or both, on small zoo models with p3.16xlarge's links. A stage that fills its hosts is
-// priced at the cross-host link: its estimate is at least half its RecvTime there (its
-// receives land in even shares), where the intra-host price of the same bytes is 10–20
+// TestRecvEstimateIsLower: both prices of a stage's receives (oracle.recvEstimate: the
+// search's, on the stage's own mesh, and the count bound's, by the links a sender can use,
+// crossLinks) are lower bounds of what the plan's transfers cost (priceTransfers,
+// RecvTime), so the DP's step of a plan in either is at most its predicted step (the
+// currency the count bound compares in, attempt.loses). Plans pinned so that stages fill
+// their hosts (every receive crosses hosts), share a host (receives stay inside it) or
+// both, on small zoo models with p3.16xlarge's links. A stage that fills its hosts is
+// priced by the count bound at the cross-host link: at least half its RecvTime there
+// (its receives land in even shares), where the search's price of the same bytes is 10–20
 // times less.
 func TestRecvEstimateIsLower(t *testing.T) {
 	type pin struct {
@@ -37,11 +38,10 @@ func TestRecvEstimateIsLower(t *testing.T) {
 		{2, 2, []int{0, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // uneven stages
 	}
 	crossed := 0
-	for _, name0 := range []string{"gpt-tiny", "mlp-tiny", "moe-tiny"} {
-		g := model(t, name0)
+	for _, name := range []string{"gpt-tiny", "mlp-tiny", "moe-tiny"} {
+		g := model(t, name)
 		for _, p := range pins {
-			name := fmt.Sprintf("%s/%dx%d/%v%v", name0, p.hosts, p.perHost, p.bounds, p.subs)
-			t.Run(name, func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%dx%d/%v%v", name, p.hosts, p.perHost, p.bounds, p.subs), func(t *testing.T) {
 				c := cluster(t, fmt.Sprintf("p3.16xlarge:%d", p.hosts))
 				c.DevicesPerHost = p.perHost
 				L := p.bounds[len(p.bounds)-1]
@@ -50,16 +50,39 @@ func TestRecvEstimateIsLower(t *testing.T) {
 				require.NoError(t, err)
 				res, pl := s.Search, s.Plan
 				require.Len(t, pl.Stages, len(res.Stages))
-				for i, st := range res.Stages {
-					est := st.Cost.Time - pl.Stages[i].Time // StageCost: the stage's own time plus recvEstimate
-					got := pl.Stages[i].RecvTime
-					assert.LessOrEqual(t, est, got*(1+1e-9)+1e-15, "stage %d on %v: estimate %g, planned %g", i, st.Submesh, est, got)
-					if st.Submesh.Devices == p.perHost && got > 0 {
-						crossed++
-						assert.GreaterOrEqual(t, est, got/2, "stage %d fills its hosts: its receives cross hosts", i)
+				o := newOracle(context.Background(), s.Step, s.Layering, c, 0, c.DeviceMemoryBytes, nil)
+				B := float64(s.Microbatches)
+				for _, cross := range []bool{false, true} {
+					o.crossLinks = cross
+					var sum, slow float64
+					for i, st := range res.Stages {
+						est := o.recvEstimate(st.Start, st.End, st.Submesh, st.Logical)
+						if !cross {
+							// The search's stage time holds it (oracle.StageCost).
+							assert.InDelta(t, st.Cost.Time-pl.Stages[i].Time, est, 1e-12+1e-9*est, "stage %d", i)
+						}
+						got := pl.Stages[i].RecvTime
+						assert.LessOrEqual(t, est, got*(1+1e-9)+1e-15, "stage %d on %v (links %v): estimate %g, planned %g", i, st.Submesh, cross, est, got)
+						if cross && st.Submesh.Devices == p.perHost && got > 0 {
+							crossed++
+							assert.GreaterOrEqual(t, est, got/2, "stage %d fills its hosts: its receives cross hosts", i)
+						}
+						ti := pl.Stages[i].Time + est
+						sum += ti
+						slow = max(slow, ti)
 					}
+					dpStep := sum + (B-1)*slow + res.Stages[0].Cost.Step
+					assert.LessOrEqual(t, dpStep, pl.Predicted.StepTime*(1+1e-9), "links %v: the DP's step of the plan, %g, is under its prediction %g", cross, dpStep, pl.Predicted.StepTime)
 				}
-				assert.LessOrEqual(t, res.Time, pl.Predicted.StepTime*(1+1e-9), "the DP's step of the plan, %g, is under its prediction %g", res.Time, pl.Predicted.StepTime)
+				// The count bound of the same count, unpinned, bounds the plan's prediction too.
+				free, err := Run(context.Background(), g, c, Options{Microbatches: 2, Layers: L}, &PhaseConfig{UpTo: "cluster"})
+				require.NoError(t, err)
+				free.Microbatches = s.Microbatches
+				a, err := setUp(free)
+				require.NoError(t, err)
+				require.True(t, a.o.fast)
+				bound := a.optimistic(context.Background())
+				assert.LessOrEqual(t, bound, pl.Predicted.StepTime*(1+1e-9), "the count bound %g, the plan's prediction %g", bound, pl.Predicted.StepTime)
 			})
 		}
 	}
