@@ -114,7 +114,7 @@ func (o *oracle) redoBound(k int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 // count whose stages could only fit recomputing looked as fast as one that ran plainly.
 func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
 	f := o.memFloors(start, end, s.NumDevices())
-	if w := o.boundWeights(start, end, s, l); !math.IsNaN(w) {
+	if w := o.boundWeights(start, end, s, l); soundMemory && !math.IsNaN(w) {
 		c.WeightBytes = w // the solved layers' own weights bound nothing (floored)
 	}
 	plain := c
@@ -413,16 +413,17 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	}
 }
 
-// floored sets the memory of each way of c, the optimistic price of layers [start, end)
-// on (s, l) from their solved layers (oracle.lower), to the range's floors, as
-// boundedRange does: with i micro-batches in flight a way holds at least the layers'
-// weights spread perfectly (boundWeights) and memFloors. The solved layers' own weights
-// and activations, which lower sums and takes the largest of, bound nothing: they are
-// those of each layer's fastest point, which may hold its weights replicated where the
-// range, short of memory, shards them (and its activations differ with them). Taken as
-// the range's, the optimistic plan priced a range that fits as recomputing or not at all:
-// GPT-2.6B/8's one-stage [0,8) on 4×2 held 17.9 GB against the 16 GiB device
-// (TestLowerMemoryIsLower; docs/DECISIONS.md, branch gpt26).
+// floored raises the memory of each way of c, the optimistic price of layers [start, end)
+// on (s, l) from their solved layers (oracle.lower), to memFloors: with i micro-batches in
+// flight a way holds at least the layers' weights spread perfectly (boundWeights) and its
+// floor. The solved layers' own weights and activations, which lower sums and takes the
+// largest of, are those of each layer's fastest point, which may hold its weights
+// replicated where the range, short of memory, shards them (and its activations differ
+// with them): they bound nothing, and under soundMemory each way's memory is the floors
+// alone, as boundedRange's. Off by default: kept, they act as a guess of the range's
+// memory that the search's cost depends on (docs/DECISIONS.md, branch gpt26: GPT-2.6B/8's
+// one-stage [0,8) on 4×2 held 17.9 GB optimistically against the 16 GiB device, where
+// its range ILP has a plan at 16.0 GiB; TestLowerMemoryIsLower).
 func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
 	f := o.memFloors(start, end, s.NumDevices())
 	weights := o.boundWeights(start, end, s, l)
@@ -434,9 +435,21 @@ func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.
 		if w.Recompute {
 			inFlight, first = 0, f.remat
 		}
-		w.WeightBytes, w.ActBytes, w.OnceBytes = weights, inFlight, first-inFlight
+		if soundMemory {
+			w.WeightBytes, w.ActBytes, w.OnceBytes = weights, inFlight, first-inFlight
+			return
+		}
+		w.ActBytes = max(w.ActBytes, inFlight)
+		w.OnceBytes = max(w.OnceBytes, weights+first-w.WeightBytes-w.ActBytes)
 	})
 }
+
+// soundMemory makes a range's optimistic memory its floors alone (floored, boundedRange), a
+// lower bound on every plan of the range; off, the solved layers' fastest points' weights
+// and activations raise it, which is no bound. Off by default: on, the memory-bound range
+// ILPs that the guess skipped run, and several rows of Alpa's suite cost far more
+// (gpt-760m/2 past the 30 s cap from 2.2 CPU s; BENCHMARKS.md, "gpt26").
+var soundMemory = false
 
 // boundWeights is the sum of the weights of layers [start, end) spread perfectly over
 // (s, l) (layerBound), as memFloors' floors are taken against; NaN where a layer has no
