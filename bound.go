@@ -114,8 +114,10 @@ func (o *oracle) redoBound(k int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 // count whose stages could only fit recomputing looked as fast as one that ran plainly.
 func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
 	f := o.memFloors(start, end, s.NumDevices())
-	if w := o.boundWeights(start, end, s, l); soundMemory && !math.IsNaN(w) {
-		c.WeightBytes = w // the solved layers' own weights bound nothing (floored)
+	if soundMemory {
+		if w := o.boundWeights(start, end, s, l); !math.IsNaN(w) {
+			c.WeightBytes = w // the solved layers' own weights bound nothing (floored)
+		}
 	}
 	plain := c
 	plain.ActBytes, plain.OnceBytes = f.inFlight, f.plain-f.inFlight // Memory(1) = W + f.plain
