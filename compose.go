@@ -219,6 +219,9 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
 	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, warm
+	if len(fractions) > 1 && s.Hosts > 1 && meshFactor(l) > 4 && pts[0].res.ILP.Variables >= leanBigVars {
+		fractions = fractions[len(fractions)-1:] // the leanest only (leanBigVars)
+	}
 	for _, f := range fractions {
 		spot := leanSpot{spotK, s, l, f}
 		if o.leanStuck[spot] {
@@ -241,6 +244,14 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 	o.points[key] = pts
 	return pts
 }
+
+// leanBigVars: a layer whose ILP has this many variables or more, on a two-dimensional
+// mesh over several hosts, gets only its leanest memory-lean point, as a first stage's
+// weighed layer does (weighedFractions). On the MoE rows from 16 GPUs (layers of 23-32k
+// variables on 2×8 and 4×8) every 0.6 budget stopped at the lean limit without a plan,
+// 4-5 CPU s each, while the 0.3 budget, under the layer's least footprint, ended in the
+// min-peak plan in about 0.1 s (docs/DECISIONS.md, "moe3").
+const leanBigVars = 20000
 
 // leanSpot is a memory-lean solve of layer k (by position) on (s, l) at fraction f of
 // its fastest point's peak. One on a two-dimensional mesh that stopped at its effort limit
