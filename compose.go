@@ -251,7 +251,7 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 // variables on 2×8 and 4×8) every 0.6 budget stopped at the lean limit without a plan,
 // 4-5 CPU s each, while the 0.3 budget, under the layer's least footprint, ended in the
 // min-peak plan in about 0.1 s (docs/DECISIONS.md, "moe3").
-const leanBigVars = 20000
+var leanBigVars = 20000
 
 // leanSpot is a memory-lean solve of layer k (by position) on (s, l) at fraction f of
 // its fastest point's peak. One on a two-dimensional mesh that stopped at its effort limit
