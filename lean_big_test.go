@@ -12,8 +12,9 @@ import (
 )
 
 // TestLeanBigLayers: a layer whose ILP has leanBigVars variables or more, on a 2-D mesh
-// over several hosts, gets its leanest memory-lean point only (one lean solve where two
-// ran), the same one the two-budget search ends with; on one host both budgets still run.
+// over several hosts, gets one memory-lean point, its plan of least footprint (one lean
+// solve where two ran), no larger than the two budgets' leanest; on one host both
+// budgets still run.
 // mlp-tiny's layers are small, so the floor is lowered to 0 (and raised past them).
 func TestLeanBigLayers(t *testing.T) {
 	defer func(v int) { leanBigVars = v }(leanBigVars)
@@ -59,7 +60,11 @@ func TestLeanBigLayers(t *testing.T) {
 			continue
 		}
 		assert.Less(t, big, all)
-		// Each layer's leanest point is the same either way: the least memory of both sets.
-		assert.Equal(t, allPts, bigPts)
+		// Each layer's lean point is its plan of least footprint: no more memory than the
+		// leanest of the two budgets' points.
+		require.Len(t, bigPts, len(allPts))
+		for k := range allPts {
+			assert.LessOrEqual(t, bigPts[k], allPts[k], "layer %d", k)
+		}
 	}
 }
