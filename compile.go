@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -657,15 +656,12 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 	return order
 }
 
-// optimistic is the step time of the count's optimistic plan, a lower bound on every plan
-// of the count; +Inf when there is none, since then not even the bounds (time and memory)
+// optimistic is the step time of the count's optimistic plan with its receives priced by
+// their links (oracle.crossBound), a lower bound on the predicted step of every plan of
+// the count; +Inf when there is none, since then not even the bounds (time and memory)
 // fit: the count has no plan.
 func (a *attempt) optimistic(ctx context.Context) float64 {
-	res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do)
-	if err != nil {
-		return math.Inf(1)
-	}
-	return res.Time
+	return a.o.crossBound(ctx, a.s.Layering.L, a.dc, a.do)
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
