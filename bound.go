@@ -114,6 +114,11 @@ func (o *oracle) redoBound(k int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 // count whose stages could only fit recomputing looked as fast as one that ran plainly.
 func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
 	f := o.memFloors(start, end, s.NumDevices())
+	if soundMemory {
+		if w := o.boundWeights(start, end, s, l); !math.IsNaN(w) {
+			c.WeightBytes = w // the solved layers' own weights bound nothing (floored)
+		}
+	}
 	plain := c
 	plain.ActBytes, plain.OnceBytes = f.inFlight, f.plain-f.inFlight // Memory(1) = W + f.plain
 	if o.remat == RematNone {
@@ -392,7 +397,7 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			o.markLean(nil)
 			return
 		}
-		if o.cutoff > 0 && opt.Time >= o.cutoff {
+		if o.cutoff > 0 && (opt.Time >= o.cutoff || o.crossBound(ctx, layers, dc, do) >= o.cutoff) {
 			// The count's bound, raised by the layers solved so far, now loses to another
 			// count's plan: the test searchAll's loses makes before a count, made again.
 			o.outbid = true
@@ -412,30 +417,55 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 
 // floored raises the memory of each way of c, the optimistic price of layers [start, end)
 // on (s, l) from their solved layers (oracle.lower), to memFloors: with i micro-batches in
-// flight a way holds at least the layers' weights spread perfectly and its floor. The
-// solved layers' own weights and activations, which lower sums and takes the largest of,
-// bound a range of several layers only loosely (a range may lay out its params apart
-// from its layers' solves, and its plain way holds every layer's saved values at once):
-// under memory that binds, the optimistic plan ran plainly where no plan can.
+// flight a way holds at least the layers' weights spread perfectly (boundWeights) and its
+// floor. The solved layers' own weights and activations, which lower sums and takes the
+// largest of, are those of each layer's fastest point, which may hold its weights
+// replicated where the range, short of memory, shards them (and its activations differ
+// with them): they bound nothing, and under soundMemory each way's memory is the floors
+// alone, as boundedRange's. Off by default: kept, they act as a guess of the range's
+// memory that the search's cost depends on (docs/DECISIONS.md, branch gpt26: GPT-2.6B/8's
+// one-stage [0,8) on 4×2 held 17.9 GB optimistically against the 16 GiB device, where
+// its range ILP has a plan at 16.0 GiB; TestLowerMemoryIsLower).
 func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape) dp.StageCost {
 	f := o.memFloors(start, end, s.NumDevices())
-	weights := 0.0
-	for k := start; k < end; k++ {
-		b, ok := o.layerBound(k, s, l)
-		if !ok {
-			return c
-		}
-		weights += b.WeightBytes
+	weights := o.boundWeights(start, end, s, l)
+	if math.IsNaN(weights) {
+		return c
 	}
-	raise := func(w *dp.StageCost) {
+	return eachWay(c, func(w *dp.StageCost) {
 		inFlight, first := f.inFlight, f.plain
 		if w.Recompute {
 			inFlight, first = 0, f.remat
 		}
+		if soundMemory {
+			w.WeightBytes, w.ActBytes, w.OnceBytes = weights, inFlight, first-inFlight
+			return
+		}
 		w.ActBytes = max(w.ActBytes, inFlight)
 		w.OnceBytes = max(w.OnceBytes, weights+first-w.WeightBytes-w.ActBytes)
+	})
+}
+
+// soundMemory makes a range's optimistic memory its floors alone (floored, boundedRange), a
+// lower bound on every plan of the range; off, the solved layers' fastest points' weights
+// and activations raise it, which is no bound. Off by default: on, the memory-bound range
+// ILPs that the guess skipped run, and several rows of Alpa's suite cost far more
+// (gpt-760m/2 past the 30 s cap from 2.2 CPU s; BENCHMARKS.md, "gpt26").
+var soundMemory = false
+
+// boundWeights is the sum of the weights of layers [start, end) spread perfectly over
+// (s, l) (layerBound), as memFloors' floors are taken against; NaN where a layer has no
+// bound (its mesh cannot be built).
+func (o *oracle) boundWeights(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	weights := 0.0
+	for k := start; k < end; k++ {
+		b, ok := o.layerBound(k, s, l)
+		if !ok {
+			return math.NaN()
+		}
+		weights += b.WeightBytes
 	}
-	return eachWay(c, raise)
+	return weights
 }
 
 // eachWay is c with f applied to each of its ways, the plain one and every recomputing

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -657,15 +656,12 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 	return order
 }
 
-// optimistic is the step time of the count's optimistic plan, a lower bound on every plan
-// of the count; +Inf when there is none, since then not even the bounds (time and memory)
+// optimistic is the step time of the count's optimistic plan with its receives priced by
+// their links (oracle.crossBound), a lower bound on the predicted step of every plan of
+// the count; +Inf when there is none, since then not even the bounds (time and memory)
 // fit: the count has no plan.
 func (a *attempt) optimistic(ctx context.Context) float64 {
-	res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do)
-	if err != nil {
-		return math.Inf(1)
-	}
-	return res.Time
+	return a.o.crossBound(ctx, a.s.Layering.L, a.dc, a.do)
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
@@ -686,7 +682,9 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 	quiet := do
 	quiet.Progress = nil
 	best, err := o.recost(ctx, layers, dc, quiet, fast, progress)
-	proven := false // best is within its tolerance of the optimistic bound (o.tolerance)
+	proven := false               // best is within its tolerance of the optimistic bound (o.tolerance)
+	recosted := map[string]bool{} // optimistic plans with restricted stages re-costed as they are
+	near := map[rangeKey]bool{}   // restricted stages a re-cost ran within refineTolerance of their bound
 	for round := 0; round < maxRefinements && ctx.Err() == nil; {
 		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
 		if oerr != nil {
@@ -705,7 +703,25 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		if o.refute(opt) {
 			continue // a stage's dual bound raised its price: plan again before its range ILP (bound.go)
 		}
-		if o.openRestricted(opt, progress) {
+		if sig := stagesOf(opt); o.hasRestricted(opt) && !recosted[sig] {
+			// Re-cost opt as it is first, its restricted stages at their restricted plans:
+			// where that plan is within the tolerance of the bound it is accepted, as a
+			// restricted incumbent is, without the restricted stages' range ILPs
+			// (openRestricted: memory-bound and dear on the MoE rows, 10-12 CPU s each).
+			recosted[sig] = true
+			round++
+			res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
+			if rerr == nil {
+				o.markNear(opt, res, near)
+				if best == nil || res.Time < best.Time {
+					best, err = res, nil
+				}
+			}
+			continue
+		}
+		// The restricted stages whose restricted plan ran opt's re-cost at their bound first:
+		// only their range ILPs can close the gap; the others' only when none is left.
+		if o.openRestricted(farFrom(opt, near), progress) || o.openRestricted(opt, progress) {
 			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}
 		round++
@@ -719,6 +735,49 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 	}
 	o.fast, o.lazy = false, false
 	return best, err
+}
+
+// hasRestricted says whether a stage of p is priced by its restricted plan and not yet by
+// its range ILP (restrict.go: openRestricted would solve it).
+func (o *oracle) hasRestricted(p *dp.Result) bool {
+	for _, st := range p.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if _, ok := o.restricted[k]; ok && !o.exactAt[k].exact {
+			return true
+		}
+	}
+	return false
+}
+
+// markNear marks in near the restricted stages of opt that res, opt re-costed (pinned to
+// its stages), runs within refineTolerance of their optimistic price, time and step: their
+// range ILPs could gain little on them, so openRestricted leaves them for last.
+func (o *oracle) markNear(opt, res *dp.Result, near map[rangeKey]bool) {
+	if len(res.Stages) != len(opt.Stages) {
+		return
+	}
+	for i, st := range opt.Stages {
+		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		if _, ok := o.restricted[k]; !ok || o.exactAt[k].exact {
+			continue
+		}
+		r := res.Stages[i].Cost
+		if r.Time <= st.Cost.Time*(1+refineTolerance) && r.Step <= st.Cost.Step*(1+refineTolerance) {
+			near[k] = true
+		}
+	}
+}
+
+// farFrom is opt without its stages marked near (markNear).
+func farFrom(opt *dp.Result, near map[rangeKey]bool) *dp.Result {
+	far := *opt
+	far.Stages = nil
+	for _, st := range opt.Stages {
+		if !near[rangeKey{st.Start, st.End, st.Submesh, st.Logical}] {
+			far.Stages = append(far.Stages, st)
+		}
+	}
+	return &far
 }
 
 // refineTolerance is how close to the optimistic bound the fast search's plan must be

@@ -247,12 +247,15 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 	// the basis of the last solve of the layer's ILP (warm.go in passes/sharding): only the
 	// memory rows' budget changes.
 	peak, last := pts[0].res.PeakMemory, warm
+	if len(fractions) > 1 && s.Hosts > 1 && meshFactor(l) > 4 && pts[0].res.ILP.Variables >= leanBigVars {
+		fractions = []float64{0} // the min-peak plan only (leanBigVars)
+	}
 	for _, f := range fractions {
 		spot := leanSpot{spotK, s, l, f}
 		if o.leanStuck[spot] {
 			continue // stopped at its effort limit at another count (leanSpot)
 		}
-		budget := max(int64(f*float64(peak)), 1) // 0: as small as a budget goes (convLeanFractions)
+		budget := max(1, int64(f*float64(peak))) // 1 byte, not 0 (the device memory): the min-peak plan
 		sol := o.solveStageBudget(sg, s, l, budget, nil, last, nil)
 		if errors.Is(sol.err, ilp.ErrTimeout) && meshFactor(l) > 4 {
 			o.leanStuck[spot] = true
@@ -269,6 +272,15 @@ func (o *oracle) leanPoints(sg *stageGraph, key solveKey, spotK int, pts []layer
 	o.points[key] = pts
 	return pts
 }
+
+// leanBigVars: a layer whose ILP has this many variables or more, on a two-dimensional
+// mesh over several hosts, gets one memory-lean point, the plan of its least footprint
+// (the sharding pass's min-peak ILP, sharding.MemoryError.Plan, asked for by a budget of
+// one byte). On the MoE rows from 16 GPUs (layers of 23-32k variables on 2×8 and 4×8)
+// every 0.6 budget stopped at the lean limit without a plan, 4-5 CPU s each; the 0.3
+// budget either ended in that min-peak plan in about 0.1 s or stopped at the limit too
+// (docs/DECISIONS.md, "moe3").
+var leanBigVars = 20000
 
 // leanSpot is a memory-lean solve of layer k (by position) on (s, l) at fraction f of
 // its fastest point's peak. One on a two-dimensional mesh that stopped at its effort limit

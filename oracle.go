@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"sort"
 	"strconv"
@@ -41,8 +42,9 @@ type oracle struct {
 	stages map[[2]int]*stageGraph
 	err    error // the first error that was not a question of memory
 	*shared
-	// canonical skips logical meshes (n, 1) inside one host: both axes of a host cost the
-	// same, so (n, 1) prices exactly as (1, n). Off when the caller pins logical meshes.
+	// canonical skips logical meshes (a, b) with a > b inside one host: both axes of a host
+	// cost the same, so (a, b) prices exactly as (b, a) (TestHostMeshesMirror). Off when
+	// the caller pins logical meshes.
 	canonical bool
 	// leastPlans: a one-layer stage that cannot fit is priced by its plan of least memory,
 	// solved, not by hopeless's bound (explain shows what each mesh would need).
@@ -91,7 +93,11 @@ type oracle struct {
 	duals      map[rangeKey]float64
 	noRestrict bool                 // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[rangeKey]float64 // recvEstimate's
-	cross      []crossValue         // the step's values read across layers (received)
+	// crossLinks: recvEstimate prices receives by the links a sender can use (recvLinks),
+	// the count bound's currency (attempt.optimistic); recvCross is its memo
+	crossLinks bool
+	recvCross  map[rangeKey]float64
+	cross      []crossValue // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -237,13 +243,22 @@ const DefaultILPIterations = 40000
 // stop on any machine under any load, so the search and its ILP count are deterministic.
 const leanIterations = 3000
 
+// leanLPVars: a memory-lean layer ILP on a two-dimensional mesh of more variables than
+// this, which lp_solve would start cold (no basis of the layer's fastest solve: the
+// certificate answered it), is answered by the Lagrangian search's best plan that fits,
+// not given to lp_solve (sharding.Options.NoLPAbove): at leanIterations lp_solve never got
+// through the LP root of one (GPT-15B/32: 14 such solves of 16.9–28.1k variables, every
+// one ended without a plan, 59 of the row's 69 lean CPU s; docs/DECISIONS.md, "gpt39").
+// Wide-ResNet's 2-D layers (7–11k variables) stay with lp_solve.
+const leanLPVars = 12000
+
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
 	if sh == nil {
 		sh = newShared()
 	}
 	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{},
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, recvCross: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{},
 		duals: map[rangeKey]float64{}}
 }
 
@@ -270,29 +285,90 @@ func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 // micro-batch from other stages: before the stages are placed and their neighbours'
 // layouts known, each value it receives (received) as one piece per device of an even
 // share of the tensor (codegen lands a transfer on all of the receiver's devices, see
-// codegen's absorb), priced by the point-to-point cost on the stage's own mesh. It is a
-// lower bound on the plan's RecvTime (priceTransfers): a device receives at least one
-// piece of each value, the stage's slowest device at least the even share, and a link to
-// another host costs no less than one inside the stage's own. Under GPipe and 1F1B a
-// stage's receives are on its path per micro-batch (forward activations, backward
-// gradients): Σ over stages counts each boundary's transfer once, as one micro-batch's
-// fill and drain crosses it, and the slowest stage's count B times.
+// codegen's absorb), priced by the point-to-point cost on the stage's own mesh; with
+// crossLinks (the count bound's currency, attempt.optimistic), by the cheapest link a
+// sender can reach the stage by (recvLinks). Either is a lower bound on the plan's
+// RecvTime (priceTransfers): a device receives at least one piece of each value, the
+// stage's slowest device at least the even share, and every piece crosses a link no
+// cheaper than the one priced (the stage's own mesh stands for a link inside a host, which
+// costs no more than one between hosts on every preset). Under GPipe and 1F1B a stage's
+// receives are on its path per micro-batch (forward activations, backward gradients): Σ
+// over stages counts each boundary's transfer once, as one micro-batch's fill and drain
+// crosses it, and the slowest stage's count B times.
+//
+// The search itself prices with the stage's own mesh: a stage that fills its hosts pays
+// the cross-host link for every piece it receives, but a stage on part of a host pays it
+// for pieces from another host too, which only the placement says (dp.Place); priced
+// exactly for the one and not the other, the DP moves its stages off whole hosts into
+// plans that receive across hosts unseen (docs/DECISIONS.md, branch currency).
 func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
 	k := rangeKey{start, end, s, l}
-	if x, ok := o.recvAt[k]; ok {
+	memo := o.recvAt
+	if o.crossLinks {
+		memo = o.recvCross
+	}
+	if x, ok := memo[k]; ok {
 		return x
 	}
 	x := 0.0
 	if recv := o.received(start, end); len(recv) > 0 {
 		if lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1]); err == nil {
 			n := float64(lm.Size())
+			links := []*mesh.LogicalMesh{lm}
+			if o.crossLinks {
+				links = recvLinks(o.c, s, lm)
+			}
 			for _, b := range recv {
-				x += o.c.SendRecvCost(lm, lm, float64(b)/n)
+				c := math.Inf(1)
+				for _, from := range links {
+					c = min(c, o.c.SendRecvCost(from, lm, float64(b)/n))
+				}
+				x += c
 			}
 		}
 	}
-	o.recvAt[k] = x
+	memo[k] = x
 	return x
+}
+
+// crossBound is the step time of the optimistic plan with receives priced by the links a
+// sender can use (crossLinks): the count bound (attempt.optimistic, and settle's cutoff),
+// a lower bound on the predicted step of every plan of the count, at least the
+// optimistic plan's own where no link is cheaper than the stage's own mesh; +Inf when
+// there is no optimistic plan.
+func (o *oracle) crossBound(ctx context.Context, layers int, dc dp.Cluster, do dp.Options) float64 {
+	o.crossLinks = true
+	defer func() { o.crossLinks = false }()
+	res, err := o.optimisticPlan(ctx, layers, dc, do)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return res.Time
+}
+
+// recvLinks are the meshes a stage on submesh s (laid out as lm) can receive from, as
+// far as the link's price goes (mesh.Cluster.SendRecvCost: intra-host numbers only when
+// both meshes are on one and the same host): a stage that fills its hosts (s spans whole
+// hosts, as every submesh of more than one host does) shares no host with the disjoint
+// submesh of any other stage, so every piece it receives crosses hosts; a stage on part
+// of one host may receive from the rest of its host (lm itself stands for it) or from
+// another host.
+func recvLinks(c *mesh.Cluster, s mesh.Submesh, lm *mesh.LogicalMesh) []*mesh.LogicalMesh {
+	var out []*mesh.LogicalMesh
+	if s.Hosts == 1 && s.Devices < c.DevicesPerHost {
+		out = append(out, lm)
+	}
+	if c.Hosts > s.Hosts {
+		// One device on a host lm does not use: its link to lm crosses hosts.
+		other := mesh.DeviceID((c.HostOf(lm.Devices[0]) + s.Hosts) % c.Hosts * c.DevicesPerHost)
+		if from, err := mesh.NewLogicalMeshAt(c, mesh.Submesh{Hosts: 1, Devices: 1}, other, 1, 1); err == nil {
+			out = append(out, from)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, lm) // one host, all of it: the stage has no other stage to receive from
+	}
+	return out
 }
 
 func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
@@ -346,7 +422,7 @@ func (o *oracle) solve(start, end int, s mesh.Submesh, l mesh.LogicalShape) *sta
 }
 
 func (o *oracle) mirrored(s mesh.Submesh, l mesh.LogicalShape) bool {
-	return o.canonical && s.Hosts == 1 && l[1] == 1 && l[0] > 1
+	return o.canonical && s.Hosts == 1 && l[0] > l[1]
 }
 
 // prefetch prices every stage the DP will ask for — every layer range on every submesh and
@@ -489,6 +565,9 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 		// the plan depends on: a feasible plan at a short limit serves. The limit is
 		// effort, not time, so that the answer does not depend on the load.
 		opts.Iterations = leanIterations
+		if meshFactor(l) > 4 {
+			opts.NoLPAbove = leanLPVars
+		}
 	}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "plain")

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -39,18 +40,31 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		pts = p.topPoints(hi, 4, budget)
 	}
 	var incumbent []int // the Lagrangian search's best plan that fits: lp_solve's cutoff
+	var lagPlan []int   // the same, whether or not it is the cutoff
 	if !p.opts.LPSolveOnly {
 		res, sweeps, inc := p.certified(budget, stats)
 		if res != nil {
 			return res, nil
 		}
 		stats.Sweeps = sweeps
+		lagPlan = inc
 		if p.opts.Incumbent {
 			incumbent = inc
 		}
 	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
+	if n := p.opts.NoLPAbove; n > 0 && budget > 0 && w == nil && p.prob.NumVars() > n {
+		// lp_solve, cold, would not get through the root at the caller's effort (NoLPAbove):
+		// the Lagrangian search's best plan that fits is the answer, if it has one.
+		if lagPlan != nil {
+			stats.Solver = "lagrange"
+			if res := p.planResult(lagPlan, ilp.Feasible, stats); res != nil {
+				return res, nil
+			}
+		}
+		return nil, fmt.Errorf("%w (lp_solve not run: %d variables)", ilp.ErrTimeout, p.prob.NumVars())
+	}
 	if w != nil {
 		pts = union(w.points, pts)
 	}

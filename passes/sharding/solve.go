@@ -45,6 +45,13 @@ type Options struct {
 	// default: it makes the exhaustive search find plans the fast one misses
 	// (docs/DECISIONS.md, "The Lagrangian's plan as lp_solve's incumbent").
 	Incumbent bool
+	// NoLPAbove, if positive, does not give lp_solve a memory-bound ILP of more variables
+	// than this that the certificate does not close: the Lagrangian search's best plan that
+	// fits is the answer (ILPStats.Status "feasible", Solver "lagrange"), else ErrTimeout.
+	// For callers whose effort limit (Iterations) would stop lp_solve before its LP root on
+	// such an ILP, so that it would end without a plan anyway (the fast search's memory-lean
+	// points on 2-D meshes: docs/DECISIONS.md, "gpt39").
+	NoLPAbove int
 	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
 	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
 	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an

@@ -1,0 +1,90 @@
+package autopar
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/autopar/autopar/dp"
+	"github.com/autopar/autopar/mesh"
+)
+
+// TestRecvEstimateIsLower: both prices of a stage's receives (oracle.recvEstimate: the
+// search's, on the stage's own mesh, and the count bound's, by the links a sender can use,
+// crossLinks) are lower bounds of what the plan's transfers cost (priceTransfers,
+// RecvTime), so the DP's step of a plan in either is at most its predicted step (the
+// currency the count bound compares in, attempt.loses). Plans pinned so that stages fill
+// their hosts (every receive crosses hosts), share a host (receives stay inside it) or
+// both, on small zoo models with p3.16xlarge's links. A stage that fills its hosts is
+// priced by the count bound at the cross-host link: at least half its RecvTime there
+// (its receives land in even shares), where the search's price of the same bytes is 10–20
+// times less.
+func TestRecvEstimateIsLower(t *testing.T) {
+	type pin struct {
+		hosts, perHost int
+		bounds         []int
+		subs           []mesh.Submesh
+	}
+	sub := func(h, d int) mesh.Submesh { return mesh.Submesh{Hosts: h, Devices: d} }
+	pins := []pin{
+		{2, 2, []int{0, 1, 2}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // whole hosts
+		{1, 4, []int{0, 1, 2}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // one host
+		{2, 4, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 2), sub(1, 4)}}, // both
+		{2, 4, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 4), sub(1, 2), sub(1, 2)}}, // both, the other way
+		{4, 2, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 2), sub(2, 2), sub(1, 2)}}, // a stage of two hosts
+		{2, 2, []int{0, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // uneven stages
+	}
+	crossed := 0
+	for _, name := range []string{"gpt-tiny", "mlp-tiny", "moe-tiny"} {
+		g := model(t, name)
+		for _, p := range pins {
+			t.Run(fmt.Sprintf("%s/%dx%d/%v%v", name, p.hosts, p.perHost, p.bounds, p.subs), func(t *testing.T) {
+				c := cluster(t, fmt.Sprintf("p3.16xlarge:%d", p.hosts))
+				c.DevicesPerHost = p.perHost
+				L := p.bounds[len(p.bounds)-1]
+				opts := Options{Microbatches: 2, Layers: L, Constraints: dp.Constraints{Boundaries: p.bounds, StageSubmeshes: p.subs}}
+				s, err := Run(context.Background(), g, c, opts, &PhaseConfig{UpTo: "search"})
+				require.NoError(t, err)
+				res, pl := s.Search, s.Plan
+				require.Len(t, pl.Stages, len(res.Stages))
+				o := newOracle(context.Background(), s.Step, s.Layering, c, 0, c.DeviceMemoryBytes, nil)
+				B := float64(s.Microbatches)
+				for _, cross := range []bool{false, true} {
+					o.crossLinks = cross
+					var sum, slow float64
+					for i, st := range res.Stages {
+						est := o.recvEstimate(st.Start, st.End, st.Submesh, st.Logical)
+						if !cross {
+							// The search's stage time holds it (oracle.StageCost).
+							assert.InDelta(t, st.Cost.Time-pl.Stages[i].Time, est, 1e-12+1e-9*est, "stage %d", i)
+						}
+						got := pl.Stages[i].RecvTime
+						assert.LessOrEqual(t, est, got*(1+1e-9)+1e-15, "stage %d on %v (links %v): estimate %g, planned %g", i, st.Submesh, cross, est, got)
+						if cross && st.Submesh.Devices == p.perHost && got > 0 {
+							crossed++
+							assert.GreaterOrEqual(t, est, got/2, "stage %d fills its hosts: its receives cross hosts", i)
+						}
+						ti := pl.Stages[i].Time + est
+						sum += ti
+						slow = max(slow, ti)
+					}
+					dpStep := sum + (B-1)*slow + res.Stages[0].Cost.Step
+					assert.LessOrEqual(t, dpStep, pl.Predicted.StepTime*(1+1e-9), "links %v: the DP's step of the plan, %g, is under its prediction %g", cross, dpStep, pl.Predicted.StepTime)
+				}
+				// The count bound of the same count, unpinned, bounds the plan's prediction too.
+				free, err := Run(context.Background(), g, c, Options{Microbatches: 2, Layers: L}, &PhaseConfig{UpTo: "cluster"})
+				require.NoError(t, err)
+				free.Microbatches = s.Microbatches
+				a, err := setUp(free)
+				require.NoError(t, err)
+				require.True(t, a.o.fast)
+				bound := a.optimistic(context.Background())
+				assert.LessOrEqual(t, bound, pl.Predicted.StepTime*(1+1e-9), "the count bound %g, the plan's prediction %g", bound, pl.Predicted.StepTime)
+			})
+		}
+	}
+	assert.Positive(t, crossed, "some stage filling its hosts receives")
+}
