@@ -121,6 +121,7 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
 		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
+	p.placeByTransfers()
 	p.priceTransfers()
 	predict(&p.Plan, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
@@ -243,6 +244,60 @@ func (p *Plan) priceTransfers() {
 		for _, x := range recv[i][1] {
 			p.Stages[i].StepRecvTime = max(p.Stages[i].StepRecvTime, x)
 		}
+	}
+}
+
+// placeByTransfers re-places the stages (dp.PlaceBy) so that the stages smaller than a host
+// that share one are those that pass the most between them: a pair's weight is the bytes
+// its transfers (codegen.Transfers) land on the receiving stage's busiest device, per
+// micro-batch transfers counted Microbatches times. The transfers' pieces do not depend on
+// the devices, only on the stages' meshes and specs, and each stage's devices are rebuilt
+// from its new first device, so codegen emits what priceTransfers then prices. A plan
+// codegen refuses keeps dp's placement.
+func (p *Plan) placeByTransfers() {
+	dpc := dp.Cluster{Hosts: p.Cluster.Hosts, DevicesPerHost: p.Cluster.DevicesPerHost}
+	small := 0
+	for _, s := range p.Stages {
+		if s.Submesh.NumDevices() < dpc.DevicesPerHost {
+			small++
+		}
+	}
+	if small < 3 {
+		return // at most one packing
+	}
+	cp, err := p.CodegenPlan()
+	if err != nil {
+		return
+	}
+	ts, err := codegen.Transfers(cp)
+	if err != nil {
+		return
+	}
+	n := len(p.Stages)
+	w := make([]float64, n*n)
+	for _, t := range ts {
+		most := int64(0)
+		for _, pieces := range t.Received {
+			b := int64(0)
+			for _, x := range pieces {
+				b += x
+			}
+			most = max(most, b)
+		}
+		x := float64(most)
+		if !t.PerStep {
+			x *= float64(p.Microbatches)
+		}
+		w[int(t.From)*n+int(t.To)] += x
+		w[int(t.To)*n+int(t.From)] += x
+	}
+	stages := make([]dp.Stage, n)
+	for i, s := range p.Stages {
+		stages[i] = dp.Stage{Submesh: s.Submesh}
+	}
+	dp.PlaceBy(dpc, stages, func(a, b int) float64 { return w[a*n+b] })
+	for i := range p.Stages {
+		p.Stages[i].Devices = stages[i].Devices
 	}
 }
 
