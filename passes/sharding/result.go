@@ -22,15 +22,7 @@ const maxRounds = 40
 // fits at every point, not only at the rows added.
 func (p *planner) solve(ctx context.Context) (*Result, error) {
 	budget := float64(p.opts.MemoryBudget)
-	stats := ILPStats{Values: len(p.g.Values), Variables: p.prob.NumVars(), EdgeVars: p.edgeVars,
-		SharedValues: p.shared, PerEdgeValues: p.perEdge, Pruned: p.pruned, Cut: p.cut}
-	for gi := range p.groups {
-		if p.rep[gi] == gi {
-			stats.Nodes++
-		} else {
-			stats.TiedGroups++
-		}
-	}
+	stats := p.baseStats()
 	var pts []int
 	if budget > 0 {
 		lo, hi := p.boundPeak()
