@@ -806,7 +806,7 @@ func (o *oracle) dualApplies(start, end int) bool {
 func (o *oracle) refute(opt *dp.Result) bool {
 	raised := false
 	for _, st := range opt.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		k := stageKey(st)
 		if !o.dualApplies(st.Start, st.End) {
 			continue
 		}

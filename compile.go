@@ -741,8 +741,7 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 // its range ILP (restrict.go: openRestricted would solve it).
 func (o *oracle) hasRestricted(p *dp.Result) bool {
 	for _, st := range p.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
-		if _, ok := o.restricted[k]; ok && !o.exactAt[k].exact {
+		if _, sol := o.pendingRestricted(st); sol != nil {
 			return true
 		}
 	}
@@ -757,8 +756,8 @@ func (o *oracle) markNear(opt, res *dp.Result, near map[rangeKey]bool) {
 		return
 	}
 	for i, st := range opt.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
-		if _, ok := o.restricted[k]; !ok || o.exactAt[k].exact {
+		k, sol := o.pendingRestricted(st)
+		if sol == nil {
 			continue
 		}
 		r := res.Stages[i].Cost
@@ -773,7 +772,7 @@ func farFrom(opt *dp.Result, near map[rangeKey]bool) *dp.Result {
 	far := *opt
 	far.Stages = nil
 	for _, st := range opt.Stages {
-		if !near[rangeKey{st.Start, st.End, st.Submesh, st.Logical}] {
+		if !near[stageKey(st)] {
 			far.Stages = append(far.Stages, st)
 		}
 	}
@@ -810,7 +809,7 @@ func (o *oracle) recost(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 	}
 	o.run(jobs, progress.more())
 	for _, st := range p.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		k := stageKey(st)
 		if _, ok := o.restricted[k]; ok {
 			continue
 		}

@@ -119,6 +119,9 @@ type rangeKey struct {
 	logical    mesh.LogicalShape
 }
 
+// stageKey is the range and mesh of a stage the DP chose.
+func stageKey(st dp.Stage) rangeKey { return rangeKey{st.Start, st.End, st.Submesh, st.Logical} }
+
 // layerInfos builds the per-layer boundary information once.
 func (o *oracle) layerInfos() []*layerInfo {
 	if o.infos != nil {
@@ -474,7 +477,7 @@ func (o *oracle) markLean(p *dp.Result) {
 		o.leanAt = map[rangeKey]bool{}
 	}
 	for _, st := range p.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
+		k := stageKey(st)
 		if !o.leanAt[k] {
 			o.leanAt[k] = true
 			delete(o.composedAt, k)

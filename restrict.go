@@ -179,8 +179,7 @@ func (o *oracle) unrestrict(ctx context.Context, layers int, dc dp.Cluster, do d
 	}
 	saved := map[rangeKey]*stageSolution{}
 	for _, st := range p.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
-		if sol, ok := o.restricted[k]; ok && !o.exactAt[k].exact {
+		if k, sol := o.pendingRestricted(st); sol != nil {
 			saved[k] = sol
 		}
 	}
@@ -204,6 +203,17 @@ func (o *oracle) unrestrict(ctx context.Context, layers int, dc dp.Cluster, do d
 	return p
 }
 
+// pendingRestricted returns the key of stage st and, where st is priced by its restricted
+// plan and not yet by its range ILP (openRestricted would solve it), that plan; nil
+// otherwise.
+func (o *oracle) pendingRestricted(st dp.Stage) (rangeKey, *stageSolution) {
+	k := stageKey(st)
+	if sol, ok := o.restricted[k]; ok && !o.exactAt[k].exact {
+		return k, sol
+	}
+	return k, nil
+}
+
 // openRestricted solves by its full range ILP every stage of the optimistic plan opt that
 // is priced by a restricted solve, and reports whether there was one: the optimistic plan
 // bounds such a stage below its restricted price, and only the range ILP can say whether
@@ -214,8 +224,8 @@ func (o *oracle) openRestricted(opt *dp.Result, progress *ilpProgress) bool {
 	var jobs []job
 	var keys []rangeKey
 	for _, st := range opt.Stages {
-		k := rangeKey{st.Start, st.End, st.Submesh, st.Logical}
-		if _, ok := o.restricted[k]; !ok || o.exactAt[k].exact {
+		k, sol := o.pendingRestricted(st)
+		if sol == nil {
 			continue
 		}
 		sg, err := o.stage(st.Start, st.End)
@@ -272,7 +282,7 @@ const restrictTolerance = 0.01
 // tolerance is exactly's acceptance margin for plan p over the optimistic bound.
 func (o *oracle) tolerance(p *dp.Result) float64 {
 	for _, st := range p.Stages {
-		if _, ok := o.restricted[rangeKey{st.Start, st.End, st.Submesh, st.Logical}]; ok {
+		if _, ok := o.restricted[stageKey(st)]; ok {
 			return restrictTolerance
 		}
 	}
