@@ -243,6 +243,16 @@ const DefaultILPIterations = 40000
 // stop on any machine under any load, so the search and its ILP count are deterministic.
 const leanIterations = 3000
 
+// leastMinPeak: in the lazy search, a stage that fits in no way under the device memory
+// (its least footprint, recomputing where the mode lets it, is over it) is priced by the
+// min-peak ILP's plan (sharding.MemoryError.Plan), not by a re-solve at that footprint
+// ("least"): the DP rejects every way of every plan of that footprint, and every range
+// composed from it (a range holds at least its layer's weights and activations), so which
+// such plan prices it changes no plan (TestLeastMinPeak). The re-solve is a layer ILP
+// under a budget that binds: 5-7 CPU s each on MoE-27B/32's counts 4 and 8 (2x4, 2x2;
+// docs/DECISIONS.md, "moe27"). The exhaustive search and explain (leastPlans) re-solve.
+var leastMinPeak = true
+
 // leanLPVars: a memory-lean layer ILP on a two-dimensional mesh of more variables than
 // this, which lp_solve would start cold (no basis of the layer's fastest solve: the
 // certificate answered it), is answered by the Lagrangian search's best plan that fits,
@@ -590,11 +600,13 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 			return sol
 		}
 	}
-	if errors.As(err, &me) && memory != o.memory && me.Plan != nil {
+	if errors.As(err, &me) && me.Plan != nil && (memory != o.memory || leastMinPeak && o.lazy && !o.leastPlans) {
 		// A memory-lean point (compose.go) under the layer's least footprint: the plan of
 		// that footprint the min-peak ILP found is the point, a real plan at its own time
 		// and peak, instead of a capped re-solve at the footprint (which, at the lean
 		// iteration limit, found no plan on the big layers) and the fastest plan again.
+		// In the lazy search, also a stage that fits in no way under the device memory
+		// (leastMinPeak): every plan of that footprint is rejected by the DP alike.
 		res, err = me.Plan, nil
 	} else if errors.As(err, &me) {
 		// Nothing fits one micro-batch. Price the plan of least memory (the sharding pass
