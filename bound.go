@@ -160,7 +160,7 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 	seen := map[solveKey]bool{} // layers of one structure (a transformer's middle ones) share a solve
 	for _, st := range p.Stages {
 		for k := st.Start; k < st.End; k++ {
-			if o.isSolved(k, st.Submesh, st.Logical) || cheapOnly && meshFactor(st.Logical) > 4 {
+			if o.isSolved(k, st.Submesh, st.Logical) || o.firstSolved(st.Start, k, st.Submesh, st.Logical) || cheapOnly && meshFactor(st.Logical) > 4 {
 				continue
 			}
 			if st.Start == 0 && o.reweighs(0, k) && o.remat != RematFull {
@@ -181,7 +181,7 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 			key := solveKey{sg.hash, st.Submesh, st.Logical}
 			if !seen[key] {
 				seen[key] = true
-				jobs = append(jobs, job{key: key, sg: sg, relaxed: o.relaxes(key)})
+				jobs = append(jobs, o.layerJob(st, k, key)) // compose.go: a first stage's may be firstPoints
 			}
 		}
 		if st.Start == 0 {
@@ -204,7 +204,7 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 	for _, j := range jobs {
 		if j.relaxed {
 			o.relaxed[j.key] = nil
-		} else {
+		} else if !j.first {
 			o.solved[j.key] = nil
 		}
 	}

@@ -852,7 +852,63 @@ func (o *oracle) pointsIn(start, k int, s mesh.Submesh, l mesh.LogicalShape) []l
 	if w := o.weighedExact(k, s, l); w != nil {
 		return []layerPoint{pointOf(o.weighedLayer(k), w)}
 	}
+	if o.firstSolved(start, k, s, l) {
+		return o.firstPts[solveKey{o.infos[k].sg.hash, s, l}]
+	}
 	return pts
+}
+
+// firstLPVars: in the lazy search, a later layer k > 0 of a first stage on a
+// two-dimensional mesh over several hosts, whose solve at the stage's weight does not fit
+// the memory (weighedExact: the stage prices it by that solve, weighedPrice) and whose own
+// ILP of this many variables or more does not fit it either without its memory rows, gets
+// its points (firstPoints) from its weight-1 ILP under the memory answered without
+// lp_solve (sharding.Options.NoLPAbove): the Lagrangian search's best plan that fits. Such
+// a stage reads of those points their plans (compose, restrictStage) and memory (lower's
+// caveat, as before), never their time (lower takes weighedPrice), so the optimistic
+// price is unchanged; the solve stays the layer's own for every other stage (unsolved
+// asks for it where a later stage runs the layer). On MoE-27B/32 at 2 micro-batches the
+// two such solves on 4×8 (21.7k and 22.0k variables, relaxed plans at 65 and 31 GiB
+// against 16) ran lp_solve to the 40,000-iteration limit and to the deadline, 52 CPU s
+// for no plan (docs/DECISIONS.md, "moe27").
+var firstLPVars = leanBigVars
+
+// firstUse says whether layer k, in a range from start on (s, l), may take its points
+// from firstPts: a first stage's later layer, priced by its weighed relaxed solve, which
+// ran and does not fit (weighedExact would answer otherwise).
+func (o *oracle) firstUse(start, k int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	if !o.lazy || start != 0 || !o.reweighs(start, k) || o.remat == RematFull {
+		return false
+	}
+	r := o.relaxed[solveKey{o.weighedLayer(k).hash, s, l}]
+	return r != nil && r.ok && !r.exact
+}
+
+// firstSolved says whether layer k in a range from start on (s, l) has its firstPts.
+func (o *oracle) firstSolved(start, k int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	return o.firstUse(start, k, s, l) && len(o.firstPts[solveKey{o.infos[k].sg.hash, s, l}]) > 0
+}
+
+// layerJob is the solve unsolved asks for of layer k of stage st (key its own solve
+// key): relaxed first where relaxes says so, then under the memory; for a first stage's
+// later layer as firstLPVars describes, its firstPts (once: where they give no point,
+// the layer's own solve as before).
+func (o *oracle) layerJob(st dp.Stage, k int, key solveKey) job {
+	j := job{key: key, sg: o.infos[k].sg, relaxed: o.relaxes(key)}
+	if j.relaxed || key.sub.Hosts < 2 || meshFactor(key.logical) <= 4 || !o.firstUse(st.Start, k, key.sub, key.logical) {
+		return j
+	}
+	if _, tried := o.firstPts[key]; tried {
+		return j
+	}
+	if _, solved := o.solved[key]; solved {
+		return j
+	}
+	if r := o.relaxed[key]; r == nil || !r.ok || r.exact || r.res == nil || r.res.ILP.Variables < firstLPVars {
+		return j
+	}
+	j.first = true
+	return j
 }
 
 // weighedPoints are layer k's points on (s, l) at a first stage's weight: its weighed

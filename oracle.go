@@ -108,6 +108,9 @@ type shared struct {
 	points    map[solveKey][]layerPoint
 	leaned    map[solveKey]bool
 	leanStuck map[leanSpot]bool // lean solves stopped at their limit (compose.go, leanSpot)
+	// firstPts are points of a first stage's later layers from their weight-1 solve
+	// answered without lp_solve (compose.go, firstPoints): nil where it gave none
+	firstPts map[solveKey][]layerPoint
 	// cutoff, when > 0, is the step time (the best plan of another micro-batch count, plus
 	// boundMargin) at or above which this count's optimistic bound loses (searchAll):
 	// settle stops there and sets outbid (compile.go, attempt.finish).
@@ -131,7 +134,7 @@ type shared struct {
 }
 
 func newShared() *shared {
-	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, leanStuck: map[leanSpot]bool{},
+	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, leanStuck: map[leanSpot]bool{}, firstPts: map[solveKey][]layerPoint{},
 		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{},
 		relaxed: map[solveKey]*stageSolution{}}
 }
@@ -492,6 +495,9 @@ type job struct {
 	base  solveKey                 // for an aligned solve, the layer's own key
 	// relaxed: the layer's ILP without its memory rows (bound.go, solveRelaxed)
 	relaxed bool
+	// first: the layer's points for a first stage only, its ILP under the memory answered
+	// without lp_solve (compose.go, firstPoints)
+	first bool
 }
 
 // run solves jobs on all cores and returns them; their keys are in o.solved as nil
@@ -505,9 +511,12 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
-				if jobs[j].relaxed {
+				switch {
+				case jobs[j].relaxed:
 					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
-				} else {
+				case jobs[j].first:
+					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, firstLPVars)
+				default:
 					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil, nil)
 				}
 				if progress != nil {
@@ -522,6 +531,10 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	wg.Wait()
 	for j, sol := range sols {
 		switch {
+		case jobs[j].first && sol != nil && sol.ok && sol.res != nil:
+			o.firstPts[jobs[j].key] = []layerPoint{pointOf(jobs[j].sg, sol)}
+		case jobs[j].first:
+			o.firstPts[jobs[j].key] = nil // none: the layer's own solve, if asked again (unsolved)
 		case jobs[j].relaxed && sol == nil:
 			delete(o.relaxed, jobs[j].key)
 		case jobs[j].relaxed:
@@ -548,6 +561,12 @@ func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape)
 // on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart); restrict,
 // if set, the strategies its layers chose (sharding.Options.Restrict, restrict.go).
 func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string) *stageSolution {
+	return o.solveStageOpts(sg, s, l, memory, force, warm, restrict, 0)
+}
+
+// solveStageOpts is solveStageBudget with sharding.Options.NoLPAbove set to noLP where
+// positive (firstPoints).
+func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string, noLP int) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -579,8 +598,15 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 			opts.NoLPAbove = leanLPVars
 		}
 	}
+	if noLP > 0 {
+		opts.NoLPAbove = noLP
+	}
 	o.solves.Add(1)
-	res, err := o.traced(sg, s, lm, opts, "plain")
+	kind := "plain"
+	if noLP > 0 {
+		kind = "first"
+	}
+	res, err := o.traced(sg, s, lm, opts, kind)
 	if res != nil {
 		atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	}
