@@ -515,7 +515,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 				case jobs[j].relaxed:
 					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
 				case jobs[j].first:
-					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, firstLPVars)
+					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, max(firstLPVars, 1))
 				default:
 					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil, nil)
 				}
