@@ -246,6 +246,16 @@ const DefaultILPIterations = 40000
 // stop on any machine under any load, so the search and its ILP count are deterministic.
 const leanIterations = 3000
 
+// layerGapAccept: in the lazy search, a one-layer ILP under the device memory whose
+// Lagrangian search (passes/sharding lagrange.go) found a plan that fits within this
+// fraction of its proven lower bound takes that plan, without lp_solve
+// (sharding.Options.GapAccept). An approximation: each such price is at most this much
+// above the layer's optimum, a tenth of the fast search's 1 % contract and half of
+// exactly's refineTolerance. On MoE-70B/64 at 16 micro-batches layer 0 on one host's 2×4
+// (32.6k variables, weight 16) had its Lagrangian plan 0.023 % above the bound, and
+// lp_solve took 7.7 CPU s to its optimum (docs/DECISIONS.md, "moe27").
+var layerGapAccept = 1e-3
+
 // leastMinPeak: in the lazy search, a stage that fits in no way under the device memory
 // (its least footprint, recomputing where the mode lets it, is over it) is priced by the
 // min-peak ILP's plan (sharding.MemoryError.Plan), not by a re-solve at that footprint
@@ -601,6 +611,9 @@ func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	if noLP > 0 {
 		opts.NoLPAbove = noLP
 	}
+	if o.lazy && memory == o.memory && sg.single {
+		opts.GapAccept = layerGapAccept
+	}
 	o.solves.Add(1)
 	kind := "plain"
 	if noLP > 0 {
@@ -707,7 +720,7 @@ func (o *oracle) traced(sg *stageGraph, s mesh.Submesh, lm *mesh.LogicalMesh, op
 		case err != nil:
 			return fmt.Sprintf("%q", err.Error())
 		}
-		return fmt.Sprintf("ok %.6g s peak %.2f GiB rounds %d", res.Cost.Total, float64(res.PeakMemory)/(1<<30), res.ILP.Rounds)
+		return fmt.Sprintf("ok %.6g s peak %.2f GiB rounds %d by %s", res.Cost.Total, float64(res.PeakMemory)/(1<<30), res.ILP.Rounds, res.ILP.Solver)
 	})
 	return res, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -397,8 +398,9 @@ func (st *mpState) closedChoice() []int {
 // not fit, the Lagrangian search of the memory rows (lagrange.go) runs: its plan, when its
 // bound proves it optimal under the budget, is the answer. Otherwise nil, with the sweeps
 // run and the best plan of the Lagrangian search that fits the budget (nil: none), the
-// incumbent lp_solve must beat.
-func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps int, incumbent []int) {
+// incumbent lp_solve must beat. lb is the best lower bound on the ILP's optimum under the
+// budget it proved (−Inf: none).
+func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps int, incumbent []int, lb float64) {
 	start := time.Now()
 	st, _ := p.solveEnergy() // nil: the model cannot express the ILP; lp_solve answers
 	var mp mpResult
@@ -413,21 +415,21 @@ func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps
 		}
 	}()
 	if st == nil || st.res.x == nil {
-		return nil, mp.iters, nil
+		return nil, mp.iters, nil, math.Inf(-1)
 	}
 	free := st.choice(st.res.x)
 	_, peak := p.peakOf(free)
 	fits = budget <= 0 || peak <= budget
 	if fits && choice == nil {
-		return nil, mp.iters, nil // an open certificate: lp_solve answers
+		return nil, mp.iters, nil, st.res.lb // an open certificate: lp_solve answers
 	}
 	if fits {
 		stats.SolveTime = time.Since(start)
 		stats.Solver, stats.Sweeps = "msgpass", mp.iters
 		if res := p.planResult(choice, ilp.Optimal, stats); res != nil {
-			return res, mp.iters, nil
+			return res, mp.iters, nil, st.res.lb
 		}
-		return nil, mp.iters, nil
+		return nil, mp.iters, nil, st.res.lb
 	}
 	lag := p.lagrange(st, budget, p.stop())
 	sweeps = mp.iters + lag.sweeps
@@ -435,11 +437,11 @@ func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
 	if !lag.closed {
-		return nil, sweeps, st.choice(lag.x)
+		return nil, sweeps, st.choice(lag.x), lag.lb
 	}
 	stats.SolveTime = time.Since(start)
 	stats.Solver, stats.Sweeps = "lagrange", sweeps
-	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps, nil
+	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps, nil, lag.lb
 }
 
 // planResult is choice's Result as solve returns an answer of the given status: the

@@ -52,6 +52,13 @@ type Options struct {
 	// such an ILP, so that it would end without a plan anyway (the fast search's memory-lean
 	// points on 2-D meshes: docs/DECISIONS.md, "gpt39").
 	NoLPAbove int
+	// GapAccept, if positive, does not give lp_solve a memory-bound ILP whose Lagrangian
+	// search (lagrange.go) found a plan that fits within this fraction of its proven lower
+	// bound (the free bound or the Lagrangian's): that plan is the answer (ILPStats.Status
+	// "feasible", Solver "lagrange", Bound the lower bound), within that fraction of the
+	// ILP's optimum. An approximation, for callers that price plans within a tolerance
+	// larger than it (the fast search: docs/DECISIONS.md, "moe27").
+	GapAccept float64
 	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
 	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
 	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an
@@ -239,6 +246,9 @@ type ILPStats struct {
 	Solver string `json:"solver"`
 	// Sweeps are the message-passing sweeps run (0: none), whether it answered or not.
 	Sweeps int `json:"sweeps,omitempty"`
+	// Bound, for an answer of Options.GapAccept, is the proven lower bound on the ILP's
+	// optimum it was accepted against (0 otherwise).
+	Bound float64 `json:"bound,omitempty"`
 }
 
 // Collective is one collective of the plan.
