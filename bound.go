@@ -829,7 +829,7 @@ func (o *oracle) refute(opt *dp.Result) bool {
 			return false // cancelled: no bound, and none recorded
 		}
 		o.duals[k] = v
-		if w := o.weight(st.Start); v > w*st.Cost.Time+st.Cost.Step {
+		if w := o.weight(st.Start); v > w*(st.Cost.Time-st.Recv)+st.Cost.Step {
 			raised = true
 		}
 	}
