@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +78,41 @@ func TestRecvEstimateIsLower(t *testing.T) {
 		}
 	}
 	assert.Positive(t, crossed, "some stage filling its hosts receives")
+}
+
+// TestPlacedStepIsPredicted: on two hosts, unpinned, the fast search's plan sits where
+// the DP priced its receives, and the DP's step of it bounds its predicted step from
+// below; equal where each stage's receives are even shares (Recv = RecvTime) and the
+// first stage receives nothing per step, as on gpt-tiny here.
+func TestPlacedStepIsPredicted(t *testing.T) {
+	equal := 0
+	for _, tc := range []struct {
+		name    string
+		perHost int
+		b       int
+	}{{"gpt-tiny", 4, 4}, {"gpt-tiny", 2, 8}, {"mlp-tiny", 4, 4}, {"moe-tiny", 4, 2}} {
+		t.Run(fmt.Sprintf("%s/2x%d/B%d", tc.name, tc.perHost, tc.b), func(t *testing.T) {
+			c := cluster(t, "p3.16xlarge:2")
+			c.DevicesPerHost = tc.perHost
+			s, err := Run(context.Background(), model(t, tc.name), c, Options{Microbatches: tc.b, Layers: 4}, &PhaseConfig{UpTo: "search"})
+			require.NoError(t, err)
+			res, pl := s.Search, s.Plan
+			require.True(t, res.Placed)
+			require.Len(t, pl.Stages, len(res.Stages))
+			even := pl.Stages[0].StepRecvTime == 0
+			for i, st := range res.Stages {
+				assert.Equal(t, st.Devices, pl.Stages[i].Devices, "stage %d sits where the DP priced it", i)
+				assert.LessOrEqual(t, st.Recv, pl.Stages[i].RecvTime*(1+1e-9)+1e-15, "stage %d", i)
+				t.Logf("stage %d %v: recv %.4g planned %.4g step %.4g own %.4g/%.4g", i, st.Devices, st.Recv, pl.Stages[i].RecvTime, pl.Stages[i].StepRecvTime, st.Cost.Time-st.Recv, pl.Stages[i].Time)
+				even = even && math.Abs(st.Recv-pl.Stages[i].RecvTime) <= 1e-9*st.Recv
+			}
+			t.Logf("%s: DP %.6g s, predicted %.6g s, stages %s", tc.name, res.Time, pl.Predicted.StepTime, devicesOf(pl))
+			assert.LessOrEqual(t, res.Time, pl.Predicted.StepTime*(1+1e-9))
+			if even {
+				equal++
+				assert.InEpsilon(t, pl.Predicted.StepTime, res.Time, 1e-9)
+			}
+		})
+	}
+	assert.Positive(t, equal, "some plan's receives are even shares")
 }
