@@ -397,7 +397,7 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			o.markLean(nil)
 			return
 		}
-		if o.cutoff > 0 && (opt.Time >= o.cutoff || o.crossBound(ctx, layers, dc, do) >= o.cutoff) {
+		if o.cutoff > 0 && opt.Time >= o.cutoff {
 			// The count's bound, raised by the layers solved so far, now loses to another
 			// count's plan: the test searchAll's loses makes before a count, made again.
 			o.outbid = true

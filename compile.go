@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -656,12 +657,16 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 	return order
 }
 
-// optimistic is the step time of the count's optimistic plan with its receives priced by
-// their links (oracle.crossBound), a lower bound on the predicted step of every plan of
-// the count; +Inf when there is none, since then not even the bounds (time and memory)
-// fit: the count has no plan.
+// optimistic is the step time of the count's optimistic plan (oracle.optimisticPlan), its
+// receives priced where its stages sit as the prediction prices them (dp.Receiver): a
+// lower bound on the predicted step of every plan of the count; +Inf when there is none,
+// since then not even the bounds (time and memory) fit: the count has no plan.
 func (a *attempt) optimistic(ctx context.Context) float64 {
-	return a.o.crossBound(ctx, a.s.Layering.L, a.dc, a.do)
+	res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return res.Time
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how

@@ -91,9 +91,9 @@ type oracle struct {
 	// duals are the dual bounds of whole-network ranges' ILPs in w·t + u (bound.go,
 	// refute; −Inf: none), which raise their optimistic prices (dualRaised)
 	duals      map[rangeKey]float64
-	noRestrict bool                 // recost solves every stage by its range ILP (unrestrict)
+	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
-	cross      []crossValue // the step's values read across layers (received)
+	cross      []crossValue            // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -332,18 +332,6 @@ func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShap
 		return x.Far + min(x.Before.Same, x.Before.Cross) + min(x.After.Same, x.After.Cross)
 	}
 	return x.Far + x.Before.Cross + x.After.Cross
-}
-
-// crossBound is the step time of the optimistic plan, its receives priced where its
-// stages sit (Receives): the count bound (attempt.optimistic, and settle's cutoff), a
-// lower bound on the predicted step of every plan of the count; +Inf when there is no
-// optimistic plan.
-func (o *oracle) crossBound(ctx context.Context, layers int, dc dp.Cluster, do dp.Options) float64 {
-	res, err := o.optimisticPlan(ctx, layers, dc, do)
-	if err != nil {
-		return math.Inf(1)
-	}
-	return res.Time
 }
 
 // recvLinks are the meshes a stage on submesh s (laid out as lm) can receive from, as
