@@ -15,7 +15,7 @@ type bruteResult struct {
 // nothing with Solve but the exported helpers Submeshes, LogicalShapes and InFlight.
 //
 // Where o prices receives (a Receiver), a plan's stages also sit somewhere: brute tries
-// every first device r < DevicesPerHost with the stages laid one after another around
+// the first stage at device 0 and at half a host, the stages laid one after another around
 // the cluster's devices in pipeline order (a stage on a contiguous run of device IDs, one
 // smaller than a host inside one host, one of whole hosts from a host's first device),
 // and prices each stage's receives from the stages before and after it (its ring
@@ -37,7 +37,7 @@ func brute(layers int, c Cluster, o Oracle, opts Options, allow func([]Stage) bo
 				res.score(stages, c, opts, allow)
 				return
 			}
-			for r := range c.DevicesPerHost {
+			for _, r := range []int{0, c.DevicesPerHost / 2} {
 				if ring(stages, c, r, rv, layers) {
 					res.score(stages, c, opts, allow)
 				}

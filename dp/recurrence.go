@@ -23,9 +23,11 @@ import (
 // there (a submesh smaller than a host inside one host, one of whole hosts from a host's
 // first device), and whether the stages before and after it on the ring share its host;
 // its time t holds its receives priced by those links. The recurrence runs once per
-// rotation (rot < DevicesPerHost, in blocks; 0 alone on one host or with whole-host shapes
-// only) and keeps the least. Without receives (placed false) any tiling of the sizes
-// serves: Alpa's argument (the package doc) and Place.
+// rotation and keeps the least: rot 0 (the first stage at device 0) and, on more than one
+// host with stages smaller than a host, half a host (the first stages on host 0's upper
+// half, the last ones on its lower half: the last-to-first transfers, such as a tied
+// embedding's gradient, stay inside host 0). Without receives (placed false) any tiling
+// of the sizes serves: Alpa's argument (the package doc) and Place.
 type recurrence struct {
 	t      *table
 	c      Cluster
@@ -42,14 +44,22 @@ type recurrence struct {
 	arg   []int32 // packed (i, sm, next level is the open top) of the minimising choice
 
 	placed bool  // stages sit on the ring in pipeline order; else anywhere (Place)
-	rots   []int // the rotations tried, in blocks: the first stage's first device / u
+	rots   []int // the rotations tried, in blocks: the first stage's first device / u (Rotations)
 	rot    int   // the rotation of the last run (of f and arg)
 	// rc holds per cell and combo (see combo) the stage's receive price; nil when the
 	// oracle prices none.
 	rc []float64
 	// comb holds per (submesh, blocks left) the combo of a stage there at rot; −1 where it
-	// cannot sit.
-	comb []int8
+	// cannot sit. spots lists per submesh the blocks left where it can, ascending, with
+	// their combos.
+	comb  []int8
+	spots [][]spot
+}
+
+// spot is a count of blocks left at which a submesh's stage can sit, and its combo there.
+type spot struct {
+	d int32
+	c int8
 }
 
 // A stage's combo says which links its receives take: bit 0 is set when the stage before
@@ -118,11 +128,10 @@ func newRecurrence(t *table, c Cluster, placed bool) *recurrence {
 	r.f = make([]float64, states)
 	r.arg = make([]int32, states)
 	r.comb = make([]int8, len(t.subs)*(r.n+1))
+	r.spots = make([][]spot, len(t.subs))
 	r.rots = []int{0}
-	if r.placed && c.Hosts > 1 {
-		for rot := 1; rot*u < c.DevicesPerHost; rot++ {
-			r.rots = append(r.rots, rot)
-		}
+	if half := c.DevicesPerHost / 2; r.placed && c.Hosts > 1 && half >= u {
+		r.rots = append(r.rots, half/u)
 	}
 	if t.recv != nil {
 		M := c.DevicesPerHost
@@ -187,6 +196,12 @@ func (r *recurrence) place(rot int) {
 			}
 			r.comb[sm*(N+1)+d] = c
 		}
+		r.spots[sm] = r.spots[sm][:0]
+		for d := r.sizes[sm]; d <= N; d++ {
+			if c := r.comb[sm*(N+1)+d]; c >= 0 {
+				r.spots[sm] = append(r.spots[sm], spot{int32(d), c})
+			}
+		}
 	}
 }
 
@@ -198,15 +213,18 @@ func (r *recurrence) add(cell int, c int8) float64 {
 	return r.rc[cell*nCombos+int(c)]
 }
 
-// combos lists the combos a stage may take: every placed one, or unplaced.
-func (r *recurrence) combos() []int8 {
-	if r.rc == nil {
+// combos lists the combos a stage on submesh sm may take: every placed one (only 0 for
+// one that fills its hosts), or unplaced.
+func (r *recurrence) combos(sm int) []int8 {
+	switch s := r.t.subs[sm]; {
+	case r.rc == nil:
 		return []int8{0}
-	}
-	if r.placed {
+	case !r.placed:
+		return []int8{unplaced}
+	case s.Hosts == 1 && s.Devices < r.c.DevicesPerHost:
 		return []int8{0, 1, 2, 3}
 	}
-	return []int8{unplaced}
+	return []int8{0}
 }
 
 func (r *recurrence) idx(h, k, d int) int { return (h*(r.t.layers+1)+k)*(r.n+1) + d }
@@ -286,24 +304,32 @@ func (r *recurrence) state(w []float64, limit float64, maxMode bool, h, k int) {
 				continue
 			}
 			cell := t.cell(k, i, sm)
-			comb := r.comb[sm*(N+1) : (sm+1)*(N+1)]
-			lo := n
-			if k == 0 {
-				lo = N
-			}
-			for d := lo; d <= N; d++ {
-				c := comb[d]
-				if c < 0 {
-					continue
-				}
+			var xs [nCombos]float64 // its weight at each combo; NaN where over the limit
+			for c := range xs {
 				x := base
 				if !firstW {
 					if !maxMode {
-						x += r.add(cell, c)
+						x += r.add(cell, int8(c))
 					}
 					if !(x <= limit) {
-						continue
+						x = math.NaN()
 					}
+				}
+				xs[c] = x
+			}
+			spots := r.spots[sm]
+			if k == 0 {
+				// only the whole cluster's first stage is read
+				if c := r.comb[sm*(N+1)+N]; c >= 0 {
+					spots = []spot{{int32(N), c}}
+				} else {
+					spots = nil
+				}
+			}
+			for _, sp := range spots {
+				d, x := int(sp.d), xs[sp.c]
+				if x != x {
+					continue
 				}
 				nx, up := prev[d-n], int32(0)
 				if self != nil && self[d-n] < nx {
@@ -401,7 +427,7 @@ func (r *recurrence) firstTimes() []float64 {
 				}
 				for _, f := range t.lv.inflight {
 					if sc.Memory(f) <= r.memory {
-						for _, c := range r.combos() {
+						for _, c := range r.combos(sm) {
 							out = append(out, sc.Time+r.add(cell, c))
 						}
 						break

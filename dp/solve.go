@@ -160,8 +160,9 @@ func candidates(r *recurrence) []float64 {
 	cells := len(t.costs)
 	for x, v := range t.bestT {
 		if !math.IsInf(v, 1) {
-			for _, c := range r.combos() {
-				out = append(out, v+r.add(x%cells, c))
+			cell := x % cells
+			for _, c := range r.combos(cell % len(t.subs)) {
+				out = append(out, v+r.add(cell, c))
 			}
 		}
 	}
