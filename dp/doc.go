@@ -25,7 +25,9 @@
 // multiset always tiles the cluster: sort the submeshes by size, largest first, and lay them
 // out one after another over device IDs host·M+j. Every size is a power of two dividing M or
 // a multiple of M, so each block starts at a multiple of its own size and a block smaller
-// than a host never straddles two hosts. [Result] carries that placement in Stage.Devices.
+// than a host never straddles two hosts. [Place] lays them out so (see PlaceBy); with a
+// [Receiver] the search places them itself (below). [Result] carries the placement in
+// Stage.Devices.
 //
 // # Bounded on any cluster
 //
