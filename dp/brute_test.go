@@ -68,8 +68,7 @@ func brute(layers int, c Cluster, o Oracle, opts Options, allow func([]Stage) bo
 	}
 	rec(0, c.Devices())
 	if rv != nil && math.IsInf(res.time, 1) {
-		free.need = res.need
-		return free
+		return free // its need is over every plan, laid out or not
 	}
 	return res
 }
