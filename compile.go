@@ -721,6 +721,14 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 		// The restricted stages whose restricted plan ran opt's re-cost at their bound first:
 		// only their range ILPs can close the gap; the others' only when none is left.
+		if cheap := o.cheapFirst(opt, best); cheap != nil && o.openRestricted(cheap, progress) {
+			// The incumbent's cheap restricted stages first (restrict.go): re-cost it by them.
+			round++
+			if res, rerr := o.recost(ctx, layers, dc, quiet, best, progress); rerr == nil && res.Time < best.Time {
+				best, err = res, nil
+			}
+			continue
+		}
 		if o.openRestricted(farFrom(opt, near), progress) || o.openRestricted(opt, progress) {
 			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}

@@ -288,3 +288,36 @@ func (o *oracle) tolerance(p *dp.Result) float64 {
 	}
 	return refineTolerance
 }
+
+// cheapFirst returns the stages of the incumbent best that are priced by their restricted
+// plan on a one-dimensional mesh, when the optimistic plan opt would open (openRestricted)
+// a restricted stage on a two-dimensional one; nil otherwise. Their range ILPs are cheap
+// (GPT-1.3B/4's [0,8) on 1×4 recomputing: under a second) where opt's on 2×2 ran to
+// lp_solve's 30 s limit, and the incumbent they price exactly may then be within the
+// tolerance of the bound: exactly opens them first (issue 13, branch sound). Either way
+// the search stays a bound-and-refine one: they are range ILPs the search may solve.
+func (o *oracle) cheapFirst(opt, best *dp.Result) *dp.Result {
+	if best == nil {
+		return nil
+	}
+	dear := false
+	for _, st := range opt.Stages {
+		if _, sol := o.pendingRestricted(st); sol != nil && meshFactor(st.Logical) > 4 {
+			dear = true
+		}
+	}
+	if !dear {
+		return nil
+	}
+	cheap := *best
+	cheap.Stages = nil
+	for _, st := range best.Stages {
+		if _, sol := o.pendingRestricted(st); sol != nil && meshFactor(st.Logical) <= 4 {
+			cheap.Stages = append(cheap.Stages, st)
+		}
+	}
+	if len(cheap.Stages) == 0 {
+		return nil
+	}
+	return &cheap
+}
