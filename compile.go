@@ -721,6 +721,10 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 		// The restricted stages whose restricted plan ran opt's re-cost at their bound first:
 		// only their range ILPs can close the gap; the others' only when none is left.
+		if best != nil && best.Time <= opt.Time*(1+restrictTolerance) && o.memoryBound(opt) {
+			proven = true // within the contract; opt's range ILP is memory-bound (restrict.go)
+			break
+		}
 		if cheap := o.cheapFirst(opt, best); cheap != nil && o.openRestricted(cheap, progress) {
 			// The incumbent's cheap restricted stages first (restrict.go): re-cost it by them.
 			round++

@@ -321,3 +321,33 @@ func (o *oracle) cheapFirst(opt, best *dp.Result) *dp.Result {
 	}
 	return &cheap
 }
+
+// memoryBound reports whether refining opt would solve a memory-bound range ILP: a stage of
+// several layers that no range ILP has priced (exactAt, o.solved) and whose solve without
+// memory rows ran and does not fit the memory (rangeRelaxed). Such an ILP is the search's
+// dearest (Wide-ResNet-2B/8's [0,8) on 1×8: 23 CPU s at lp_solve's limit, twice; the LP
+// root of GPT-2.6B/8's [0,8) on 4×2 is 1.24 % under its optimum, so only branch and bound
+// closes it). exactly accepts an incumbent within restrictTolerance of the bound instead,
+// the fast search's contract (issue 13, branch sound).
+func (o *oracle) memoryBound(opt *dp.Result) bool {
+	for _, st := range opt.Stages {
+		if st.End-st.Start < 2 {
+			continue
+		}
+		if e, ok := o.exactAt[stageKey(st)]; ok && e.exact {
+			continue
+		}
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			continue
+		}
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ok := o.solved[key]; ok {
+			continue
+		}
+		if r := o.relaxed[key]; r != nil && r.ok && !r.exact {
+			return true
+		}
+	}
+	return false
+}
