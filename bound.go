@@ -451,10 +451,11 @@ func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.
 
 // soundMemory makes a range's optimistic memory its floors alone (floored, boundedRange), a
 // lower bound on every plan of the range; off, the solved layers' fastest points' weights
-// and activations raise it, which is no bound. Off by default: on, the memory-bound range
-// ILPs that the guess skipped run, and several rows of Alpa's suite cost far more
-// (gpt-760m/2 past the 30 s cap from 2.2 CPU s; BENCHMARKS.md, "gpt26").
-var soundMemory = false
+// and activations raise it, which is no bound. On since branch sound: the optimistic plan's
+// stages get peak floors (memRefute), which refute the memory-bound ranges the guess used
+// to skip (gpt-760m/2 went past the 30 s cap with the floors alone; BENCHMARKS.md, "gpt26"
+// and "sound"). Off only in tests and measurements (flag -sound-memory=false).
+var soundMemory = true
 
 // boundWeights is the sum of the weights of layers [start, end) spread perfectly over
 // (s, l) (layerBound), as memFloors' floors are taken against; NaN where a layer has no
