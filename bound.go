@@ -808,7 +808,7 @@ func (o *oracle) dualApplies(start, end int) bool {
 // whether one raised the stage's optimistic price: then the optimistic plan is made again
 // before any range ILP is solved (exactly).
 func (o *oracle) refute(opt *dp.Result) bool {
-	raised := o.memRefute(opt)
+	raised := false
 	for _, st := range opt.Stages {
 		k := stageKey(st)
 		if !o.dualApplies(st.Start, st.End) {

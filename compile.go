@@ -700,8 +700,8 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 			proven = true
 			break
 		}
-		if o.refute(opt) {
-			continue // a stage's dual bound raised its price: plan again before its range ILP (bound.go)
+		if o.memRefute(opt) || o.refute(opt) {
+			continue // a stage's peak floor or dual bound raised its price: plan again before its range ILP (bound.go)
 		}
 		if sig := stagesOf(opt); o.hasRestricted(opt) && !recosted[sig] {
 			// Re-cost opt as it is first, its restricted stages at their restricted plans:
