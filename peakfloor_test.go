@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes/sharding"
 	"github.com/stretchr/testify/assert"
@@ -74,4 +75,32 @@ func TestPeakFloorsAreLower(t *testing.T) {
 			assert.Positive(t, tight, "the floors bound something")
 		})
 	}
+}
+
+// TestCheapFirst: exactly opens the incumbent's restricted stages on one-dimensional
+// meshes first only while the optimistic plan would open a restricted stage on a
+// two-dimensional one (cheapFirst), and never a stage its range ILP priced already.
+func TestCheapFirst(t *testing.T) {
+	o := &oracle{restricted: map[rangeKey]*stageSolution{}, exactAt: map[rangeKey]composedCost{}}
+	sub := mesh.Submesh{Hosts: 1, Devices: 4}
+	line, grid := mesh.LogicalShape{1, 4}, mesh.LogicalShape{2, 2}
+	stage := func(start, end int, l mesh.LogicalShape) dp.Stage {
+		return dp.Stage{Start: start, End: end, Submesh: sub, Logical: l}
+	}
+	opt := &dp.Result{Stages: []dp.Stage{stage(0, 8, grid)}}
+	best := &dp.Result{Stages: []dp.Stage{stage(0, 4, line), stage(4, 8, grid)}}
+	assert.Nil(t, o.cheapFirst(opt, best), "no restricted stage in opt")
+	o.restricted[stageKey(opt.Stages[0])] = &stageSolution{}
+	assert.Nil(t, o.cheapFirst(opt, best), "no restricted stage in best")
+	o.restricted[stageKey(best.Stages[0])] = &stageSolution{}
+	o.restricted[stageKey(best.Stages[1])] = &stageSolution{}
+	got := o.cheapFirst(opt, best)
+	require.NotNil(t, got)
+	assert.Equal(t, []dp.Stage{best.Stages[0]}, got.Stages, "the 1-D restricted stage only")
+	assert.Nil(t, o.cheapFirst(opt, nil), "no incumbent")
+	o.exactAt[stageKey(best.Stages[0])] = composedCost{exact: true}
+	assert.Nil(t, o.cheapFirst(opt, best), "priced by its range ILP already")
+	o.exactAt[stageKey(opt.Stages[0])] = composedCost{exact: true}
+	o.restricted[stageKey(stage(0, 8, line))] = &stageSolution{}
+	assert.Nil(t, o.cheapFirst(&dp.Result{Stages: []dp.Stage{stage(0, 8, line)}}, best), "opt's restricted stage is 1-D")
 }
