@@ -90,7 +90,9 @@ type oracle struct {
 	restricted map[rangeKey]*stageSolution
 	// duals are the dual bounds of whole-network ranges' ILPs in w·t + u (bound.go,
 	// refute; −Inf: none), which raise their optimistic prices (dualRaised)
-	duals      map[rangeKey]float64
+	duals map[rangeKey]float64
+	// peaks are ranges' peak floors, plain, whole and layer by layer (bound.go, peakFloors)
+	peaks      map[rangeKey][3]float64
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)
