@@ -36,6 +36,7 @@ type oracle struct {
 	iters  int64 // each full solve's iteration limit (Options.ILPIterations); < 0: none
 	lpOnly bool  // Options.LPSolveOnly
 	memory int64
+	lagGap float64 // sharding.Options.LagGap of its solves (lagGap; 0: lp_solve's gaps)
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
 	keys   []uint64           // sharding.BlockKeys of step, likewise
@@ -250,11 +251,23 @@ const leanIterations = 3000
 // Wide-ResNet's 2-D layers (7–11k variables) stay with lp_solve.
 const leanLPVars = 12000
 
+// lagGap and lagGapVars: a memory-bound stage ILP of more than lagGapVars variables whose
+// Lagrangian search (passes/sharding lagrange.go) found a plan that fits within lagGap of
+// its proven lower bound takes that plan (sharding.Options.LagGap), not lp_solve's
+// optimum: its ILP objective is then proven within 0.1 % of the optimum. On GPT-6.7B/16
+// the two dearest such solves (11.6 and 6.4 CPU s of lp_solve) had gaps of 0.011 % and
+// 0.064 % (docs/DECISIONS.md, "Round nine, gpt39b"). Smaller ILPs (every tiny model's)
+// stay with lp_solve: they are cheap.
+const (
+	lagGap     = 1e-3
+	lagGapVars = 2000
+)
+
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
 	if sh == nil {
 		sh = newShared()
 	}
-	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
+	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory, lagGap: lagGap,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
 		remat: RematAuto, fwd: forwardValues(step), recvAt: map[recvKey]dp.Receives{}, restricted: map[rangeKey]*stageSolution{},
 		duals: map[rangeKey]float64{}}
@@ -714,7 +727,8 @@ func (o *oracle) countComposed() {
 func (o *oracle) solveOptions(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64) sharding.Options {
 	return sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0),
 		LPSolveOnly: o.lpOnly, SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l),
-		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		LagGap: o.lagGap, LagGapAbove: lagGapVars}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
