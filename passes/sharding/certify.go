@@ -398,9 +398,8 @@ func (st *mpState) closedChoice() []int {
 // not fit, the Lagrangian search of the memory rows (lagrange.go) runs: its plan, when its
 // bound proves it optimal under the budget, is the answer. Otherwise nil, with the sweeps
 // run and the best plan of the Lagrangian search that fits the budget (nil: none), the
-// incumbent lp_solve must beat. lb is the best lower bound on the ILP's optimum under the
-// budget it proved (−Inf: none).
-func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps int, incumbent []int, lb float64) {
+// incumbent lp_solve must beat.
+func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps int, incumbent []int) {
 	start := time.Now()
 	st, _ := p.solveEnergy() // nil: the model cannot express the ILP; lp_solve answers
 	var mp mpResult
@@ -415,33 +414,43 @@ func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps
 		}
 	}()
 	if st == nil || st.res.x == nil {
-		return nil, mp.iters, nil, math.Inf(-1)
+		return nil, mp.iters, nil
 	}
 	free := st.choice(st.res.x)
 	_, peak := p.peakOf(free)
 	fits = budget <= 0 || peak <= budget
 	if fits && choice == nil {
-		return nil, mp.iters, nil, st.res.lb // an open certificate: lp_solve answers
+		return nil, mp.iters, nil // an open certificate: lp_solve answers
 	}
 	if fits {
 		stats.SolveTime = time.Since(start)
 		stats.Solver, stats.Sweeps = "msgpass", mp.iters
 		if res := p.planResult(choice, ilp.Optimal, stats); res != nil {
-			return res, mp.iters, nil, st.res.lb
+			return res, mp.iters, nil
 		}
-		return nil, mp.iters, nil, st.res.lb
+		return nil, mp.iters, nil
 	}
 	lag := p.lagrange(st, budget, p.stop())
 	sweeps = mp.iters + lag.sweeps
 	if lagTrace != nil {
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
+	status := ilp.Optimal
 	if !lag.closed {
-		return nil, sweeps, st.choice(lag.x), lag.lb
+		if p.prob.NumVars() <= p.opts.LagGapAbove || !nearLag(lag, p.opts.LagGap) {
+			return nil, sweeps, st.choice(lag.x)
+		}
+		status, stats.Bound = ilp.Feasible, lag.lb // within Options.LagGap of the optimum
 	}
 	stats.SolveTime = time.Since(start)
 	stats.Solver, stats.Sweeps = "lagrange", sweeps
-	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps, nil, lag.lb
+	return p.planResult(st.choice(lag.x), status, stats), sweeps, nil
+}
+
+// nearLag says whether lag found a plan that fits within gap (relative, > 0) of its lower
+// bound: certified answers with it on an ILP of more than Options.LagGapAbove variables.
+func nearLag(lag lagResult, gap float64) bool {
+	return gap > 0 && lag.x != nil && lag.ub-lag.lb <= gap*math.Abs(lag.ub)
 }
 
 // planResult is choice's Result as solve returns an answer of the given status: the

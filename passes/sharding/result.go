@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -35,7 +34,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 	var incumbent []int // the Lagrangian search's best plan that fits: lp_solve's cutoff
 	var lagPlan []int   // the same, whether or not it is the cutoff
 	if !p.opts.LPSolveOnly {
-		res, sweeps, inc, lb := p.certified(budget, stats)
+		res, sweeps, inc := p.certified(budget, stats)
 		if res != nil {
 			return res, nil
 		}
@@ -43,14 +42,6 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		lagPlan = inc
 		if p.opts.Incumbent {
 			incumbent = inc
-		}
-		if g := p.opts.GapAccept; g > 0 && budget > 0 && inc != nil && !math.IsInf(lb, -1) {
-			// Within g of the proven bound: the answer, without lp_solve (Options.GapAccept).
-			st := stats
-			st.Solver, st.Bound = "lagrange", lb
-			if res := p.planResult(inc, ilp.Feasible, st); res != nil && res.ILP.Objective-lb <= g*math.Abs(lb) {
-				return res, nil
-			}
 		}
 	}
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
