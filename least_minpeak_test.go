@@ -18,7 +18,8 @@ import (
 // TestLeastMinPeak: in the fast search, a stage that fits in no way under the device
 // memory is priced by the min-peak ILP's plan (leastMinPeak) instead of a re-solve at its
 // least footprint ("least"): the DP rejects every plan of that footprint alike, so the
-// plans are byte-identical with and without it, and the re-solves are gone. Budgets that
+// plans are byte-identical with and without it, and the lazy search's re-solves are gone
+// (a count the fast search defers is searched exhaustively, which still re-solves). Budgets that
 // bind hard on small meshes, so that some stages cannot fit on them.
 func TestLeastMinPeak(t *testing.T) {
 	defer func(v bool) { leastMinPeak = v }(leastMinPeak)
@@ -63,11 +64,11 @@ func TestLeastMinPeak(t *testing.T) {
 			}
 			t.Logf("least re-solves: %d without, %d with leastMinPeak", leasts[0], leasts[1])
 			assert.Equal(t, plans[0], plans[1], "the same plan, byte for byte")
-			assert.Zero(t, leasts[1])
-			if leasts[0] > 0 {
+			assert.LessOrEqual(t, leasts[1], leasts[0])
+			if leasts[1] < leasts[0] {
 				hit++
 			}
 		})
 	}
-	assert.Positive(t, hit, "no case prices a stage that cannot fit")
+	assert.Positive(t, hit, "no case saves a re-solve")
 }
