@@ -399,8 +399,10 @@ var errYield = errors.New("compile: yielded to a count of lower bound")
 const maxYields = 8
 
 // yieldMargin: a count yields when its bound passes the next count's by this fraction, so
-// that counts of near-equal bounds do not hand the turn back and forth each round.
-const yieldMargin = 0.005
+// that counts of near-equal bounds do not hand the turn back and forth each round. A
+// variable for TestYieldedCounts, which sets it below −1 + 1e-9 so that every count yields
+// at each turn until maxYields.
+var yieldMargin = 0.005
 
 // searchAll is the search phase: it plans the training step of every compilation (one per
 // micro-batch count), clustered into layers, with the DP over stages and submeshes priced
