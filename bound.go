@@ -122,7 +122,7 @@ func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l 
 	plain := c
 	plain.ActBytes, plain.OnceBytes = f.inFlight, f.plain-f.inFlight // Memory(1) = W + f.plain
 	if o.remat == RematNone {
-		return plain
+		return o.peakRaised(plain, start, end, s, l, true)
 	}
 	r := c
 	r.ActBytes, r.OnceBytes, r.Recompute = 0, f.remat, true
@@ -130,10 +130,10 @@ func (o *oracle) boundedRange(c dp.StageCost, start, end int, s mesh.Submesh, l 
 		r.Time += o.redoBound(k, s, l)
 	}
 	if o.remat == RematFull {
-		return r
+		return o.peakRaised(r, start, end, s, l, true)
 	}
 	plain.Remat = []dp.StageCost{r}
-	return plain
+	return o.peakRaised(plain, start, end, s, l, true)
 }
 
 // isSolved reports whether layer k's own ILP on (s, l) has run (or is running), and so
@@ -397,11 +397,14 @@ func (o *oracle) settle(ctx context.Context, layers int, dc dp.Cluster, do dp.Op
 			o.markLean(nil)
 			return
 		}
-		if o.cutoff > 0 && (opt.Time >= o.cutoff || o.crossBound(ctx, layers, dc, do) >= o.cutoff) {
+		if o.cutoff > 0 && opt.Time >= o.cutoff {
 			// The count's bound, raised by the layers solved so far, now loses to another
 			// count's plan: the test searchAll's loses makes before a count, made again.
 			o.outbid = true
 			return
+		}
+		if o.memRefute(opt) {
+			continue // a stage's peak floor raised its memory: plan again
 		}
 		o.markLean(opt)
 		res, err := dp.Solve(ctx, layers, dc, o, do)
@@ -430,9 +433,9 @@ func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.
 	f := o.memFloors(start, end, s.NumDevices())
 	weights := o.boundWeights(start, end, s, l)
 	if math.IsNaN(weights) {
-		return c
+		return o.peakRaised(c, start, end, s, l, false)
 	}
-	return eachWay(c, func(w *dp.StageCost) {
+	return o.peakRaised(eachWay(c, func(w *dp.StageCost) {
 		inFlight, first := f.inFlight, f.plain
 		if w.Recompute {
 			inFlight, first = 0, f.remat
@@ -443,15 +446,16 @@ func (o *oracle) floored(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.
 		}
 		w.ActBytes = max(w.ActBytes, inFlight)
 		w.OnceBytes = max(w.OnceBytes, weights+first-w.WeightBytes-w.ActBytes)
-	})
+	}), start, end, s, l, false)
 }
 
 // soundMemory makes a range's optimistic memory its floors alone (floored, boundedRange), a
 // lower bound on every plan of the range; off, the solved layers' fastest points' weights
-// and activations raise it, which is no bound. Off by default: on, the memory-bound range
-// ILPs that the guess skipped run, and several rows of Alpa's suite cost far more
-// (gpt-760m/2 past the 30 s cap from 2.2 CPU s; BENCHMARKS.md, "gpt26").
-var soundMemory = false
+// and activations raise it, which is no bound. On since branch sound: the optimistic plan's
+// stages get peak floors (memRefute), which refute the memory-bound ranges the guess used
+// to skip (gpt-760m/2 went past the 30 s cap with the floors alone; BENCHMARKS.md, "gpt26"
+// and "sound"). Off only in tests and measurements (flag -sound-memory=false).
+var soundMemory = true
 
 // boundWeights is the sum of the weights of layers [start, end) spread perfectly over
 // (s, l) (layerBound), as memFloors' floors are taken against; NaN where a layer has no
@@ -829,7 +833,7 @@ func (o *oracle) refute(opt *dp.Result) bool {
 			return false // cancelled: no bound, and none recorded
 		}
 		o.duals[k] = v
-		if w := o.weight(st.Start); v > w*st.Cost.Time+st.Cost.Step {
+		if w := o.weight(st.Start); v > w*(st.Cost.Time-st.Recv)+st.Cost.Step {
 			raised = true
 		}
 	}
@@ -975,3 +979,100 @@ func (sg *stageGraph) weighsAsPriced() bool {
 	}
 	return true
 }
+
+// Peak floors from the sharding pass's memory model (issue 13, branch sound).
+//
+// A range's optimistic memory is its floors (memFloors) over its layers' weights spread
+// perfectly (soundMemory): a bound, but a weak one where one value dominates (a GPT's last
+// layer holds its logits: 17.3 GiB at least on 1×2 at 16 micro-batches, against floors of
+// a few). For the stages of an optimistic plan (memRefute) the range's own graph is
+// bounded by sharding.PeakFloors, each value at its least candidate layout over the memory
+// model's live ranges, once per way it can run: plainly, recomputing as one segment
+// (whole) and layer by layer (the stage's rematWay marks). Every price of the range that
+// a solve gives (stageSolution: priced, remat.go's costs) holds Memory(1) ≥ that way's
+// model peak (plain: W + max(0, peak − W); recomputing: W + kept + max(0, peak − W −
+// kept), peak = PeakWith(marks)), and PeakFloors is at most that peak for every plan of
+// the graph; more micro-batches in flight only add (ActBytes ≥ 0). So peakRaised, each
+// way's OnceBytes raised until Memory(1) is at least its floor, keeps every way a lower
+// bound. A way that recomputes without saying which (boundedRange's) takes the lesser of
+// the two. A range priced without a solve (pruned: weights past pruneFactor × memory,
+// hopeless) is over the memory either way. TestPeakFloorsAreLower.
+
+// peakRaised is c, a price of layers [start, end) on (s, l), with each way's memory
+// raised to its peak floor where memRefute computed one. either: a recomputing way
+// without Checkpoints stands for either recomputation (boundedRange's), else for the
+// whole stage as one segment (withRemat's).
+func (o *oracle) peakRaised(c dp.StageCost, start, end int, s mesh.Submesh, l mesh.LogicalShape, either bool) dp.StageCost {
+	f, ok := o.peaks[rangeKey{start, end, s, l}]
+	if !ok {
+		return c
+	}
+	return eachWay(c, func(w *dp.StageCost) {
+		floor := f[0]
+		switch {
+		case w.Recompute && w.Checkpoints:
+			floor = f[2]
+		case w.Recompute && either:
+			floor = min(f[1], f[2])
+		case w.Recompute:
+			floor = f[1]
+		}
+		w.OnceBytes = max(w.OnceBytes, floor-w.WeightBytes-w.ActBytes)
+	})
+}
+
+// peakFloors computes and keeps the peak floors of layers [start, end) on (s, l), and
+// reports whether it did (false: kept already, or the range's graph or mesh failed).
+func (o *oracle) peakFloors(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+	k := rangeKey{start, end, s, l}
+	if _, ok := o.peaks[k]; ok {
+		return false
+	}
+	if o.peaks == nil {
+		o.peaks = map[rangeKey][3]float64{}
+	}
+	o.peaks[k] = [3]float64{} // no floor (0) unless computed below
+	sg, err := o.stage(start, end)
+	if err != nil {
+		return false
+	}
+	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
+	if err != nil {
+		return false
+	}
+	marks := []*sharding.Recompute{nil, sg.remat.whole.marks, sg.remat.layers.marks}
+	f, err := sharding.PeakFloors(o.ctx, sg.g, lm, o.solveOptions(sg, s, l, o.memory), marks)
+	if err != nil {
+		return false
+	}
+	o.peaks[k] = [3]float64{float64(f[0]), float64(f[1]), float64(f[2])}
+	return true
+}
+
+// memRefute computes the peak floors of the stages of the optimistic plan opt (once per
+// range), and reports whether one raised the memory of the way opt runs the stage in:
+// then the optimistic plan is made again, as after refute. Only under a memory budget,
+// and for stages whose range ILP has not priced them.
+func (o *oracle) memRefute(opt *dp.Result) bool {
+	if o.memory <= 0 || !peakFloorsOn {
+		return false
+	}
+	raised := false
+	for _, st := range opt.Stages {
+		k := stageKey(st)
+		if e, ok := o.exactAt[k]; ok && e.exact {
+			continue
+		}
+		if !o.peakFloors(st.Start, st.End, st.Submesh, st.Logical) {
+			continue
+		}
+		c := st.Cost
+		if r := o.peakRaised(c, st.Start, st.End, st.Submesh, st.Logical, true); r.Memory(1) > c.Memory(1) {
+			raised = true
+		}
+	}
+	return raised
+}
+
+// peakFloorsOn: memRefute computes peak floors (off only to measure without them).
+var peakFloorsOn = true

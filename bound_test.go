@@ -444,10 +444,12 @@ func TestFirstStageLowerIsLower(t *testing.T) {
 // plainly, no more memory than the range's own solve under a budget that binds, whenever
 // that solve runs plainly: its layers' fastest points may hold their weights replicated
 // (the fastest way on a small mesh), which the range, short of memory, lays out sharded.
-// Under soundMemory (off by default, see there): with the points' memory, the optimistic
-// plan ran such a range recomputing or not at all: GPT-2.6B/8's one-stage [0,8) on 4×2
-// held 17.9 GB optimistically against the 16 GiB device, where its range ILP has a plan
-// at 16.0 GiB (docs/DECISIONS.md, branch gpt26). It fails 3 times with soundMemory off.
+// Under soundMemory (on by default since branch sound, see there): with the points'
+// memory, the optimistic plan ran such a range recomputing or not at all: GPT-2.6B/8's
+// one-stage [0,8) on 4×2 held 17.9 GB optimistically against the 16 GiB device, where its
+// range ILP has a plan at 16.0 GiB (docs/DECISIONS.md, branch gpt26). It fails 3 times
+// with soundMemory off. The range's peak floors (memRefute) are set first, so lower's
+// price holds them too (branch sound: doubling peakRaised's floor fails it 4 times).
 func TestLowerMemoryIsLower(t *testing.T) {
 	defer func(old bool) { soundMemory = old }(soundMemory)
 	soundMemory = true
@@ -486,6 +488,7 @@ func TestLowerMemoryIsLower(t *testing.T) {
 					for j := range end {
 						o.layerPoints(j, mk.sub, mk.logical, false)
 					}
+					require.True(t, o.peakFloors(0, end, mk.sub, mk.logical)) // as memRefute sets them (branch sound)
 					lo, ok := o.lower(0, end, mk.sub, mk.logical)
 					require.True(t, ok)
 					sol := o.solve(0, end, mk.sub, mk.logical)

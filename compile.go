@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -739,12 +740,16 @@ func (a *attempt) soundBound(ctx context.Context) float64 {
 	return a.optimistic(ctx)
 }
 
-// optimistic is the step time of the count's optimistic plan with its receives priced by
-// their links (oracle.crossBound), a lower bound on the predicted step of every plan of
-// the count; +Inf when there is none, since then not even the bounds (time and memory)
-// fit: the count has no plan.
+// optimistic is the step time of the count's optimistic plan (oracle.optimisticPlan), its
+// receives priced where its stages sit as the prediction prices them (dp.Receiver): a
+// lower bound on the predicted step of every plan of the count; +Inf when there is none,
+// since then not even the bounds (time and memory) fit: the count has no plan.
 func (a *attempt) optimistic(ctx context.Context) float64 {
-	return a.o.crossBound(ctx, a.s.Layering.L, a.dc, a.do)
+	res, err := a.o.optimisticPlan(ctx, a.s.Layering.L, a.dc, a.do)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return res.Time
 }
 
 // exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
@@ -783,8 +788,8 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 			proven = true
 			break
 		}
-		if o.refute(opt) {
-			continue // a stage's dual bound raised its price: plan again before its range ILP (bound.go)
+		if o.memRefute(opt) || o.refute(opt) {
+			continue // a stage's peak floor or dual bound raised its price: plan again before its range ILP (bound.go)
 		}
 		if sig := stagesOf(opt); o.hasRestricted(opt) && !recosted[sig] {
 			// Re-cost opt as it is first, its restricted stages at their restricted plans:
@@ -804,6 +809,18 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 		// The restricted stages whose restricted plan ran opt's re-cost at their bound first:
 		// only their range ILPs can close the gap; the others' only when none is left.
+		if best != nil && best.Time <= opt.Time*(1+restrictTolerance) && o.memoryBound(opt) {
+			proven = true // within the contract; opt's range ILP is memory-bound (restrict.go)
+			break
+		}
+		if cheap := o.cheapFirst(opt, best); cheap != nil && o.openRestricted(cheap, progress) {
+			// The incumbent's cheap restricted stages first (restrict.go): re-cost it by them.
+			round++
+			if res, rerr := o.recost(ctx, layers, dc, quiet, best, progress); rerr == nil && res.Time < best.Time {
+				best, err = res, nil
+			}
+			continue
+		}
 		if o.openRestricted(farFrom(opt, near), progress) || o.openRestricted(opt, progress) {
 			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}

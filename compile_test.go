@@ -202,9 +202,9 @@ func TestCompiledPlansEqualSerial(t *testing.T) {
 // slow (1 GFLOP/s) and its micro-batches short (2 × 16 tokens), so that compute, not the
 // activations a pipeline sends between the hosts, is what the second host saves: on a
 // fast device every cross-host byte costs more than computing the whole step on one host
-// twice over, and one stage replicated across the hosts is predicted faster, but the search
-// prices a whole-host stage's receives at its own intra-host link and takes the pipeline
-// (oracle.recvEstimate; docs/DECISIONS.md, branch currency).
+// twice over, and one stage replicated across the hosts is predicted faster (the search
+// prices a whole-host stage's receives across hosts, where it sits: docs/DECISIONS.md,
+// branches currency and hosts).
 func TestSlowLinksMakePipelines(t *testing.T) {
 	m := zoo.NewGPT()
 	m.Layers, m.Hidden, m.Heads, m.Seq, m.Vocab, m.Batch = 2, 1024, 8, 16, 256, 8

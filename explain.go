@@ -614,7 +614,7 @@ func (p *Plan) alternative(o *oracle, sg *stageGraph, sub mesh.Submesh, l mesh.L
 // stepTime is Σ (t_i + r_i) + (B−1)·max (t_j + r_j) + u_0 + s_0 over the plan's stages
 // (plan.Prediction), with stage n taking micro-batch time t and step part u. Each stage
 // keeps its receives r_i (RecvTime): on as many devices, another logical mesh receives the
-// same bytes as far as the search can tell (oracle.recvEstimate).
+// same bytes as far as the search can tell (oracle.Receives does not depend on it).
 func (p *Plan) stepTime(n int, t, u float64) float64 {
 	var sum, slow float64
 	first := p.Stages[0].StepTime

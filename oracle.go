@@ -36,6 +36,7 @@ type oracle struct {
 	iters  int64 // each full solve's iteration limit (Options.ILPIterations); < 0: none
 	lpOnly bool  // Options.LPSolveOnly
 	memory int64
+	lagGap float64 // sharding.Options.LagGap of its solves (lagGap; 0: lp_solve's gaps)
 
 	parts  *codegen.StepParts // of step, made by the first stage cut
 	keys   []uint64           // sharding.BlockKeys of step, likewise
@@ -90,14 +91,12 @@ type oracle struct {
 	restricted map[rangeKey]*stageSolution
 	// duals are the dual bounds of whole-network ranges' ILPs in w·t + u (bound.go,
 	// refute; −Inf: none), which raise their optimistic prices (dualRaised)
-	duals      map[rangeKey]float64
-	noRestrict bool                 // recost solves every stage by its range ILP (unrestrict)
-	recvAt     map[rangeKey]float64 // recvEstimate's
-	// crossLinks: recvEstimate prices receives by the links a sender can use (recvLinks),
-	// the count bound's currency (attempt.optimistic); recvCross is its memo
-	crossLinks bool
-	recvCross  map[rangeKey]float64
-	cross      []crossValue // the step's values read across layers (received)
+	duals map[rangeKey]float64
+	// peaks are ranges' peak floors, plain, whole and layer by layer (bound.go, peakFloors)
+	peaks      map[rangeKey][3]float64
+	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
+	recvAt     map[recvKey]dp.Receives // Receives'
+	cross      []crossValue            // the step's values read across layers (received)
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -252,98 +251,102 @@ const leanIterations = 3000
 // Wide-ResNet's 2-D layers (7–11k variables) stay with lp_solve.
 const leanLPVars = 12000
 
+// lagGap and lagGapVars: a memory-bound stage ILP of more than lagGapVars variables whose
+// Lagrangian search (passes/sharding lagrange.go) found a plan that fits within lagGap of
+// its proven lower bound takes that plan (sharding.Options.LagGap), not lp_solve's
+// optimum: its ILP objective is then proven within 0.1 % of the optimum. On GPT-6.7B/16
+// the two dearest such solves (11.6 and 6.4 CPU s of lp_solve) had gaps of 0.011 % and
+// 0.064 % (docs/DECISIONS.md, "Round nine, gpt39b"). Smaller ILPs (every tiny model's)
+// stay with lp_solve: they are cheap.
+const (
+	lagGap     = 1e-3
+	lagGapVars = 2000
+)
+
 func newOracle(ctx context.Context, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, limit time.Duration, memory int64, sh *shared) *oracle {
 	if sh == nil {
 		sh = newShared()
 	}
-	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory,
+	return &oracle{ctx: ctx, step: step, lay: lay, c: c, limit: limit, iters: DefaultILPIterations, memory: memory, lagGap: lagGap,
 		stages: map[[2]int]*stageGraph{}, shared: sh, composedAt: map[rangeKey]composedCost{}, exactAt: map[rangeKey]composedCost{},
-		remat: RematAuto, fwd: forwardValues(step), recvAt: map[rangeKey]float64{}, recvCross: map[rangeKey]float64{}, restricted: map[rangeKey]*stageSolution{},
+		remat: RematAuto, fwd: forwardValues(step), recvAt: map[recvKey]dp.Receives{}, restricted: map[rangeKey]*stageSolution{},
 		duals: map[rangeKey]float64{}}
 }
 
-// StageCost implements dp.Oracle: the stage's price with its receives (recvEstimate) in
-// its time per micro-batch.
+// StageCost implements dp.Oracle: the stage's own price; its receives are priced apart
+// (Receives), where the search places it.
 func (o *oracle) StageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) (dp.StageCost, bool) {
-	c, ok := o.stageCost(start, end, s, l)
-	if !ok {
-		return c, ok
-	}
-	x := o.recvEstimate(start, end, s, l)
-	if x == 0 {
-		return c, ok
-	}
-	c.Time += x
-	c.Remat = append([]dp.StageCost(nil), c.Remat...) // the solution's own slice is shared
-	for i := range c.Remat {
-		c.Remat[i].Time += x
-	}
-	return c, ok
+	return o.stageCost(start, end, s, l)
 }
 
-// recvEstimate is the search's price of what stage [start, end) on (s, l) receives per
-// micro-batch from other stages: before the stages are placed and their neighbours'
-// layouts known, each value it receives (received) as one piece per device of an even
-// share of the tensor (codegen lands a transfer on all of the receiver's devices, see
-// codegen's absorb), priced by the point-to-point cost on the stage's own mesh; with
-// crossLinks (the count bound's currency, attempt.optimistic), by the cheapest link a
-// sender can reach the stage by (recvLinks). Either is a lower bound on the plan's
-// RecvTime (priceTransfers): a device receives at least one piece of each value, the
-// stage's slowest device at least the even share, and every piece crosses a link no
-// cheaper than the one priced (the stage's own mesh stands for a link inside a host, which
-// costs no more than one between hosts on every preset). Under GPipe and 1F1B a stage's
+// recvKey is a stage's receives' memo key: they do not depend on its logical mesh.
+type recvKey struct {
+	start, end int
+	sub        mesh.Submesh
+}
+
+// Receives implements dp.Receiver: what stage [start, end) on s receives per micro-batch
+// from other stages (received), each value as one piece per device of an even share of
+// the tensor (codegen lands a transfer on all of the receiver's devices, see codegen's
+// absorb), priced by the point-to-point cost (mesh.Cluster.SendRecvCost) from a stage on
+// the receiver's own host (Same: the stage's own mesh stands for it) and from another
+// host (Cross: a device on a host the stage does not use), split by the stage that makes
+// the value: layer start−1's (the previous stage; for a first stage the last layer's, the
+// last stage's) is Before, layer end's (the next stage; for a last stage layer 0's) is
+// After, any other's is Far, priced by the cheaper link it may take (recvLinks). The DP
+// adds Same or Cross where its stages sit on the ring (package dp), as priceTransfers
+// prices the plan's transfers once they sit there: a lower bound on the plan's RecvTime,
+// since a device receives at least one piece of each value and the stage's slowest device
+// at least the even share, and equal to it where the pieces are those even shares (the
+// rows measured, docs/DECISIONS.md, branch hosts). Under GPipe and 1F1B a stage's
 // receives are on its path per micro-batch (forward activations, backward gradients): Σ
 // over stages counts each boundary's transfer once, as one micro-batch's fill and drain
 // crosses it, and the slowest stage's count B times.
-//
-// The search itself prices with the stage's own mesh: a stage that fills its hosts pays
-// the cross-host link for every piece it receives, but a stage on part of a host pays it
-// for pieces from another host too, which only the placement says (dp.Place); priced
-// exactly for the one and not the other, the DP moves its stages off whole hosts into
-// plans that receive across hosts unseen (docs/DECISIONS.md, branch currency).
-func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
-	k := rangeKey{start, end, s, l}
-	memo := o.recvAt
-	if o.crossLinks {
-		memo = o.recvCross
-	}
-	if x, ok := memo[k]; ok {
+func (o *oracle) Receives(start, end int, s mesh.Submesh) dp.Receives {
+	k := recvKey{start, end, s}
+	if x, ok := o.recvAt[k]; ok {
 		return x
 	}
-	x := 0.0
+	var x dp.Receives
 	if recv := o.received(start, end); len(recv) > 0 {
-		if lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1]); err == nil {
+		if lm, err := mesh.NewLogicalMesh(o.c, s, 1, s.NumDevices()); err == nil {
 			n := float64(lm.Size())
-			links := []*mesh.LogicalMesh{lm}
-			if o.crossLinks {
-				links = recvLinks(o.c, s, lm)
-			}
-			for _, b := range recv {
-				c := math.Inf(1)
-				for _, from := range links {
-					c = min(c, o.c.SendRecvCost(from, lm, float64(b)/n))
+			links := recvLinks(o.c, s, lm)
+			other := links[len(links)-1] // another host's device, or lm if there is none
+			L := o.lay.L
+			for _, v := range recv {
+				b := float64(v.bytes) / n
+				same, cross := o.c.SendRecvCost(lm, lm, b), o.c.SendRecvCost(other, lm, b)
+				switch {
+				case v.layer == start-1 || start == 0 && v.layer == L-1:
+					x.Before.Same += same
+					x.Before.Cross += cross
+				case v.layer == end || end == L && v.layer == 0:
+					x.After.Same += same
+					x.After.Cross += cross
+				default:
+					c := math.Inf(1)
+					for _, from := range links {
+						c = min(c, o.c.SendRecvCost(from, lm, b))
+					}
+					x.Far += c
 				}
-				x += c
 			}
 		}
 	}
-	memo[k] = x
+	o.recvAt[k] = x
 	return x
 }
 
-// crossBound is the step time of the optimistic plan with receives priced by the links a
-// sender can use (crossLinks): the count bound (attempt.optimistic, and settle's cutoff),
-// a lower bound on the predicted step of every plan of the count, at least the
-// optimistic plan's own where no link is cheaper than the stage's own mesh; +Inf when
-// there is no optimistic plan.
-func (o *oracle) crossBound(ctx context.Context, layers int, dc dp.Cluster, do dp.Options) float64 {
-	o.crossLinks = true
-	defer func() { o.crossLinks = false }()
-	res, err := o.optimisticPlan(ctx, layers, dc, do)
-	if err != nil {
-		return math.Inf(1)
+// recvEstimate is stage [start, end) on (s, l)'s receive price where it may sit, before
+// the search places it: each part by the cheaper link it may take (recvLinks), a lower
+// bound on what Receives prices it at anywhere.
+func (o *oracle) recvEstimate(start, end int, s mesh.Submesh, l mesh.LogicalShape) float64 {
+	x := o.Receives(start, end, s)
+	if s.Hosts == 1 && s.Devices < o.c.DevicesPerHost || o.c.Hosts == 1 {
+		return x.Far + min(x.Before.Same, x.Before.Cross) + min(x.After.Same, x.After.Cross)
 	}
-	return res.Time
+	return x.Far + x.Before.Cross + x.After.Cross
 }
 
 // recvLinks are the meshes a stage on submesh s (laid out as lm) can receive from, as
@@ -352,7 +355,7 @@ func (o *oracle) crossBound(ctx context.Context, layers int, dc dp.Cluster, do d
 // hosts, as every submesh of more than one host does) shares no host with the disjoint
 // submesh of any other stage, so every piece it receives crosses hosts; a stage on part
 // of one host may receive from the rest of its host (lm itself stands for it) or from
-// another host.
+// another host, the last of them where there is one.
 func recvLinks(c *mesh.Cluster, s mesh.Submesh, lm *mesh.LogicalMesh) []*mesh.LogicalMesh {
 	var out []*mesh.LogicalMesh
 	if s.Hosts == 1 && s.Devices < c.DevicesPerHost {
@@ -724,7 +727,8 @@ func (o *oracle) countComposed() {
 func (o *oracle) solveOptions(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64) sharding.Options {
 	return sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0),
 		LPSolveOnly: o.lpOnly, SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l),
-		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc}
+		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
+		LagGap: o.lagGap, LagGapAbove: lagGapVars}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).
@@ -897,13 +901,13 @@ type crossValue struct {
 	users []int // the other layers that read it per micro-batch, ascending
 }
 
-// received lists the bytes of each value layers [start, end) receive per micro-batch from
-// other layers: made by an op of another layer (a constant or iota is filled where it is
+// received lists each value layers [start, end) receive per micro-batch from other
+// layers, with its bytes and its producer's layer: made by an op of another layer (a constant or iota is filled where it is
 // read, not sent), not once per step (an update op's, an accumulated gradient: codegen
 // sends those from the update block), and read by an op of the range that runs per
 // micro-batch (not an update op). Activations from earlier layers, gradients from later
 // ones.
-func (o *oracle) received(start, end int) []int64 {
+func (o *oracle) received(start, end int) []crossValue {
 	if o.cross == nil {
 		parts, err := codegen.Parts(o.step)
 		if err != nil {
@@ -940,14 +944,14 @@ func (o *oracle) received(start, end int) []int64 {
 			o.cross = append(o.cross, c)
 		}
 	}
-	var out []int64
+	var out []crossValue
 	for _, c := range o.cross {
 		if c.layer >= start && c.layer < end {
 			continue
 		}
 		for _, l := range c.users {
 			if l >= start && l < end {
-				out = append(out, c.bytes)
+				out = append(out, c)
 				break
 			}
 		}

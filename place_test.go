@@ -14,10 +14,11 @@ import (
 )
 
 // TestPlaceByTransfers: five pinned stages of 2, 1, 1, 2, 2 devices on 2 hosts of 4
-// (p3.16xlarge links). The plan places them by what they pass (placeByTransfers): valid
-// devices, pipeline neighbours sharing hosts where largest-first did not, a predicted
-// step no slower than the largest-first placement's (re-priced the same way), and the
-// programs equal the serial interpreter.
+// (p3.16xlarge links). The DP places them where it priced their receives (on its ring,
+// dp.Result.Placed; placeByTransfers places only plans it did not): valid devices,
+// pipeline neighbours sharing hosts where largest-first did not, a predicted step no
+// slower than the largest-first placement's (re-priced the same way), and the programs
+// equal the serial interpreter.
 func TestPlaceByTransfers(t *testing.T) {
 	sub := func(d int) mesh.Submesh { return mesh.Submesh{Hosts: 1, Devices: d} }
 	for _, name := range []string{"gpt-tiny", "mlp-tiny"} {
@@ -34,7 +35,7 @@ func TestPlaceByTransfers(t *testing.T) {
 			for i, s := range p.Stages {
 				n := s.Submesh.NumDevices()
 				require.Len(t, s.Devices, n)
-				assert.Zero(t, s.Devices[0]%n, "stage %d at %v", i, s.Devices)
+				assert.Equal(t, host(i), s.Devices[n-1]/c.DevicesPerHost, "stage %d at %v straddles hosts", i, s.Devices)
 				for j, d := range s.Devices {
 					assert.Equal(t, s.Devices[0]+j, d)
 					assert.False(t, seen[d])
@@ -69,9 +70,22 @@ func TestPlaceByTransfers(t *testing.T) {
 			}
 			old.priceTransfers()
 			predict(&old.Plan, old.Step(), &old.Cluster)
-			t.Logf("%s: predicted step %.6g s placed by transfers %v, %.6g s largest first %v", name, got, devicesOf(p), old.Predicted.StepTime, devicesOf(&old))
+			t.Logf("%s: predicted step %.6g s placed by the DP %v, %.6g s largest first %v", name, got, devicesOf(p), old.Predicted.StepTime, devicesOf(&old))
 			assert.LessOrEqual(t, got, old.Predicted.StepTime)
 			checkAgainstSerial(t, p, 1e-4)
+			// A plan the DP did not place is placed by what its stages pass.
+			re := old
+			re.Stages = slices.Clone(old.Stages)
+			for i := range re.Stages {
+				re.Stages[i].RecvTime, re.Stages[i].StepRecvTime = 0, 0
+			}
+			re.placeByTransfers()
+			re.priceTransfers()
+			predict(&re.Plan, re.Step(), &re.Cluster)
+			t.Logf("%s: placed by transfers %v: %.6g s", name, devicesOf(&re), re.Predicted.StepTime)
+			assert.NotEqual(t, devicesOf(&old), devicesOf(&re))
+			assert.LessOrEqual(t, re.Predicted.StepTime, old.Predicted.StepTime)
+			checkAgainstSerial(t, &re, 1e-4)
 		})
 	}
 }

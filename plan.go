@@ -121,7 +121,9 @@ func assemble(g, step *ir.Graph, lay *passes.Layering, c *mesh.Cluster, opts Opt
 		p.Stages = append(p.Stages, stagePlan(step, lay, st, sg, sol))
 		p.priced = append(p.priced, pricedStage{sg, sol.res})
 	}
-	p.placeByTransfers()
+	if !res.Placed {
+		p.placeByTransfers() // the DP did not place them (dp.Result.Placed)
+	}
 	p.priceTransfers()
 	predict(&p.Plan, step, c)
 	p.Predicted.DeviceMemory = c.DeviceMemoryBytes
@@ -247,7 +249,9 @@ func (p *Plan) priceTransfers() {
 	}
 }
 
-// placeByTransfers re-places the stages (dp.PlaceBy) so that the stages smaller than a host
+// placeByTransfers re-places the stages (dp.PlaceBy) of a plan the DP did not place (its
+// receives priced unplaced: no sequence of stages that fits lies on its ring, or the
+// stages were pinned so) so that the stages smaller than a host
 // that share one are those that pass the most between them: a pair's weight is the bytes
 // its transfers (codegen.Transfers) land on the receiving stage's busiest device, per
 // micro-batch transfers counted Microbatches times. The transfers' pieces do not depend on

@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,16 +13,15 @@ import (
 	"github.com/autopar/autopar/mesh"
 )
 
-// TestRecvEstimateIsLower: both prices of a stage's receives (oracle.recvEstimate: the
-// search's, on the stage's own mesh, and the count bound's, by the links a sender can use,
-// crossLinks) are lower bounds of what the plan's transfers cost (priceTransfers,
-// RecvTime), so the DP's step of a plan in either is at most its predicted step (the
-// currency the count bound compares in, attempt.loses). Plans pinned so that stages fill
-// their hosts (every receive crosses hosts), share a host (receives stay inside it) or
-// both, on small zoo models with p3.16xlarge's links. A stage that fills its hosts is
-// priced by the count bound at the cross-host link: at least half its RecvTime there
-// (its receives land in even shares), where the search's price of the same bytes is 10–20
-// times less.
+// TestRecvEstimateIsLower: the search's price of a stage's receives where it sits (the
+// DP's Stage.Recv, from oracle.Receives on the ring) is a lower bound of what the plan's
+// transfers cost there (priceTransfers, RecvTime), and the plan sits where the DP priced
+// it, so the DP's step of the plan is at most its predicted step (the currency the count
+// bound compares in, attempt.loses); the unplaced price (recvEstimate) is lower still.
+// Plans pinned so that stages fill their hosts (every receive crosses hosts), share a
+// host (receives stay inside it) or both, on small zoo models with p3.16xlarge's links.
+// A stage that fills its hosts is priced at least half its RecvTime (its receives land in
+// even shares).
 func TestRecvEstimateIsLower(t *testing.T) {
 	type pin struct {
 		hosts, perHost int
@@ -34,6 +34,7 @@ func TestRecvEstimateIsLower(t *testing.T) {
 		{1, 4, []int{0, 1, 2}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // one host
 		{2, 4, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 2), sub(1, 4)}}, // both
 		{2, 4, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 4), sub(1, 2), sub(1, 2)}}, // both, the other way
+		{2, 4, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 4), sub(1, 2)}}, // first and last on one host
 		{4, 2, []int{0, 1, 2, 3}, []mesh.Submesh{sub(1, 2), sub(2, 2), sub(1, 2)}}, // a stage of two hosts
 		{2, 2, []int{0, 2, 3}, []mesh.Submesh{sub(1, 2), sub(1, 2)}},               // uneven stages
 	}
@@ -51,29 +52,19 @@ func TestRecvEstimateIsLower(t *testing.T) {
 				res, pl := s.Search, s.Plan
 				require.Len(t, pl.Stages, len(res.Stages))
 				o := newOracle(context.Background(), s.Step, s.Layering, c, 0, c.DeviceMemoryBytes, nil)
-				B := float64(s.Microbatches)
-				for _, cross := range []bool{false, true} {
-					o.crossLinks = cross
-					var sum, slow float64
-					for i, st := range res.Stages {
-						est := o.recvEstimate(st.Start, st.End, st.Submesh, st.Logical)
-						if !cross {
-							// The search's stage time holds it (oracle.StageCost).
-							assert.InDelta(t, st.Cost.Time-pl.Stages[i].Time, est, 1e-12+1e-9*est, "stage %d", i)
-						}
-						got := pl.Stages[i].RecvTime
-						assert.LessOrEqual(t, est, got*(1+1e-9)+1e-15, "stage %d on %v (links %v): estimate %g, planned %g", i, st.Submesh, cross, est, got)
-						if cross && st.Submesh.Devices == p.perHost && got > 0 {
-							crossed++
-							assert.GreaterOrEqual(t, est, got/2, "stage %d fills its hosts: its receives cross hosts", i)
-						}
-						ti := pl.Stages[i].Time + est
-						sum += ti
-						slow = max(slow, ti)
+				require.True(t, res.Placed)
+				for i, st := range res.Stages {
+					assert.Equal(t, st.Devices, pl.Stages[i].Devices, "stage %d sits where the DP priced it", i)
+					assert.InDelta(t, st.Cost.Time-pl.Stages[i].Time, st.Recv, 1e-12+1e-9*st.Recv, "stage %d: its time holds its receives", i)
+					got := pl.Stages[i].RecvTime
+					assert.LessOrEqual(t, st.Recv, got*(1+1e-9)+1e-15, "stage %d on %v at %v: priced %g, planned %g", i, st.Submesh, st.Devices, st.Recv, got)
+					assert.LessOrEqual(t, o.recvEstimate(st.Start, st.End, st.Submesh, st.Logical), st.Recv*(1+1e-9)+1e-15, "stage %d: unplaced", i)
+					if st.Submesh.Devices == p.perHost && got > 0 {
+						crossed++
+						assert.GreaterOrEqual(t, st.Recv, got/2, "stage %d fills its hosts: its receives cross hosts", i)
 					}
-					dpStep := sum + (B-1)*slow + res.Stages[0].Cost.Step
-					assert.LessOrEqual(t, dpStep, pl.Predicted.StepTime*(1+1e-9), "links %v: the DP's step of the plan, %g, is under its prediction %g", cross, dpStep, pl.Predicted.StepTime)
 				}
+				assert.LessOrEqual(t, res.Time, pl.Predicted.StepTime*(1+1e-9), "the DP's step of the plan, %g, is under its prediction %g", res.Time, pl.Predicted.StepTime)
 				// The count bound of the same count, unpinned, bounds the plan's prediction too.
 				free, err := Run(context.Background(), g, c, Options{Microbatches: 2, Layers: L}, &PhaseConfig{UpTo: "cluster"})
 				require.NoError(t, err)
@@ -87,4 +78,41 @@ func TestRecvEstimateIsLower(t *testing.T) {
 		}
 	}
 	assert.Positive(t, crossed, "some stage filling its hosts receives")
+}
+
+// TestPlacedStepIsPredicted: on two hosts, unpinned, the fast search's plan sits where
+// the DP priced its receives, and the DP's step of it bounds its predicted step from
+// below; equal where each stage's receives are even shares (Recv = RecvTime) and the
+// first stage receives nothing per step, as on gpt-tiny here.
+func TestPlacedStepIsPredicted(t *testing.T) {
+	equal := 0
+	for _, tc := range []struct {
+		name    string
+		perHost int
+		b       int
+	}{{"gpt-tiny", 4, 4}, {"gpt-tiny", 2, 8}, {"mlp-tiny", 4, 4}, {"moe-tiny", 4, 2}} {
+		t.Run(fmt.Sprintf("%s/2x%d/B%d", tc.name, tc.perHost, tc.b), func(t *testing.T) {
+			c := cluster(t, "p3.16xlarge:2")
+			c.DevicesPerHost = tc.perHost
+			s, err := Run(context.Background(), model(t, tc.name), c, Options{Microbatches: tc.b, Layers: 4}, &PhaseConfig{UpTo: "search"})
+			require.NoError(t, err)
+			res, pl := s.Search, s.Plan
+			require.True(t, res.Placed)
+			require.Len(t, pl.Stages, len(res.Stages))
+			even := pl.Stages[0].StepRecvTime == 0
+			for i, st := range res.Stages {
+				assert.Equal(t, st.Devices, pl.Stages[i].Devices, "stage %d sits where the DP priced it", i)
+				assert.LessOrEqual(t, st.Recv, pl.Stages[i].RecvTime*(1+1e-9)+1e-15, "stage %d", i)
+				t.Logf("stage %d %v: recv %.4g planned %.4g step %.4g own %.4g/%.4g", i, st.Devices, st.Recv, pl.Stages[i].RecvTime, pl.Stages[i].StepRecvTime, st.Cost.Time-st.Recv, pl.Stages[i].Time)
+				even = even && math.Abs(st.Recv-pl.Stages[i].RecvTime) <= 1e-9*st.Recv
+			}
+			t.Logf("%s: DP %.6g s, predicted %.6g s, stages %s", tc.name, res.Time, pl.Predicted.StepTime, devicesOf(pl))
+			assert.LessOrEqual(t, res.Time, pl.Predicted.StepTime*(1+1e-9))
+			if even {
+				equal++
+				assert.InEpsilon(t, pl.Predicted.StepTime, res.Time, 1e-9)
+			}
+		})
+	}
+	assert.Positive(t, equal, "some plan's receives are even shares")
 }

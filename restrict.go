@@ -288,3 +288,66 @@ func (o *oracle) tolerance(p *dp.Result) float64 {
 	}
 	return refineTolerance
 }
+
+// cheapFirst returns the stages of the incumbent best that are priced by their restricted
+// plan on a one-dimensional mesh, when the optimistic plan opt would open (openRestricted)
+// a restricted stage on a two-dimensional one; nil otherwise. Their range ILPs are cheap
+// (GPT-1.3B/4's [0,8) on 1×4 recomputing: under a second) where opt's on 2×2 ran to
+// lp_solve's 30 s limit, and the incumbent they price exactly may then be within the
+// tolerance of the bound: exactly opens them first (issue 13, branch sound). Either way
+// the search stays a bound-and-refine one: they are range ILPs the search may solve.
+func (o *oracle) cheapFirst(opt, best *dp.Result) *dp.Result {
+	if best == nil {
+		return nil
+	}
+	dear := false
+	for _, st := range opt.Stages {
+		if _, sol := o.pendingRestricted(st); sol != nil && meshFactor(st.Logical) > 4 {
+			dear = true
+		}
+	}
+	if !dear {
+		return nil
+	}
+	cheap := *best
+	cheap.Stages = nil
+	for _, st := range best.Stages {
+		if _, sol := o.pendingRestricted(st); sol != nil && meshFactor(st.Logical) <= 4 {
+			cheap.Stages = append(cheap.Stages, st)
+		}
+	}
+	if len(cheap.Stages) == 0 {
+		return nil
+	}
+	return &cheap
+}
+
+// memoryBound reports whether refining opt would solve a memory-bound range ILP: a stage of
+// several layers that no range ILP has priced (exactAt, o.solved) and whose solve without
+// memory rows ran and does not fit the memory (rangeRelaxed). Such an ILP is the search's
+// dearest (Wide-ResNet-2B/8's [0,8) on 1×8: 23 CPU s at lp_solve's limit, twice; the LP
+// root of GPT-2.6B/8's [0,8) on 4×2 is 1.24 % under its optimum, so only branch and bound
+// closes it). exactly accepts an incumbent within restrictTolerance of the bound instead,
+// the fast search's contract (issue 13, branch sound).
+func (o *oracle) memoryBound(opt *dp.Result) bool {
+	for _, st := range opt.Stages {
+		if st.End-st.Start < 2 {
+			continue
+		}
+		if e, ok := o.exactAt[stageKey(st)]; ok && e.exact {
+			continue
+		}
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			continue
+		}
+		key := solveKey{sg.hash, st.Submesh, st.Logical}
+		if _, ok := o.solved[key]; ok {
+			continue
+		}
+		if r := o.relaxed[key]; r != nil && r.ok && !r.exact {
+			return true
+		}
+	}
+	return false
+}

@@ -149,3 +149,23 @@ func TestBadConstraints(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), "dp: "))
 	}
 }
+
+// TestRingFallback: stages pinned to 2, 8, 4 and 2 devices on 2 hosts of 8 lie on no ring
+// (from device 0 or 4 the 1x8 stage straddles the hosts), so Solve tiles them freely,
+// receives priced by the cheaper link (Placed false), as brute force does.
+func TestRingFallback(t *testing.T) {
+	c := Cluster{Hosts: 2, DevicesPerHost: 8, MemoryPerDevice: 1e9}
+	sub := func(d int) mesh.Submesh { return mesh.Submesh{Hosts: 1, Devices: d} }
+	k := Constraints{Boundaries: []int{0, 1, 2, 3, 4}, StageSubmeshes: []mesh.Submesh{sub(2), sub(8), sub(4), sub(2)}}
+	in := instance{layers: 4, c: c, o: receiving{newPlausible(3, 4), 3, 4}, opts: Options{Microbatches: 4, Constraints: k}}
+	got, err := Solve(context.Background(), in.layers, c, in.o, in.opts)
+	require.NoError(t, err)
+	require.False(t, got.Placed)
+	checkAgainstBrute(t, in, brute(in.layers, c, in.o, in.opts, honours(k)), got, err)
+	// Unpinned, a plan on the ring wins.
+	in.opts.Constraints = Constraints{}
+	got, err = Solve(context.Background(), in.layers, c, in.o, in.opts)
+	require.NoError(t, err)
+	require.True(t, got.Placed)
+	checkAgainstBrute(t, in, brute(in.layers, c, in.o, in.opts, nil), got, err)
+}

@@ -25,7 +25,9 @@
 // multiset always tiles the cluster: sort the submeshes by size, largest first, and lay them
 // out one after another over device IDs host·M+j. Every size is a power of two dividing M or
 // a multiple of M, so each block starts at a multiple of its own size and a block smaller
-// than a host never straddles two hosts. [Result] carries that placement in Stage.Devices.
+// than a host never straddles two hosts. [Place] lays them out so (see PlaceBy); with a
+// [Receiver] the search places them itself (below). [Result] carries the placement in
+// Stage.Devices.
 //
 // # Bounded on any cluster
 //
@@ -37,9 +39,25 @@
 // follows the host count, and a search past [MaxSearchStates] is refused by [Check] before
 // any stage is priced.
 //
+// # Stages where they sit
+//
+// An oracle that also prices what a stage receives ([Receiver]) gets a search that knows
+// where its stages sit: they lie on a ring of the device IDs in pipeline order, stage 0 at
+// device 0 or at half a host, each on the devices after its predecessor's (wrapping past
+// the last device to host 0's lower half), a stage smaller than a host inside one host,
+// one of whole hosts from a host's first device. Where a stage sits follows from the
+// devices its successors use, which the recurrence already counts, so the state does not
+// grow: the recurrence runs once per rotation. A stage's receives from its ring
+// neighbours (the stages holding the layers before and after it; the last stage is the
+// first's) are priced at the host's own link where the neighbour shares its host, across
+// hosts where not — as the plan's prediction prices the transfers, since the result's
+// Stage.Devices are exactly that layout (Result.Placed). If no plan fits on the ring,
+// Solve tiles freely ([Place]) and prices each receive by its cheaper link.
+//
 // # What dp does not model
 //
-// Point-to-point traffic between stages is not charged (as in Alpa's DP; it is small next to
-// intra-stage collectives for layer boundaries chosen with few crossing bytes). The oracle is
-// called once per (layer range, submesh, logical mesh) from one goroutine, in a fixed order.
+// Without a Receiver, point-to-point traffic between stages is not charged (as in Alpa's DP;
+// it is small next to intra-stage collectives for layer boundaries chosen with few crossing
+// bytes). The oracle is called once per (layer range, submesh, logical mesh) from one
+// goroutine, in a fixed order.
 package dp

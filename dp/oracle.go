@@ -80,3 +80,42 @@ func InFlight(s program.Schedule, remaining, b int) int {
 	}
 	return remaining
 }
+
+// Receiver is an Oracle that also prices what a stage receives per micro-batch from the
+// other stages, by the link each value crosses. With it, [Solve] lays the stages out as
+// it prices them (see the package doc, "Stages where they sit"): a receive from a stage
+// on the same host pays Same, one from another host Cross, as the plan's prediction
+// prices the transfers once the stages sit on their devices. Without it, receives are
+// free to the search and any tiling of the submeshes serves ([Place]).
+type Receiver interface {
+	Oracle
+	// Receives prices what layers [start, end) on submesh s receive per micro-batch. It
+	// does not depend on the logical mesh (the receiver's device count and host set fix
+	// the link and the share each device takes).
+	Receives(start, end int, s mesh.Submesh) Receives
+}
+
+// Receives is a stage's receives per micro-batch, split by the stage that sends them.
+type Receives struct {
+	// Before: values made by layer start−1, which the previous stage holds; for a first
+	// stage (start = 0), by the last layer, which the last stage holds.
+	Before Link
+	// After: values made by layer end, which the next stage holds; for a last stage, by
+	// layer 0, which the first stage holds.
+	After Link
+	// Far: values from any other stage, priced by the cheapest link they may cross
+	// (where they sit is not known to the search: a lower bound).
+	Far float64
+}
+
+// Link prices the same bytes on the two links a transfer can take: from a stage on the
+// receiver's own host, and from another host.
+type Link struct{ Same, Cross float64 }
+
+func (r Receives) validate() error {
+	bad := func(x float64) bool { return !(x >= 0) || x > maxFinite }
+	if bad(r.Before.Same) || bad(r.Before.Cross) || bad(r.After.Same) || bad(r.After.Cross) || bad(r.Far) {
+		return fmt.Errorf("receives %+v: each must be finite and non-negative", r)
+	}
+	return nil
+}

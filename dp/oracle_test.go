@@ -82,3 +82,24 @@ type oracleFunc func(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, 
 func (f oracleFunc) StageCost(k, i int, s mesh.Submesh, l mesh.LogicalShape) (StageCost, bool) {
 	return f(k, i, s, l)
 }
+
+// receiving adds receives to an oracle: per (stage, submesh), random prices on a host's
+// own link and across hosts (usually dearer, not always), a few far receives, none for a
+// stage of every layer.
+type receiving struct {
+	Oracle
+	seed   uint64
+	layers int
+}
+
+func (r receiving) Receives(k, i int, s mesh.Submesh) Receives {
+	if k == 0 && i == r.layers {
+		return Receives{}
+	}
+	u := func(salt int) float64 { return unit(r.seed, 10+salt, k, i, s, mesh.LogicalShape{}) }
+	x := Receives{Before: Link{Same: 0.3 * u(0), Cross: 2 * u(1)}, After: Link{Same: 0.3 * u(2), Cross: 2 * u(3)}}
+	if u(4) < 0.2 {
+		x.Far = 0.5 * u(5)
+	}
+	return x
+}

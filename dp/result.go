@@ -8,21 +8,31 @@ import (
 
 // result turns the best plan into stages with costs, memory and device placement.
 func (s *search) result() *Result {
-	res := &Result{Stats: s.stats}
+	res := &Result{Stats: s.stats, Placed: s.rec.placed}
 	for _, ch := range s.plan {
 		li := ch.logical
 		cost := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][li]
+		cost.Time += ch.recv
 		f := s.t.lv.inflight[ch.class]
-		res.Stages = append(res.Stages, Stage{
+		st := Stage{
 			Start: ch.start, End: ch.end,
 			Submesh: s.t.subs[ch.sub], Logical: s.t.logical(ch.start, ch.end, ch.sub, li),
-			Cost: cost, InFlight: f, Memory: cost.Memory(f),
-		})
+			Cost: cost, Recv: ch.recv, InFlight: f, Memory: cost.Memory(f),
+		}
+		if res.Placed {
+			st.Devices = make([]int, st.Submesh.NumDevices())
+			for j := range st.Devices {
+				st.Devices[j] = ch.pos + j
+			}
+		}
+		res.Stages = append(res.Stages, st)
 	}
 	res.Compute, res.MaxTime, res.Step = s.times(s.plan)
 	res.Bubble = (s.b - 1) * res.MaxTime
 	res.Time = res.Compute + res.Bubble + res.Step
-	Place(s.c, res.Stages)
+	if !res.Placed {
+		Place(s.c, res.Stages)
+	}
 	return res
 }
 

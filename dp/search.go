@@ -25,9 +25,10 @@ type search struct {
 	plain bool // tests: Alpa's plain ascending loop, no step search and no floor stop
 }
 
-func newSearch(t *table, c Cluster, opts Options) *search {
-	s := &search{t: t, rec: newRecurrence(t, c), opts: opts, c: c,
-		b: float64(opts.Microbatches), cands: candidates(t, c.MemoryPerDevice), best: math.Inf(1)}
+func newSearch(t *table, c Cluster, opts Options, placed bool) *search {
+	rec := newRecurrence(t, c, placed)
+	s := &search{t: t, rec: rec, opts: opts, c: c,
+		b: float64(opts.Microbatches), cands: candidates(rec), best: math.Inf(1)}
 	s.fAt = make([]float64, len(s.cands))
 	for i := range s.fAt {
 		s.fAt[i] = math.NaN()
@@ -148,12 +149,13 @@ func (s *search) consider(p []choice) {
 	}
 }
 
-// times returns the sum and the max of plan p's micro-batch times and its first stage's
-// step part.
+// times returns the sum and the max of plan p's micro-batch times (with their receives)
+// and its first stage's step part.
 func (s *search) times(p []choice) (sum, slowest, step float64) {
 	for i, ch := range p {
 		c := s.t.costs[s.t.cell(ch.start, ch.end, ch.sub)][ch.logical]
-		sum, slowest = sum+c.Time, max(slowest, c.Time)
+		t := c.Time + ch.recv
+		sum, slowest = sum+t, max(slowest, t)
 		if i == 0 {
 			step = c.Step
 		}

@@ -16,10 +16,11 @@ type Stage struct {
 	Start, End int // layers [Start, End)
 	Submesh    mesh.Submesh
 	Logical    mesh.LogicalShape
-	Cost       StageCost
-	InFlight   int     // micro-batches whose activations the stage holds at its peak
-	Memory     float64 // per-device bytes: Cost.WeightBytes + InFlight·Cost.ActBytes
-	Devices    []int   // device IDs host·DevicesPerHost+j, host-major (see the package doc)
+	Cost       StageCost // its Time holds Recv
+	Recv       float64   // the price of its receives per micro-batch where it sits (Receiver)
+	InFlight   int       // micro-batches whose activations the stage holds at its peak
+	Memory     float64   // per-device bytes: Cost.WeightBytes + InFlight·Cost.ActBytes
+	Devices    []int     // device IDs host·DevicesPerHost+j, host-major (see the package doc)
 }
 
 // Result is the plan Solve picks and what it predicts.
@@ -30,7 +31,10 @@ type Result struct {
 	Bubble  float64 // (B−1)·max_j t_j: the other micro-batches behind the slowest stage
 	Step    float64 // the first stage's step part (gradient sync, update), run once at the end
 	MaxTime float64 // max_j t_j
-	Stats   Stats
+	// Placed: the stages' Devices are where the search priced their receives (a
+	// Receiver's, on the ring); otherwise Place tiled them after the search.
+	Placed bool
+	Stats  Stats
 }
 
 // Stats says how much work the t_max search did.
@@ -102,9 +106,18 @@ func solve(ctx context.Context, layers int, c Cluster, o Oracle, opts Options, p
 	if err != nil {
 		return nil, err
 	}
-	s := newSearch(t, c, opts)
+	s := newSearch(t, c, opts, true)
 	s.plain = plain
-	if err := s.run(ctx); err != nil {
+	err = s.run(ctx)
+	var me *MemoryError
+	if err != nil && s.rec.restricts() && ctx.Err() == nil && (errors.Is(err, ErrNoPlan) || errors.As(err, &me)) {
+		// No sequence of stages that fits lies on the ring: any tiling, receives priced by
+		// the cheaper link they may take (a lower bound), placed by Place.
+		s = newSearch(t, c, opts, false)
+		s.plain = plain
+		err = s.run(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return s.result(), nil
@@ -138,13 +151,19 @@ func check(layers int, c Cluster, opts Options) (*rules, levels, error) {
 	return r, lv, nil
 }
 
-// candidates lists the distinct finite stage times in ascending order: each slot's fastest
-// and, for first stages, every one that fits (see table.firstTimes).
-func candidates(t *table, memory float64) []float64 {
-	out := t.firstTimes(memory)
-	for _, x := range t.bestT {
-		if !math.IsInf(x, 1) {
-			out = append(out, x)
+// candidates lists the distinct finite stage times in ascending order, each with every
+// receive price its stage may take (recurrence.combos): each slot's fastest and, for
+// first stages, every one that fits (see recurrence.firstTimes).
+func candidates(r *recurrence) []float64 {
+	t := r.t
+	out := r.firstTimes()
+	cells := len(t.costs)
+	for x, v := range t.bestT {
+		if !math.IsInf(v, 1) {
+			cell := x % cells
+			for _, c := range r.combos(cell % len(t.subs)) {
+				out = append(out, v+r.add(cell, c))
+			}
 		}
 	}
 	slices.Sort(out)

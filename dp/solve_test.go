@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/autopar/autopar/program"
@@ -93,11 +94,15 @@ func checkPlan(t *testing.T, in instance, r *Result) {
 		k = st.End
 		sc, ok := in.o.StageCost(st.Start, st.End, st.Submesh, st.Logical)
 		require.True(t, ok)
+		sc.Time += st.Recv
 		require.Equal(t, sc, st.Cost)
+		if _, ok := in.o.(Receiver); !ok {
+			require.Zero(t, st.Recv)
+		}
 		require.Equal(t, InFlight(in.opts.Schedule, len(r.Stages)-i, in.opts.Microbatches), st.InFlight)
 		require.LessOrEqual(t, st.Memory, in.c.MemoryPerDevice)
 		require.Equal(t, st.Submesh.NumDevices(), st.Logical.NumDevices())
-		checkDevices(t, in.c, st, used)
+		checkDevices(t, in.c, r, st, used)
 		sum, slowest = sum+st.Cost.Time, max(slowest, st.Cost.Time)
 	}
 	require.Equal(t, in.layers, k)
@@ -114,11 +119,15 @@ func checkPlan(t *testing.T, in instance, r *Result) {
 
 // checkDevices checks that a stage's devices form its submesh: whole hosts, or one aligned
 // block inside a host, not used by another stage.
-func checkDevices(t *testing.T, c Cluster, st Stage, used []bool) {
+func checkDevices(t *testing.T, c Cluster, r *Result, st Stage, used []bool) {
 	t.Helper()
 	require.Len(t, st.Devices, st.Submesh.NumDevices())
 	first := st.Devices[0]
-	require.Zero(t, first%st.Submesh.NumDevices()%c.DevicesPerHost, "stage %+v not aligned", st)
+	if !r.Placed {
+		require.Zero(t, first%st.Submesh.NumDevices()%c.DevicesPerHost, "stage %+v not aligned", st)
+	} else if st.Submesh.Hosts > 1 || st.Submesh.Devices == c.DevicesPerHost {
+		require.Zero(t, first%c.DevicesPerHost, "stage %+v not at a host's first device", st)
+	}
 	for j, d := range st.Devices {
 		require.Equal(t, first+j, d)
 		require.False(t, used[d], "device %d used twice", d)
@@ -155,4 +164,54 @@ func TestStepSearchMatchesPlainLoop(t *testing.T) {
 	assert.Greater(t, solved, 40)
 	assert.Less(t, fast, slow)
 	t.Logf("%d plans; recurrence passes: step search %d, plain loop %d", solved, fast, slow)
+}
+
+// TestSolveMatchesBruteForceHosts is the proof that the stages where they sit are priced
+// exactly: with receives priced by the link (Receiver), on up to 3 hosts of up to 4
+// devices, Solve's time equals exhaustive search's over every plan and every layout of
+// its stages in pipeline order, and its stages sit where the receives were priced.
+func TestSolveMatchesBruteForceHosts(t *testing.T) {
+	placed := 0
+	for _, adv := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(43, uint64(len(fmt.Sprint(adv)))))
+		for seed := range uint64(300) {
+			in := randomInstance(rng, seed, adv)
+			in.layers = min(in.layers, 5)
+			in.c.Hosts = 1 + rng.IntN(3)
+			in.o = receiving{newPlausible(seed, in.layers), seed, in.layers}
+			if adv {
+				in.o = receiving{adversarial{seed}, seed, in.layers}
+			}
+			need := brute(in.layers, in.c, in.o, in.opts, nil).need
+			if !math.IsInf(need, 1) && rng.IntN(3) > 0 {
+				in.c.MemoryPerDevice = need * (1 + rng.Float64())
+			} else if !math.IsInf(need, 1) {
+				in.c.MemoryPerDevice = need
+			}
+			want := brute(in.layers, in.c, in.o, in.opts, nil)
+			got, err := Solve(context.Background(), in.layers, in.c, in.o, in.opts)
+			checkAgainstBrute(t, in, want, got, err)
+			if err != nil || t.Failed() {
+				if t.Failed() {
+					return
+				}
+				continue
+			}
+			// The plan's own time, its stages' receives re-priced where they sit.
+			stages := slices.Clone(got.Stages)
+			for i := range stages {
+				stages[i].Cost.Time -= stages[i].Recv
+			}
+			if got.Placed {
+				placed++
+				first := stages[0].Devices[0]
+				require.True(t, ring(stages, in.c, first, in.o.(Receiver), in.layers), "%v: %+v", in, got.Stages)
+				for i, st := range stages {
+					assert.InDelta(t, got.Stages[i].Recv, st.Recv, 1e-12, "%v: stage %d", in, i)
+					assert.Equal(t, got.Stages[i].Devices, st.Devices, "%v: stage %d", in, i)
+				}
+			}
+		}
+	}
+	assert.Greater(t, placed, 100)
 }

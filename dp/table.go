@@ -66,6 +66,9 @@ type table struct {
 	bestT  []float64     // [slot(cls, k, i, sm)] fastest feasible time; +Inf = none
 	bestL  []int16       // [slot(...)] its entry (see logical)
 	minMem []float64     // [slot(...)] smallest memory over logicals, ignoring the budget
+	// recv holds per cell the stage's receives (Receiver.Receives); nil when the oracle
+	// does not price them
+	recv []Receives
 }
 
 func (t *table) cell(k, i, sm int) int { return (k*(t.layers+1)+i)*len(t.subs) + sm }
@@ -95,6 +98,10 @@ func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels,
 	for i := range t.bestT {
 		t.bestT[i], t.bestL[i], t.minMem[i] = math.Inf(1), -1, math.Inf(1)
 	}
+	rv, _ := o.(Receiver)
+	if rv != nil {
+		t.recv = make([]Receives, cells)
+	}
 	for k := 0; k < layers; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -107,6 +114,14 @@ func buildTable(ctx context.Context, layers int, c Cluster, o Oracle, lv levels,
 				if err := t.fill(k, i, sm, c, o, r); err != nil {
 					return nil, err
 				}
+				if rv == nil {
+					continue
+				}
+				x := rv.Receives(k, i, t.subs[sm])
+				if err := x.validate(); err != nil {
+					return nil, fmt.Errorf("dp: oracle receives of layers [%d, %d) on submesh %v: %v", k, i, t.subs[sm], err)
+				}
+				t.recv[t.cell(k, i, sm)] = x
 			}
 		}
 	}
@@ -156,51 +171,4 @@ func (t *table) fill(k, i, sm int, c Cluster, o Oracle, r *rules) error {
 	}
 	t.costs[t.cell(k, i, sm)], t.remat[t.cell(k, i, sm)] = row, of
 	return nil
-}
-
-// firstStage fills w and li, per slot of a first stage (layers [0, i)), with the least
-// t + step over the logical meshes that fit at the slot's in-flight class and run no slower
-// than limit per micro-batch, and that logical mesh's index; +Inf and −1 where none does.
-// The first stage is the one whose step part lies on the critical path (see Solve), so
-// its logical mesh weighs both parts; every later stage's weighs its micro-batch time only.
-func (t *table) firstStage(limit, memory float64, w []float64, li []int16) {
-	for cls, f := range t.lv.inflight {
-		for i := 1; i <= t.layers; i++ {
-			for sm := range t.subs {
-				x := t.slot(cls, 0, i, sm)
-				w[x], li[x] = math.Inf(1), -1
-				for l, sc := range t.costs[t.cell(0, i, sm)] {
-					if math.IsNaN(sc.Time) || sc.Time > limit || sc.Memory(f) > memory {
-						continue
-					}
-					if v := sc.Time + sc.Step; v < w[x] {
-						w[x], li[x] = v, int16(l)
-					}
-				}
-			}
-		}
-	}
-}
-
-// firstTimes lists the micro-batch time of every logical mesh of a first stage that fits in
-// memory at some in-flight class: with firstStage weighing the step part, a first stage
-// need not take its slot's fastest logical mesh, so its times are t_max candidates too.
-func (t *table) firstTimes(memory float64) []float64 {
-	var out []float64
-	for i := 1; i <= t.layers; i++ {
-		for sm := range t.subs {
-			for _, sc := range t.costs[t.cell(0, i, sm)] {
-				if math.IsNaN(sc.Time) {
-					continue
-				}
-				for _, f := range t.lv.inflight {
-					if sc.Memory(f) <= memory {
-						out = append(out, sc.Time)
-						break
-					}
-				}
-			}
-		}
-	}
-	return out
 }

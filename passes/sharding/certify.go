@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -434,12 +435,22 @@ func (p *planner) certified(budget float64, stats ILPStats) (res *Result, sweeps
 	if lagTrace != nil {
 		lagTrace(p.prob.NumVars(), st.res, lag, time.Since(start))
 	}
+	status := ilp.Optimal
 	if !lag.closed {
-		return nil, sweeps, st.choice(lag.x)
+		if p.prob.NumVars() <= p.opts.LagGapAbove || !nearLag(lag, p.opts.LagGap) {
+			return nil, sweeps, st.choice(lag.x)
+		}
+		status, stats.Bound = ilp.Feasible, lag.lb // within Options.LagGap of the optimum
 	}
 	stats.SolveTime = time.Since(start)
 	stats.Solver, stats.Sweeps = "lagrange", sweeps
-	return p.planResult(st.choice(lag.x), ilp.Optimal, stats), sweeps, nil
+	return p.planResult(st.choice(lag.x), status, stats), sweeps, nil
+}
+
+// nearLag says whether lag found a plan that fits within gap (relative, > 0) of its lower
+// bound: certified answers with it on an ILP of more than Options.LagGapAbove variables.
+func nearLag(lag lagResult, gap float64) bool {
+	return gap > 0 && lag.x != nil && lag.ub-lag.lb <= gap*math.Abs(lag.ub)
 }
 
 // planResult is choice's Result as solve returns an answer of the given status: the

@@ -52,6 +52,16 @@ type Options struct {
 	// such an ILP, so that it would end without a plan anyway (the fast search's memory-lean
 	// points on 2-D meshes: docs/DECISIONS.md, "gpt39").
 	NoLPAbove int
+	// LagGap, if positive, accepts on a memory-bound ILP of more than LagGapAbove
+	// variables the Lagrangian search's best plan that fits the budget (lagrange.go) when
+	// its objective is within LagGap (relative) of the search's lower bound, instead of
+	// giving the ILP to lp_solve: the plan's objective is then proven within that fraction
+	// of the ILP's optimum under the budget, not within lp_solve's gaps (ILPStats.Status
+	// "feasible", Solver "lagrange", Bound the lower bound). An approximation for searches
+	// that can spend a bounded error where lp_solve would spend seconds (docs/DECISIONS.md,
+	// "Round nine, gpt39b").
+	LagGap      float64
+	LagGapAbove int
 	// WarmStart, if set, is the Result of an earlier Solve of the same graph on the same
 	// mesh under the same options but for MemoryBudget, Iterations and TimeLimit: lp_solve
 	// then starts from the basis that solve's ILP ended with (warm.go). The plan is an
@@ -239,6 +249,10 @@ type ILPStats struct {
 	Solver string `json:"solver"`
 	// Sweeps are the message-passing sweeps run (0: none), whether it answered or not.
 	Sweeps int `json:"sweeps,omitempty"`
+	// Bound, where Solver is "lagrange" and Status "feasible" (Options.LagGap), is the
+	// proven lower bound on the ILP's optimum under the budget that the plan is within
+	// LagGap of; 0 otherwise.
+	Bound float64 `json:"bound,omitempty"`
 }
 
 // Collective is one collective of the plan.
