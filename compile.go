@@ -358,6 +358,14 @@ type attempt struct {
 	progress *ilpProgress
 	// fallback: the fast search found no plan; finish runs the exhaustive search.
 	fallback bool
+	// yieldAt, when > 0, is the optimistic step time at which the count's settle stops
+	// and hands the turn to the count of the next bound (searchAll, errYield); yields
+	// counts them (at most maxYields).
+	yieldAt float64
+	yields  int
+	// lateCutoff, when > 0, is the cutoff a count whose bound was unsure (searchAll) is
+	// held to after its settle, before its exactly, instead of during its settle.
+	lateCutoff float64
 }
 
 // noFastPlan, set by tests only, makes the fast search of the micro-batch counts it
@@ -384,6 +392,21 @@ var errNoFastPlan = errors.New("compile: the fast search found no plan")
 // errSkipped is a micro-batch count the search did not finish: its optimistic bound
 // loses to a plan already found by more than boundMargin (boundOrder).
 var errSkipped = errors.New("compile: skipped, its optimistic bound loses to another micro-batch count's plan")
+
+// errYield is a count whose fast search stopped mid-settle because its bound, raised by
+// the layers it solved, passed another count's (attempt.yieldAt): searchAll resumes it
+// when its bound is the lowest again. Its oracle keeps what it solved.
+var errYield = errors.New("compile: yielded to a count of lower bound")
+
+// maxYields bounds how often one count yields (errYield): past it, the count runs to its
+// end when its turn comes, so the count loop ends.
+const maxYields = 8
+
+// yieldMargin: a count yields when its bound passes the next count's by this fraction, so
+// that counts of near-equal bounds do not hand the turn back and forth each round. A
+// variable for TestYieldedCounts, which sets it below −1 + 1e-9 so that every count yields
+// at each turn until maxYields.
+var yieldMargin = 0.005
 
 // searchAll is the search phase: it plans the training step of every compilation (one per
 // micro-batch count), clustered into layers, with the DP over stages and submeshes priced
@@ -416,28 +439,68 @@ func searchAll(ss []*Compilation) []error {
 	progress := solveAll(atts, opts.Progress)
 	var best *Compilation
 	var deferred []*attempt
-	for _, a := range boundOrder(ctx, atts) {
+	queue := boundOrder(ctx, atts)
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
 		i := slices.Index(ss, a.s)
 		if err := ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		if best != nil && a.o.fast {
+		if (best != nil || a.yields > 0) && a.o.fast {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
 			a.bound = a.optimistic(ctx)
+		}
+		unsure := false
+		if a.yields > 0 && a.o.fast && best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
+			// A bound from the middle of the count's own settle: there the optimistic
+			// memory of a range (its solved layers' fastest points) can shut out a stage
+			// that fits, and the bound stand far above the count's plan (wresnet-2b/8's
+			// count 16: 63.3 s against 50.372 s). It loses only if the floors alone, a
+			// lower bound of every plan's memory (bound.go's soundMemory), say so too;
+			// else its settle runs to its end, not outbid on the way, and its settled
+			// bound decides before its exactly (attempt.lateCutoff).
+			if sb := a.soundBound(ctx); sb < a.bound {
+				a.bound, unsure = sb, true
+			}
 		}
 		if a.loses(best) {
 			errs[i] = errSkipped
 			continue
 		}
 		a.progress = progress
-		if best != nil && a.o.fast {
+		a.o.cutoff, a.yieldAt, a.lateCutoff = 0, 0, 0
+		if best != nil && a.o.fast && !unsure {
 			a.o.cutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
+		}
+		if unsure {
+			a.lateCutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
 		}
 		if cutoffFor != nil && a.o.fast {
 			a.o.cutoff = cutoffFor(a.s.Microbatches)
+		} else if a.o.fast && len(queue) > 0 && queue[0].o.fast && a.yields < maxYields {
+			// Best first across counts: past the next count's bound, this count waits
+			// (errYield), so a count whose bound its first solves raise far is not searched
+			// to its end before the others have had their turn and, maybe, a plan that
+			// outbids it (docs/DECISIONS.md, "wres4").
+			if y := queue[0].bound * (1 + yieldMargin); a.o.cutoff == 0 || y < a.o.cutoff {
+				a.o.cutoff, a.yieldAt = y, y
+			}
 		}
 		errs[i] = a.finish()
+		if errors.Is(errs[i], errYield) {
+			a.yields++
+			errs[i] = nil
+			at, _ := slices.BinarySearchFunc(queue, a.bound, func(x *attempt, b float64) int {
+				if x.bound <= b {
+					return -1 // after the counts of an equal bound
+				}
+				return 1
+			})
+			queue = slices.Insert(queue, at, a)
+			continue
+		}
 		if errors.Is(errs[i], errSkipped) {
 			continue
 		}
@@ -544,8 +607,20 @@ func (a *attempt) finish() error {
 		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 	case o.fast:
 		o.settle(ctx, lay.L, dc, do, a.progress)
+		if o.outbid && a.yieldAt > 0 {
+			// Its bound passed the next count's (searchAll's yieldAt, below the best
+			// plan's cutoff): it waits, lazy as it is, for its bound's turn again.
+			o.outbid = false
+			a.bound = a.optimistic(ctx)
+			a.trace("yield")
+			return errYield
+		}
+		if !o.outbid && a.lateCutoff > 0 && ctx.Err() == nil && a.optimistic(ctx) >= a.lateCutoff {
+			o.outbid = true // its settled bound loses: outbid before its exactly
+		}
 		if o.outbid {
 			// Its bound lost to the best plan mid-search (settle): skipped like loses.
+			o.outbid = false
 			o.fast, o.lazy = true, true
 			a.bound = a.optimistic(ctx)
 			o.fast, o.lazy = false, false
@@ -655,6 +730,14 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 	}
 	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
 	return order
+}
+
+// soundBound is optimistic with each range's memory its floors alone (soundMemory): the
+// count bound without the solved layers' fastest points' memory, which bounds nothing.
+func (a *attempt) soundBound(ctx context.Context) float64 {
+	defer func(v bool) { soundMemory = v }(soundMemory)
+	soundMemory = true
+	return a.optimistic(ctx)
 }
 
 // optimistic is the step time of the count's optimistic plan (oracle.optimisticPlan), its
