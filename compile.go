@@ -363,9 +363,6 @@ type attempt struct {
 	// counts them (at most maxYields).
 	yieldAt float64
 	yields  int
-	// lateCutoff, when > 0, is the cutoff a count whose bound was unsure (searchAll) is
-	// held to after its settle, before its exactly, instead of during its settle.
-	lateCutoff float64
 }
 
 // noFastPlan, set by tests only, makes the fast search of the micro-batch counts it
@@ -452,30 +449,14 @@ func searchAll(ss []*Compilation) []error {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
 			a.bound = a.optimistic(ctx)
 		}
-		unsure := false
-		if a.yields > 0 && a.o.fast && best != nil && a.bound >= best.Plan.Predicted.StepTime*(1+boundMargin) {
-			// A bound from the middle of the count's own settle: there the optimistic
-			// memory of a range (its solved layers' fastest points) can shut out a stage
-			// that fits, and the bound stand far above the count's plan (wresnet-2b/8's
-			// count 16: 63.3 s against 50.372 s). It loses only if the floors alone, a
-			// lower bound of every plan's memory (bound.go's soundMemory), say so too;
-			// else its settle runs to its end, not outbid on the way, and its settled
-			// bound decides before its exactly (attempt.lateCutoff).
-			if sb := a.soundBound(ctx); sb < a.bound {
-				a.bound, unsure = sb, true
-			}
-		}
 		if a.loses(best) {
 			errs[i] = errSkipped
 			continue
 		}
 		a.progress = progress
-		a.o.cutoff, a.yieldAt, a.lateCutoff = 0, 0, 0
-		if best != nil && a.o.fast && !unsure {
+		a.o.cutoff, a.yieldAt = 0, 0
+		if best != nil && a.o.fast {
 			a.o.cutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
-		}
-		if unsure {
-			a.lateCutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
 		}
 		if cutoffFor != nil && a.o.fast {
 			a.o.cutoff = cutoffFor(a.s.Microbatches)
@@ -615,9 +596,6 @@ func (a *attempt) finish() error {
 			a.trace("yield")
 			return errYield
 		}
-		if !o.outbid && a.lateCutoff > 0 && ctx.Err() == nil && a.optimistic(ctx) >= a.lateCutoff {
-			o.outbid = true // its settled bound loses: outbid before its exactly
-		}
 		if o.outbid {
 			// Its bound lost to the best plan mid-search (settle): skipped like loses.
 			o.outbid = false
@@ -730,14 +708,6 @@ func boundOrder(ctx context.Context, atts []*attempt) []*attempt {
 	}
 	slices.SortStableFunc(order, func(x, y *attempt) int { return cmp.Compare(x.bound, y.bound) })
 	return order
-}
-
-// soundBound is optimistic with each range's memory its floors alone (soundMemory): the
-// count bound without the solved layers' fastest points' memory, which bounds nothing.
-func (a *attempt) soundBound(ctx context.Context) float64 {
-	defer func(v bool) { soundMemory = v }(soundMemory)
-	soundMemory = true
-	return a.optimistic(ctx)
 }
 
 // optimistic is the step time of the count's optimistic plan (oracle.optimisticPlan), its
