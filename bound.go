@@ -211,6 +211,21 @@ func (o *oracle) unsolved(p *dp.Result, cheapOnly bool) []job {
 	return jobs
 }
 
+// allSolved reports whether plan p runs only layers solved on their stage's mesh (unsolved
+// lists none), and marks none: the marks unsolved made for the jobs it listed are taken
+// back (each was absent: unsolved lists only keys that are neither solved nor relaxed).
+func (o *oracle) allSolved(p *dp.Result) bool {
+	jobs := o.unsolved(p, false)
+	for _, j := range jobs {
+		if j.relaxed {
+			delete(o.relaxed, j.key)
+		} else if !j.first {
+			delete(o.solved, j.key)
+		}
+	}
+	return len(jobs) == 0
+}
+
 // unweighed adds to jobs the solves at a first stage's weight (weighedLayer) of the later
 // layers of st, a stage from layer 0, once each layer's own solve has run (solved, or
 // relaxed): until then reweighed bounds its price from that solve, and where the

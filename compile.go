@@ -739,7 +739,15 @@ func (a *attempt) optimistic(ctx context.Context) float64 {
 func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result, progress *ilpProgress) (*dp.Result, error) {
 	quiet := do
 	quiet.Progress = nil
-	best, err := o.recost(ctx, layers, dc, quiet, fast, progress)
+	first := fast
+	if opt := o.cheapStart(ctx, layers, dc, quiet, fast); opt != nil {
+		first = opt // its re-cost solves no ILP; fast's would solve a memory-bound one (restrict.go)
+	}
+	best, err := o.recost(ctx, layers, dc, quiet, first, progress)
+	if first != fast && best == nil {
+		first = fast
+		best, err = o.recost(ctx, layers, dc, quiet, fast, progress)
+	}
 	proven := false               // best is within its tolerance of the optimistic bound (o.tolerance)
 	recosted := map[string]bool{} // optimistic plans with restricted stages re-costed as they are
 	near := map[rangeKey]bool{}   // restricted stages a re-cost ran within refineTolerance of their bound
@@ -801,6 +809,11 @@ func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Op
 		}
 	}
 	if !proven && ctx.Err() == nil {
+		if first != fast { // unproven: fast re-costed too, as it always was
+			if res, rerr := o.recost(ctx, layers, dc, quiet, fast, progress); rerr == nil && (best == nil || res.Time < best.Time) {
+				best, err = res, nil
+			}
+		}
 		best = o.unrestrict(ctx, layers, dc, quiet, best, progress)
 	}
 	o.fast, o.lazy = false, false

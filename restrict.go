@@ -41,22 +41,8 @@ func (o *oracle) restrictStage(start, end int, s mesh.Submesh, l mesh.LogicalSha
 	if e, ok := o.exactAt[k]; ok && e.exact {
 		return false // solved by its range ILP already (openRestricted)
 	}
-	c, ok := o.composedAt[k]
-	if o.noRestrict || end-start < 2 || !ok || !c.ok || len(c.points) != end-start {
-		return false
-	}
-	vars := 0
-	for _, p := range c.points {
-		if p.res == nil {
-			return false
-		}
-		vars += p.res.ILP.Variables
-	}
-	if vars < restrictVars {
-		return false // the range ILP is cheap: solve it
-	}
-	sg, err := o.stage(start, end)
-	if err != nil {
+	sg, c := o.restrictable(k)
+	if sg == nil {
 		return false
 	}
 	// Each layer's points on (s, l): the one the composition chose first, then the others
@@ -110,6 +96,32 @@ func (o *oracle) restrictStage(start, end int, s mesh.Submesh, l mesh.LogicalSha
 	o.restricted[k] = sol
 	o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: true} // a plan's price, not the range's least
 	return true
+}
+
+// restrictable is the range graph of k and its composition when restrictStage would price
+// k by its restricted plan (once its relaxed solve does not fit): a range of several layers,
+// not yet restricted or solved, whose layers' points compose it and whose layers' ILPs
+// have restrictVars variables or more; nil otherwise.
+func (o *oracle) restrictable(k rangeKey) (*stageGraph, composedCost) {
+	c, ok := o.composedAt[k]
+	if o.noRestrict || k.end-k.start < 2 || !ok || !c.ok || len(c.points) != k.end-k.start {
+		return nil, c
+	}
+	vars := 0
+	for _, p := range c.points {
+		if p.res == nil {
+			return nil, c
+		}
+		vars += p.res.ILP.Variables
+	}
+	if vars < restrictVars {
+		return nil, c // the range ILP is cheap: solve it
+	}
+	sg, err := o.stage(k.start, k.end)
+	if err != nil {
+		return nil, c
+	}
+	return sg, c
 }
 
 // rangeRelaxed is the solve of the range graph sg on (s, l) without its memory rows
@@ -350,4 +362,68 @@ func (o *oracle) memoryBound(opt *dp.Result) bool {
 		}
 	}
 	return false
+}
+
+// cheapStart returns the optimistic plan when exactly should re-cost it before the fast
+// plan fast, its first incumbent; nil otherwise (issue 13, branch wres2b). That is when
+// re-costing fast would solve a restricted range ILP (restrictStage) because the range's
+// relaxed solve does not fit the memory (or gave no bound), while every stage of the
+// optimistic plan, once those relaxed solves have raised its bound (rangeFloor), is
+// already priced by a solve or by a relaxed solve that fits: its re-cost then solves no
+// ILP, and the plan it gives may be within the tolerance of the bound, so that the
+// memory-bound range is refuted by the bound (memoryBound) and never solved.
+// Wide-ResNet-2B/8's count 16: fast runs [0,8) on 1×8 (its restricted ILP: 3 lp_solve
+// calls, 2.2k B&B nodes, 4.3 CPU s, for 50.74 s), the optimistic plan [0,8) on 2×4, whose
+// relaxed plan fits (0.2 s, 50.372 s, within 1 % of the bound). Only the order of the
+// re-costs changes: exactly accepts a plan by the same tests, and re-costs fast as well
+// where its rounds end unproven.
+func (o *oracle) cheapStart(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, fast *dp.Result) *dp.Result {
+	if fast == nil || !restrictRelaxed || !o.dearStages(fast) {
+		return nil
+	}
+	opt, err := o.optimisticPlan(ctx, layers, dc, do)
+	if err != nil || !o.allSolved(opt) || o.dearStages(opt) {
+		return nil
+	}
+	same := len(opt.Stages) == len(fast.Stages)
+	for i := 0; same && i < len(opt.Stages); i++ {
+		same = stageKey(opt.Stages[i]) == stageKey(fast.Stages[i])
+	}
+	if same {
+		return nil
+	}
+	for _, st := range opt.Stages {
+		sg, err := o.stage(st.Start, st.End)
+		if err != nil {
+			return nil
+		}
+		k := stageKey(st)
+		_, restricted := o.restricted[k]
+		sol, solved := o.solved[solveKey{sg.hash, st.Submesh, st.Logical}]
+		if !o.exactAt[k].exact && !restricted && !(solved && sol != nil && sol.ok) {
+			return nil // its re-cost would solve the range ILP
+		}
+	}
+	return opt
+}
+
+// dearStages reports whether re-costing plan p would solve a restricted range ILP under
+// the memory (restrictStage): a stage restrictable, whose relaxed solve, run here if it has
+// not run (the re-cost runs it first anyway), does not fit or gave no bound.
+func (o *oracle) dearStages(p *dp.Result) bool {
+	dear := false
+	for _, st := range p.Stages {
+		k := stageKey(st)
+		if _, ok := o.restricted[k]; ok || o.exactAt[k].exact {
+			continue
+		}
+		sg, _ := o.restrictable(k)
+		if sg == nil {
+			continue
+		}
+		if r := o.rangeRelaxed(sg, st.Submesh, st.Logical); r == nil || !r.exact {
+			dear = true
+		}
+	}
+	return dear
 }
