@@ -385,13 +385,7 @@ func (o *oracle) cheapStart(ctx context.Context, layers int, dc dp.Cluster, do d
 	if err != nil || !o.allSolved(opt) || o.dearStages(opt) {
 		return nil
 	}
-	same := len(opt.Stages) == len(fast.Stages)
-	for i := 0; same && i < len(opt.Stages); i++ {
-		same = stageKey(opt.Stages[i]) == stageKey(fast.Stages[i])
-	}
-	if same {
-		return nil
-	}
+	// opt runs no stage of fast that is dear (dearStages is by stage), so it is another plan.
 	for _, st := range opt.Stages {
 		sg, err := o.stage(st.Start, st.End)
 		if err != nil {
