@@ -23,13 +23,7 @@ func TestLagGapNeverWrong(t *testing.T) {
 	accepted, open := 0, 0
 	const trials = 300
 	for trial := range trials {
-		lp, _ := randomLagProblem(r, trial)
-		s := newMPSolver(lp.base)
-		lp.warm, lp.free = s, s.run(200, 20, nil, nil)
-		_, freePeak := lp.peak(lp.free.x)
-		_, least := bruteConstrained(lp)
-		lp.budget = least + math.Floor(r.Float64()*(freePeak-least+1))
-		opt, _ := bruteConstrained(lp)
+		lp, _, _, opt := budgetedLagProblem(r, trial)
 		res := lagSearch(*lp, nil)
 		for _, gap := range []float64{1e-3, 0.01, 0.05} {
 			if !nearLag(res, gap) {

@@ -36,6 +36,20 @@ func lagMemory(lp *lagProblem, points int, x []int) []float64 {
 	return out
 }
 
+// budgetedLagProblem is randomLagProblem with its free solve run and a budget drawn between
+// its least footprint and its free plan's peak (both by brute force), and the optimum under
+// that budget.
+func budgetedLagProblem(r *rand.Rand, trial int) (lp *lagProblem, least, freePeak, opt float64) {
+	lp, _ = randomLagProblem(r, trial)
+	s := newMPSolver(lp.base)
+	lp.warm, lp.free = s, s.run(200, 20, nil, nil)
+	_, freePeak = lp.peak(lp.free.x)
+	_, least = bruteConstrained(lp)
+	lp.budget = least + math.Floor(r.Float64()*(freePeak-least+1))
+	opt, _ = bruteConstrained(lp)
+	return lp, least, freePeak, opt
+}
+
 // randomLagProblem draws a random energy (randomEnergy) with a memory of a few points:
 // small integer bytes per label and point, a few copies (or-factors held at every point)
 // and one-member copies, full of ties.
@@ -115,13 +129,7 @@ func TestLagrangianNeverWrong(t *testing.T) {
 	closed, found, bound := 0, 0, 0
 	const trials = 300
 	for trial := range trials {
-		lp, _ := randomLagProblem(r, trial)
-		s := newMPSolver(lp.base)
-		lp.warm, lp.free = s, s.run(200, 20, nil, nil)
-		_, freePeak := lp.peak(lp.free.x)
-		_, least := bruteConstrained(lp)
-		lp.budget = least + math.Floor(r.Float64()*(freePeak-least+1))
-		opt, _ := bruteConstrained(lp)
+		lp, least, freePeak, opt := budgetedLagProblem(r, trial)
 		res := lagSearch(*lp, nil)
 		name := fmt.Sprintf("trial %d: budget %g, least %g, free peak %g", trial, lp.budget, least, freePeak)
 		require.False(t, math.IsNaN(res.lb), name)
