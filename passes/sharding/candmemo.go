@@ -106,6 +106,23 @@ func (m *CandidateMemo) candidates(ctx context.Context, g *ir.Graph, lm *mesh.Lo
 	return cands, fu, e, nil
 }
 
+// lookup returns the memo's candidates of (g, lm, opts) if it holds them, computing nothing.
+func (m *CandidateMemo) lookup(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, bool) {
+	cm, err := opts.costModel()
+	if m == nil || err != nil {
+		return nil, false
+	}
+	k := candKeyOf(g, lm, cm, opts)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.ents {
+		if e.key == k {
+			return e.cands, true
+		}
+	}
+	return nil, false
+}
+
 // buildGroupsShared is buildGroups, taken from the planner's memo entry when an earlier
 // planner built the groups of the same candidates under the same weights: buildGroups
 // reads nothing else (Force and ForceSpec bypass the memo), so the groups are the same.

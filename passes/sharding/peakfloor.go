@@ -17,17 +17,9 @@ import (
 // the memory rows' bound the solve refuses a budget by before any ILP (boundPeak), without
 // the planner's ILP build. The candidates come from opts.Candidates where set.
 func PeakFloors(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, marks []*Recompute) ([]int64, error) {
-	cands, _, _, err := opts.Candidates.candidates(ctx, g, lm, opts)
+	least, err := leastMemories(ctx, g, lm, opts)
 	if err != nil {
 		return nil, err
-	}
-	least := make([]float64, len(g.Values))
-	for id, cs := range cands {
-		for k, s := range cs {
-			if k == 0 || float64(s.Memory) < least[id] {
-				least[id] = float64(s.Memory)
-			}
-		}
 	}
 	out := make([]int64, len(marks))
 	for i, rc := range marks {
@@ -39,4 +31,36 @@ func PeakFloors(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 		out[i] = int64(peak)
 	}
 	return out, nil
+}
+
+// leastMemories is, per value of g, the least Memory of its candidates on lm: from
+// opts.Candidates' entry where it holds them, else by leastMemory, which neither builds the
+// strategies nor keeps them (a whole-network graph's candidates, enumerated only for its
+// floors, cost a fifth of a second each and evicted the layers' entries from the memo).
+func leastMemories(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, error) {
+	least := make([]float64, len(g.Values))
+	if cands, ok := opts.Candidates.lookup(g, lm, opts); ok {
+		for id, cs := range cands {
+			for k, s := range cs {
+				if k == 0 || float64(s.Memory) < least[id] {
+					least[id] = float64(s.Memory)
+				}
+			}
+		}
+		return least, nil
+	}
+	if err := ir.Verify(g); err != nil {
+		return nil, err
+	}
+	cm, err := opts.costModel()
+	if err != nil {
+		return nil, err
+	}
+	for id := range g.Values {
+		if id%16 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		least[id] = float64(leastMemory(g, lm, cm, ir.ValueID(id), !opts.FullConvs))
+	}
+	return least, nil
 }

@@ -185,6 +185,83 @@ func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, i
 	return out
 }
 
+// leastMemory is the least Memory of strategiesOf(g, lm, cm, fu, id, convCut)'s strategies,
+// whatever fu, worked out without building them (PeakFloors reads nothing else of the
+// candidates): the same assignments, operand and result checks, reduce-scatter variants
+// and, under Alpa's cost model for a heavy op, dropReplicatedWork's choice. Memory is the
+// result's local bytes, a function of its spec alone, and prune only drops a strategy for
+// another of the same specs, so it does not change the least; the names and prices are
+// not needed. TestLeastMemoryMatchesCandidates holds it to strategiesOf.
+func leastMemory(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, id ir.ValueID, convCut bool) int64 {
+	v := g.Value(id)
+	e := &enumerator{g: g, lm: lm, cm: cm, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id), convCut: convCut}
+	d := e.r.dims
+	var want mesh.AxisSet
+	for a := range 2 {
+		if lm.Shape[a] > 1 {
+			want |= 1 << a
+		}
+	}
+	// all: the least over every strategy; using: over those using every axis of size > 1
+	all, using := int64(-1), int64(-1)
+	in := make([]mesh.Spec, len(e.args))
+	for _, a := range e.assignments() {
+		var inAxes mesh.AxisSet
+		ok := true
+		for i, t := range e.args {
+			in[i] = specOf(d.Operands[i], a)
+			if !e.fits(t.Shape, in[i]) {
+				ok = false
+				break
+			}
+			inAxes |= specAxes(in[i])
+		}
+		out := specOf(d.Result, a)
+		if !ok || !e.fits(v.Type.Shape, out) {
+			continue
+		}
+		consider := func(s mesh.Spec) {
+			m := e.bytes(s)
+			if all < 0 || m < all {
+				all = m
+			}
+			if (specAxes(s)|inAxes)&want == want && (using < 0 || m < using) {
+				using = m
+			}
+		}
+		consider(out) // the strategy itself, or its all-reduce
+		var partial mesh.AxisSet
+		for l, ax := range a {
+			if ax != 0 && contracted(d, l) {
+				partial |= ax
+			}
+		}
+		if partial == 0 || !e.r.scatterOK {
+			continue
+		}
+		for dim, cur := range out.Dims { // finishPartial's reduce-scatters
+			if !(cur == mesh.AxesNone || cur == mesh.Axis0 && partial == mesh.Axis1) {
+				continue
+			}
+			if e.convCut && convScatterCut(v.Op, d, dim) {
+				continue
+			}
+			rs := mesh.Spec{Dims: append([]mesh.AxisSet(nil), out.Dims...), Partial: out.Partial}
+			rs.Dims[dim] |= partial
+			if e.fits(v.Type.Shape, rs) {
+				consider(rs)
+			}
+		}
+	}
+	if all < 0 {
+		panic(fmt.Sprintf("sharding: value %s has no strategy", v.Name))
+	}
+	if cm.alpa && e.r.heavy && using >= 0 {
+		return using
+	}
+	return all
+}
+
 // assignment gives each label its mesh axes.
 type assignment []mesh.AxisSet
 
