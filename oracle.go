@@ -522,7 +522,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 				case jobs[j].relaxed:
 					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
 				case jobs[j].first:
-					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, max(firstLPVars, 1))
+					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, max(firstLPVars, 1), 0)
 				default:
 					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil, nil)
 				}
@@ -568,12 +568,13 @@ func (o *oracle) solveStage(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape)
 // on the same mesh whose ILP lp_solve starts from (sharding.Options.WarmStart); restrict,
 // if set, the strategies its layers chose (sharding.Options.Restrict, restrict.go).
 func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string) *stageSolution {
-	return o.solveStageOpts(sg, s, l, memory, force, warm, restrict, 0)
+	return o.solveStageOpts(sg, s, l, memory, force, warm, restrict, 0, 0)
 }
 
 // solveStageOpts is solveStageBudget with sharding.Options.NoLPAbove set to noLP where
-// positive (firstPoints).
-func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string, noLP int) *stageSolution {
+// positive (firstPoints) and, where iters is positive, lp_solve's effort capped at iters
+// with the Lagrangian search's plan as its incumbent (a restricted solve, restrict.go).
+func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string, noLP int, iters int64) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -607,6 +608,12 @@ func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	}
 	if noLP > 0 {
 		opts.NoLPAbove = noLP
+	}
+	if iters > 0 {
+		if opts.Iterations == 0 || opts.Iterations > iters {
+			opts.Iterations = iters
+		}
+		opts.Incumbent = true
 	}
 	o.solves.Add(1)
 	kind := "plain"

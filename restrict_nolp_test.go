@@ -73,3 +73,56 @@ func TestRangeRelaxedWithoutLP(t *testing.T) {
 	assert.Positive(t, twoD)
 	assert.Positive(t, lpOnly)
 }
+
+// TestRestrictedCapped: a restricted solve (restrictStage) capped at restrictIterations,
+// however low the cap (one iteration: the Lagrangian's plan or the uncapped fallback),
+// prices the whole step's range wherever the uncapped one does, by a plan of the range
+// never below its range ILP's optimum, under a budget that binds (97 % of the relaxed
+// plan's peak).
+func TestRestrictedCapped(t *testing.T) {
+	defer func(v int, c int64) { restrictVars, restrictIterations = v, c }(restrictVars, restrictIterations)
+	restrictVars = 0
+	tc := boundCase{"mlp-tiny", "cpu", 1, 4, 4, 3}
+	o0, dc := tc.oracle(t)
+	restricted := 0
+	for _, mk := range o0.meshes(dc) {
+		if mk.sub.NumDevices() == 1 {
+			continue
+		}
+		at := fmt.Sprintf("%v %v", mk.sub, mk.logical)
+		L := o0.lay.L
+		k := rangeKey{0, L, mk.sub, mk.logical}
+		price := func(cap int64) (*stageSolution, *stageSolution) {
+			restrictIterations = cap
+			o, _ := tc.oracle(t)
+			o.mb, o.fast = tc.b, true
+			sg, err := o.stage(0, L)
+			require.NoError(t, err, at)
+			free := o.solveRelaxed(sg, mk.sub, mk.logical)
+			require.True(t, free.ok, at)
+			o.memory = free.res.PeakMemory * 97 / 100
+			sg, err = o.stage(0, L)
+			require.NoError(t, err, at)
+			full := o.solveStage(sg, mk.sub, mk.logical)
+			if !full.ok || full.res == nil {
+				return nil, nil
+			}
+			if cc := o.composed(0, L, mk.sub, mk.logical); !cc.ok || !o.restrictStage(0, L, mk.sub, mk.logical) {
+				return full, nil
+			}
+			r := o.restricted[k]
+			assert.GreaterOrEqual(t, o.weighed(r), o.weighed(full)*(1-1e-9), "%s: cap %d: a plan of the range", at, cap)
+			return full, r
+		}
+		_, uncapped := price(0)
+		for _, cap := range []int64{1, leanIterations} {
+			_, r := price(cap)
+			assert.Equal(t, uncapped != nil, r != nil, "%s: cap %d: restricted", at, cap)
+			if r != nil {
+				restricted++
+			}
+		}
+	}
+	t.Logf("%d capped restricted solves", restricted)
+	assert.Positive(t, restricted)
+}
