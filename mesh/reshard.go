@@ -173,6 +173,11 @@ type reshardLabel struct {
 // taken in the same order whatever dst is, so a layout's final label is the same in a
 // search that stops at it and in one that runs to the end.
 func (g *reshardGraph) search(from Spec, dst int) []reshardLabel {
+	return g.searchBy(from, dst, func(_ int, s Spec) []Step { return g.moves(s) })
+}
+
+// searchBy is search with the moves out of each layout (its index and spec) from moves.
+func (g *reshardGraph) searchBy(from Spec, dst int, moves func(int, Spec) []Step) []reshardLabel {
 	n := (len(g.shape) + 2) * (len(g.shape) + 2)
 	labels := make([]reshardLabel, n)
 	src := g.index(from)
@@ -193,7 +198,7 @@ func (g *reshardGraph) search(from Spec, dst int) []reshardLabel {
 		if u == dst {
 			return labels
 		}
-		for _, st := range g.moves(labels[u].spec) {
+		for _, st := range moves(u, labels[u].spec) {
 			v, t := g.index(st.After), labels[u].time+st.Time
 			l := &labels[v]
 			if l.done {
@@ -245,6 +250,58 @@ func NewReshardSource(m *LogicalMesh, shape []int, elemBytes int, from Spec) (*R
 	}
 	g := newReshardGraph(m, shape, elemBytes)
 	return &ReshardSource{m: m, shape: shape, from: from.clone(), g: g, labels: g.search(from, -1)}, nil
+}
+
+// A ReshardTensor is the layout graph of one tensor on one mesh with every layout's moves
+// listed once, up front, so that the searches from several of its layouts (Source) share
+// them: the sharding planner prices a value's few layouts into the others out of one
+// source each, and listing the moves was most of each search. Each layout's moves are
+// moves' of that layout, in the same order, so a Source returns what NewReshardSource
+// returns. Its methods only read it: it may be shared.
+type ReshardTensor struct {
+	g     *reshardGraph
+	moves [][]Step // by layout index; nil where the layout does not divide the shape
+}
+
+// NewReshardTensor lists the moves of every layout of a tensor of the shape on m; its
+// errors are NewReshardSource's for elemBytes.
+func NewReshardTensor(m *LogicalMesh, shape []int, elemBytes int) (*ReshardTensor, error) {
+	if elemBytes <= 0 {
+		return nil, fmt.Errorf("mesh: element size must be positive, got %d", elemBytes)
+	}
+	g := newReshardGraph(m, shape, elemBytes)
+	r := len(shape) + 2
+	t := &ReshardTensor{g: g, moves: make([][]Step, r*r)}
+	for i := range t.moves {
+		// index's inverse: where axis 0 and axis 1 sit (0 unused, 1 partial, 2+d on dim d).
+		s := Replicated(len(shape))
+		for a, pos := range [2]int{i / r, i % r} {
+			switch {
+			case pos == 1:
+				s.Partial |= AxisSet(1 << a)
+			case pos >= 2:
+				s.Dims[pos-2] |= AxisSet(1 << a)
+			}
+		}
+		if !s.valid() || g.index(s) != i {
+			continue
+		}
+		if _, ok := g.bytes(s); ok {
+			t.moves[i] = g.moves(s)
+		}
+	}
+	return t, nil
+}
+
+// Source is NewReshardSource(m, shape, elemBytes, from) of the tensor's mesh, shape and
+// element size, searched over the listed moves.
+func (t *ReshardTensor) Source(from Spec) (*ReshardSource, error) {
+	g := t.g
+	if _, err := g.m.LocalShape(g.shape, from); err != nil {
+		return nil, err
+	}
+	labels := g.searchBy(from, -1, func(u int, _ Spec) []Step { return t.moves[u] })
+	return &ReshardSource{m: g.m, shape: g.shape, from: from.clone(), g: g, labels: labels}, nil
 }
 
 // To is ReshardCost from the source's layout to to.

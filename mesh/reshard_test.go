@@ -298,16 +298,24 @@ func BenchmarkReshardCost(b *testing.B) {
 // TestReshardSourceEqualsReshardCost: from every layout of tensors of rank 1 to 4 (shapes
 // some axes do not divide, so that some layouts are errors or closed as intermediates) on
 // meshes of several shapes, a ReshardSource's To(to) returns for every target exactly
-// what ReshardCost returns: the same steps, time and bytes, or the same error. Make search
-// stop at the first target it finalizes (dst 0 for every source) and it fails.
+// what ReshardCost returns: the same steps, time and bytes, or the same error; and so does
+// the source of a ReshardTensor, whose moves are listed once. Make search stop at the first
+// target it finalizes (dst 0 for every source) and it fails; list a tensor's moves of the
+// wrong layout (index+1) and it fails.
 func TestReshardSourceEqualsReshardCost(t *testing.T) {
 	for _, ms := range [][2]int{{2, 2}, {2, 4}, {1, 8}, {4, 2}} {
 		m, err := NewUniformMesh(ms[0], ms[1], 1e-5, 1e-10)
 		require.NoError(t, err)
 		for _, shape := range [][]int{{8}, {4, 6}, {16, 2, 8}, {8, 4, 3, 16}} {
 			specs := allSpecs(len(shape))
-			for _, from := range specs {
+			tensor, err := NewReshardTensor(m, shape, 2)
+			require.NoError(t, err)
+			for i := range 2 * len(specs) {
+				from := specs[i/2]
 				src, srcErr := NewReshardSource(m, shape, 2, from)
+				if i%2 == 1 {
+					src, srcErr = tensor.Source(from)
+				}
 				for _, to := range specs {
 					want, wantErr := ReshardCost(m, shape, 2, from, to)
 					name := fmt.Sprintf("%v on %v: %s → %s", shape, ms, from, to)
@@ -329,6 +337,8 @@ func TestReshardSourceEqualsReshardCost(t *testing.T) {
 		}
 	}
 	_, err := NewReshardSource(refMesh(t), refShape, 0, MustParseSpec("RR"))
+	assert.ErrorContains(t, err, "element size must be positive")
+	_, err = NewReshardTensor(refMesh(t), refShape, 0)
 	assert.ErrorContains(t, err, "element size must be positive")
 }
 

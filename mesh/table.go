@@ -186,3 +186,28 @@ func (c *Cluster) validateCollectives() error {
 	}
 	return nil
 }
+
+// PriceKey is what the mesh's collective prices (Cost) and HostDevices read besides its
+// Shape, Alpha and Beta, as a comparable value: two meshes with equal shapes, alphas, betas
+// and price keys price every collective alike, wherever their devices sit. The cluster's
+// table of measured collectives is keyed by identity (it is not changed once meshes are
+// laid over the cluster).
+type PriceKey struct {
+	flat         bool // no network: the flat alpha–beta model
+	intra, inter Link
+	fits         *CollectiveFit
+	numFits      int
+	hosts        [4]int
+}
+
+// PriceKey returns the mesh's PriceKey.
+func (m *LogicalMesh) PriceKey() PriceKey {
+	if m.net == nil {
+		return PriceKey{flat: true}
+	}
+	k := PriceKey{intra: m.net.intra, inter: m.net.inter, numFits: len(m.net.fits), hosts: m.net.hosts}
+	if len(m.net.fits) > 0 {
+		k.fits = &m.net.fits[0]
+	}
+	return k
+}

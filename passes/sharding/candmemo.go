@@ -21,6 +21,9 @@ import (
 type CandidateMemo struct {
 	mu   sync.Mutex
 	ents []*candEntry
+	// strats keeps the strategies by value signature, for the graphs the entries do not
+	// hold: the other graphs' values alike (stratcache.go).
+	strats strategyCache
 }
 
 type candKey struct {
@@ -86,7 +89,7 @@ func (m *CandidateMemo) candidates(ctx context.Context, g *ir.Graph, lm *mesh.Lo
 		}
 	}
 	m.mu.Unlock()
-	cands, fu, err := candidates(ctx, g, lm, opts)
+	cands, fu, err := candidatesCached(ctx, g, lm, opts, &m.strats)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -156,6 +156,9 @@ type ReshardMemo struct {
 	// srcs holds per (type, from) the search that priced a first target from there: a
 	// value's layouts are read in ten or so others, all answered by the one search.
 	srcs map[srcKey]*mesh.ReshardSource
+	// tensors holds per type the layout graph with its moves listed, which the searches
+	// from its layouts share (listing them was most of a search).
+	tensors map[string]*mesh.ReshardTensor
 }
 
 type srcKey struct {
@@ -165,7 +168,8 @@ type srcKey struct {
 
 // price is mesh.ReshardCost(lm, shape, elemBytes, from, to), k's key, read off the memo's
 // search from (k.typ, from) (mesh.ReshardSource: the same answer), made on the first
-// target asked of it. A nil memo searches every time.
+// target asked of it over the moves of k.typ's layouts (mesh.ReshardTensor, listed on its
+// first source). A nil memo searches every time.
 func (r *ReshardMemo) price(lm *mesh.LogicalMesh, shape []int, elemBytes int, k reshardKey, from, to mesh.Spec) (mesh.Reshard, error) {
 	if r == nil {
 		return mesh.ReshardCost(lm, shape, elemBytes, from, to)
@@ -175,8 +179,27 @@ func (r *ReshardMemo) price(lm *mesh.LogicalMesh, shape []int, elemBytes int, k 
 	src := r.srcs[sk]
 	r.mu.Unlock()
 	if src == nil {
+		r.mu.Lock()
+		t := r.tensors[k.typ]
+		r.mu.Unlock()
+		if t == nil {
+			var err error
+			if t, err = mesh.NewReshardTensor(lm, shape, elemBytes); err != nil {
+				return mesh.Reshard{}, err
+			}
+			r.mu.Lock()
+			if had := r.tensors[k.typ]; had != nil {
+				t = had // a concurrent solve got there first: keep one
+			} else {
+				if r.tensors == nil {
+					r.tensors = map[string]*mesh.ReshardTensor{}
+				}
+				r.tensors[k.typ] = t
+			}
+			r.mu.Unlock()
+		}
 		var err error
-		if src, err = mesh.NewReshardSource(lm, shape, elemBytes, from); err != nil {
+		if src, err = t.Source(from); err != nil {
 			return mesh.Reshard{}, err
 		}
 		r.mu.Lock()

@@ -36,7 +36,8 @@ func PeakFloors(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opt
 // leastMemories is, per value of g, the least Memory of its candidates on lm: from
 // opts.Candidates' entry where it holds them, else by leastMemory, which neither builds the
 // strategies nor keeps them (a whole-network graph's candidates, enumerated only for its
-// floors, cost a fifth of a second each and evicted the layers' entries from the memo).
+// floors, cost a fifth of a second each and evicted the layers' entries from the memo),
+// once per value signature (stratcache.go): the memo's signatures, else g's own.
 func leastMemories(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([]float64, error) {
 	least := make([]float64, len(g.Values))
 	if cands, ok := opts.Candidates.lookup(g, lm, opts); ok {
@@ -56,11 +57,20 @@ func leastMemories(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts 
 	if err != nil {
 		return nil, err
 	}
+	c := &strategyCache{} // the values alike in g
+	if opts.Candidates != nil {
+		c = &opts.Candidates.strats // and in the graphs before
+	}
+	convCut := !opts.FullConvs
+	t := c.table(stratMeshKeyOf(lm, cm, convCut))
+	var buf []byte
 	for id := range g.Values {
 		if id%16 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		least[id] = float64(leastMemory(g, lm, cm, ir.ValueID(id), !opts.FullConvs))
+		var m int64
+		m, buf = leastMemoryCached(g, lm, cm, ir.ValueID(id), convCut, c, t, buf)
+		least[id] = float64(m)
 	}
 	return least, nil
 }

@@ -167,22 +167,7 @@ func CandidatesWith(g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strate
 // the enumeration takes seconds. It also returns the kernels the strategies were priced
 // with (nil: no fusion).
 func candidates(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options) ([][]Strategy, *fusion, error) {
-	if err := ir.Verify(g); err != nil {
-		return nil, nil, err
-	}
-	cm, err := opts.costModel()
-	if err != nil {
-		return nil, nil, err
-	}
-	fu := fusionOf(g, opts, cm)
-	out := make([][]Strategy, len(g.Values))
-	for id := range g.Values {
-		if id%16 == 0 && ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		out[id] = strategiesOf(g, lm, cm, fu, ir.ValueID(id), !opts.FullConvs)
-	}
-	return out, fu, nil
+	return candidatesCached(ctx, g, lm, opts, nil)
 }
 
 // Result is the sharding the pass chose and what it predicts.

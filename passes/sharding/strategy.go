@@ -163,9 +163,20 @@ type enumerator struct {
 // strategiesOf returns the value's strategies, pruned, never empty: the all-replicated
 // assignment is always valid, so a dim no axis divides falls back to replicated.
 func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID, convCut bool) []Strategy {
+	return newEnumerator(g, lm, cm, fu, id, convCut).strategies()
+}
+
+// newEnumerator reads what strategiesOf and leastMemory need of value id.
+func newEnumerator(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, id ir.ValueID, convCut bool) *enumerator {
 	v := g.Value(id)
 	e := &enumerator{g: g, lm: lm, cm: cm, fu: fu, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id), convCut: convCut}
 	e.flops, e.class = g.FLOPs(id), OpClass(v.Op, e.r.dims)
+	return e
+}
+
+// strategies is strategiesOf of the enumerator's value.
+func (e *enumerator) strategies() []Strategy {
+	v, cm, lm := e.v, e.cm, e.lm
 	var out []Strategy
 	for _, a := range e.assignments() {
 		out = append(out, e.expand(a)...)
@@ -193,8 +204,12 @@ func strategiesOf(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, fu *fusion, i
 // another of the same specs, so it does not change the least; the names and prices are
 // not needed. TestLeastMemoryMatchesCandidates holds it to strategiesOf.
 func leastMemory(g *ir.Graph, lm *mesh.LogicalMesh, cm costModel, id ir.ValueID, convCut bool) int64 {
-	v := g.Value(id)
-	e := &enumerator{g: g, lm: lm, cm: cm, id: id, v: v, args: g.ArgTypes(v), r: ruleOf(g, id), convCut: convCut}
+	return newEnumerator(g, lm, cm, nil, id, convCut).leastMemory()
+}
+
+// leastMemory is leastMemory of the enumerator's value.
+func (e *enumerator) leastMemory() int64 {
+	v, lm, cm := e.v, e.lm, e.cm
 	d := e.r.dims
 	var want mesh.AxisSet
 	for a := range 2 {
