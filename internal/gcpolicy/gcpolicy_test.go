@@ -1,6 +1,7 @@
 package gcpolicy
 
 import (
+	"math"
 	"os"
 	"runtime/debug"
 	"testing"
@@ -28,4 +29,31 @@ func TestForSearchKeepsTheUsersGOGC(t *testing.T) {
 	assert.Equal(t, 55, debug.SetGCPercent(55), "a GOGC from the environment stands")
 	restore()
 	assert.Equal(t, 55, debug.SetGCPercent(55))
+}
+
+func TestForSearchLimitsMemory(t *testing.T) {
+	prev := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	t.Setenv("GOMEMLIMIT", "")
+	require.NoError(t, os.Unsetenv("GOMEMLIMIT"))
+	restore := ForSearch()
+	assert.Equal(t, int64(SearchMemoryLimit), debug.SetMemoryLimit(-1), "ForSearch sets the soft limit")
+	restore()
+	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "restore puts the old limit back")
+}
+
+func TestForSearchKeepsALowerOrTheUsersLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(1 << 30)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	t.Setenv("GOMEMLIMIT", "")
+	require.NoError(t, os.Unsetenv("GOMEMLIMIT"))
+	restore := ForSearch()
+	assert.Equal(t, int64(1<<30), debug.SetMemoryLimit(-1), "a lower limit already in force stands")
+	restore()
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	t.Setenv("GOMEMLIMIT", "8GiB")
+	restore = ForSearch()
+	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "a GOMEMLIMIT from the environment stands")
+	restore()
 }
