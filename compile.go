@@ -363,6 +363,8 @@ type attempt struct {
 	// counts them (at most maxYields).
 	yieldAt float64
 	yields  int
+	// top is the step of the fastest plan known when the count's turn began (searchAll)
+	top float64
 	// ex is the count's exactly between its turns: set once its settle is done and its
 	// exactly has begun, kept when it yields there (searchAll resumes it where it stopped).
 	ex *exactState
@@ -477,17 +479,16 @@ func searchAll(ss []*Compilation) []error {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
 			a.bound = a.optimistic(ctx)
 		}
-		if a.loses(top()) {
-			errs[i] = a.keepHeld(errSkipped)
-			if errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
+		if t := top(); a.loses(t) {
+			if errs[i] = a.endLosing(t, "skipped"); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 				best = a.s
 			}
 			continue
 		}
 		a.progress = progress
-		a.o.cutoff, a.yieldAt = 0, 0
-		if t := top(); !math.IsInf(t, 1) && a.o.fast {
-			a.o.cutoff = t * (1 + boundMargin)
+		a.o.cutoff, a.yieldAt, a.top = 0, 0, top()
+		if !math.IsInf(a.top, 1) && a.o.fast {
+			a.o.cutoff = a.top * (1 + boundMargin)
 		}
 		if cutoffFor != nil && a.o.fast {
 			a.o.cutoff = cutoffFor(a.s.Microbatches)
@@ -536,8 +537,8 @@ func searchAll(ss []*Compilation) []error {
 			errs[i] = err
 			continue
 		}
-		if a.loses(top()) {
-			errs[i] = a.keepHeld(errSkipped)
+		if t := top(); a.loses(t) {
+			errs[i] = a.endLosing(t, "skipped")
 		} else {
 			a.fallback = true
 			errs[i] = a.faster(a.finish())
@@ -551,19 +552,28 @@ func searchAll(ss []*Compilation) []error {
 }
 
 // loses says whether the count's bound loses by more than boundMargin to top, the step of
-// the fastest plan found (+Inf: none), and counts the count skipped if so.
+// the fastest plan found (+Inf: none).
 func (a *attempt) loses(top float64) bool {
-	if math.IsInf(top, 1) || a.bound < top*(1+boundMargin) {
-		return false
-	}
-	a.s.shared.skipped.Add(1)
-	a.trace("skipped")
-	return true
+	return !math.IsInf(top, 1) && a.bound >= top*(1+boundMargin)
 }
 
-// keepHeld ends a count that holds a plan (attempt.held: it yielded in exactly with an
-// incumbent) with that plan instead of err: a plan found is not thrown away, even where it
-// loses. Without one it returns err.
+// endLosing ends a count whose bound lost (loses, or settle's or exactly's cutoff: the
+// outcome traced): skipped (errSkipped, counted), its held plan dropped, unless that plan
+// is the fastest known (top): then the count ends with it ("held"), since its bound, which
+// lost, was then no bound of it (lower's caveats), and a plan found is not thrown away.
+func (a *attempt) endLosing(top float64, outcome string) error {
+	if a.held != nil && a.held.Predicted.StepTime <= top {
+		a.trace("held")
+		return a.keepHeld(nil)
+	}
+	a.held, a.heldRes = nil, nil
+	a.s.shared.skipped.Add(1)
+	a.trace(outcome)
+	return errSkipped
+}
+
+// keepHeld ends a count that holds a plan (attempt.held) with that plan instead of err;
+// without one it returns err.
 func (a *attempt) keepHeld(err error) error {
 	if a.held == nil {
 		return err
@@ -693,9 +703,9 @@ func (a *attempt) finish() error {
 // where the cutoff was the next count's bound (yieldAt, below the best plan's cutoff) the
 // count waits, lazy as it is and with its exactly's rounds kept, for its bound's turn
 // again (errYield), publishing the plan it holds, if any (held); otherwise its bound lost
-// to the best plan mid-search: skipped like loses, or, holding a plan, ended with it.
+// to the best plan mid-search: skipped like loses (endLosing).
 func (a *attempt) stopped() error {
-	o, s, ctx := a.o, a.s, a.s.ctx
+	o, ctx := a.o, a.s.ctx
 	o.outbid = false
 	if a.yieldAt > 0 {
 		a.bound = a.optimistic(ctx)
@@ -707,10 +717,8 @@ func (a *attempt) stopped() error {
 	a.bound = a.optimistic(ctx)
 	o.fast, o.lazy = false, false
 	o.countComposed()
-	s.shared.skipped.Add(1)
-	a.trace("outbid")
 	a.hold()
-	return a.keepHeld(errSkipped)
+	return a.endLosing(a.top, "outbid")
 }
 
 // faster ends a count whose search ended with err (nil: a plan, a.s.Plan) with the plan it
