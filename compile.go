@@ -869,25 +869,25 @@ type exactState struct {
 	best        *dp.Result // the incumbent (nil: none)
 	err         error
 	round       int
-	proven      bool            // best is within its tolerance of the optimistic bound (o.tolerance)
-	recosted    map[string]bool // optimistic plans with restricted stages re-costed as they are
-	near        map[rangeKey]bool
+	proven      bool              // best is within its tolerance of the optimistic bound (o.tolerance)
+	recosted    map[string]bool   // optimistic plans with restricted stages re-costed as they are
+	near        map[rangeKey]bool // restricted stages a re-cost ran within refineTolerance of their bound
 }
 
 // exactly (startExactly, then exactRounds) turns the fast search's choice into a plan
-// priced by range ILPs, and bounds how far it can be from the exhaustive search's. The stages the composed prices chose are
-// solved by their own ILPs (on all cores; identical stages share one) and re-costed by the
-// DP pinned to them: the incumbent. Then, branch-and-bound style, the DP runs on optimistic
-// prices (a solved range's ILP, otherwise the sum of its layers' optima, oracle.lower): its
-// value bounds every plan from below. Until the incumbent is within refineTolerance of that
-// bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
-// replaces the incumbent when faster. When the optimistic plan runs a layer not solved yet
-// (bound.go), that round solves its layers instead (within the tolerance, those on cheap
-// meshes only; see settle), and the DP plans again. At most
-// maxRefinements rounds of range solves. If the chosen stages do not fit where the
-// composed ones did (the composition's memory is an estimate) and no round finds a plan,
-// it returns none: the exhaustive search of this count then runs after the other counts,
-// if their plans do not beat its bound (searchAll).
+// priced by range ILPs, and bounds how far it can be from the exhaustive search's. The
+// stages the composed prices chose are solved by their own ILPs (on all cores; identical
+// stages share one) and re-costed by the DP pinned to them: the incumbent. Then,
+// branch-and-bound style, the DP runs on optimistic prices (a solved range's ILP, otherwise
+// the sum of its layers' optima, oracle.lower): its value bounds every plan from below.
+// Until the incumbent is within refineTolerance of that bound, the stages of the optimistic
+// plan are solved exactly, and that plan, re-costed, replaces the incumbent when faster.
+// When the optimistic plan runs a layer not solved yet (bound.go), that round solves its
+// layers instead (within the tolerance, those on cheap meshes only; see settle), and the DP
+// plans again. At most maxRefinements rounds of range solves. If the chosen stages do not
+// fit where the composed ones did (the composition's memory is an estimate) and no round
+// finds a plan, it returns none: the exhaustive search of this count then runs after the
+// other counts, if their plans do not beat its bound (searchAll).
 //
 // startExactly re-costs the fast search's plan (or the optimistic plan, cheapStart): the
 // first incumbent of exactly's rounds. do has no progress (quietOf).
@@ -909,7 +909,7 @@ func (o *oracle) startExactly(ctx context.Context, layers int, dc dp.Cluster, do
 // count's bound, searchAll's yieldAt) sets o.outbid and returns at once, as settle does,
 // with st as it is: no plan of this count can then beat the cutoff by more than the
 // optimistic bound allows, the test loses makes. A round already within the tolerance goes
-// on: its plan is proven for nothing more.
+// on to its proof, which solves no range ILP.
 func (o *oracle) exactRounds(ctx context.Context, layers int, dc dp.Cluster, quiet dp.Options, st *exactState, progress *ilpProgress) (*dp.Result, error) {
 	for st.round < maxRefinements && ctx.Err() == nil {
 		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
