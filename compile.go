@@ -363,6 +363,17 @@ type attempt struct {
 	// counts them (at most maxYields).
 	yieldAt float64
 	yields  int
+	// top is the step of the fastest plan known when the count's turn began (searchAll)
+	top float64
+	// ex is the count's exactly between its turns: set once its settle is done and its
+	// exactly has begun, kept when it yields there (searchAll resumes it where it stopped).
+	ex *exactState
+	// held is a plan of this count found before its search ended: its seed (seedPlan), or
+	// ex's incumbent when the count yielded holding one (hold). No count's plan will be
+	// slower, so the counts searched meanwhile are cut against it (searchAll's top), and
+	// the count's exactly starts from it where it is faster than its own first plan.
+	held    *Plan
+	heldRes *dp.Result // the DP's plan held is made of
 }
 
 // noFastPlan, set by tests only, makes the fast search of the micro-batch counts it
@@ -436,7 +447,26 @@ func searchAll(ss []*Compilation) []error {
 	progress := solveAll(atts, opts.Progress)
 	var best *Compilation
 	var deferred []*attempt
+	// top is the step of the fastest plan known: best's, or one a count holds (its seed, or
+	// its incumbent when it yielded in exactly: attempt.held), which its count's search can
+	// only better. +Inf: none yet.
+	top := func() float64 {
+		t := math.Inf(1)
+		if best != nil {
+			t = best.Plan.Predicted.StepTime
+		}
+		for _, a := range atts {
+			if a.held != nil {
+				t = min(t, a.held.Predicted.StepTime)
+			}
+		}
+		return t
+	}
 	queue := boundOrder(ctx, atts)
+	if last := atts[len(atts)-1]; last.o.fast && len(atts) > 1 {
+		last.progress = progress
+		last.seedPlan(ctx)
+	}
 	for len(queue) > 0 {
 		a := queue[0]
 		queue = queue[1:]
@@ -445,18 +475,20 @@ func searchAll(ss []*Compilation) []error {
 			errs[i] = err
 			continue
 		}
-		if (best != nil || a.yields > 0) && a.o.fast {
+		if (!math.IsInf(top(), 1) || a.yields > 0) && a.o.fast {
 			// Again: the counts searched so far may have solved layers of this count's shapes.
 			a.bound = a.optimistic(ctx)
 		}
-		if a.loses(best) {
-			errs[i] = errSkipped
+		if t := top(); a.loses(t) {
+			if errs[i] = a.endLosing(t, "skipped"); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
+				best = a.s
+			}
 			continue
 		}
 		a.progress = progress
-		a.o.cutoff, a.yieldAt = 0, 0
-		if best != nil && a.o.fast {
-			a.o.cutoff = best.Plan.Predicted.StepTime * (1 + boundMargin)
+		a.o.cutoff, a.yieldAt, a.top = 0, 0, top()
+		if !math.IsInf(a.top, 1) && a.o.fast {
+			a.o.cutoff = a.top * (1 + boundMargin)
 		}
 		if cutoffFor != nil && a.o.fast {
 			a.o.cutoff = cutoffFor(a.s.Microbatches)
@@ -490,6 +522,7 @@ func searchAll(ss []*Compilation) []error {
 			deferred = append(deferred, a)
 			continue
 		}
+		errs[i] = a.faster(errs[i])
 		a.trace("searched")
 		if errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
@@ -504,12 +537,13 @@ func searchAll(ss []*Compilation) []error {
 			errs[i] = err
 			continue
 		}
-		if a.loses(best) {
-			errs[i] = errSkipped
-			continue
+		if t := top(); a.loses(t) {
+			errs[i] = a.endLosing(t, "skipped")
+		} else {
+			a.fallback = true
+			errs[i] = a.faster(a.finish())
 		}
-		a.fallback = true
-		if errs[i] = a.finish(); errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
+		if errs[i] == nil && (best == nil || a.s.Plan.Predicted.StepTime < best.Plan.Predicted.StepTime) {
 			best = a.s
 		}
 		a.trace("exhaustive")
@@ -517,15 +551,36 @@ func searchAll(ss []*Compilation) []error {
 	return errs
 }
 
-// loses says whether the count's bound loses to the best plan found by more than
-// boundMargin, and counts the count skipped if so.
-func (a *attempt) loses(best *Compilation) bool {
-	if best == nil || a.bound < best.Plan.Predicted.StepTime*(1+boundMargin) {
-		return false
+// loses says whether the count's bound loses by more than boundMargin to top, the step of
+// the fastest plan found (+Inf: none).
+func (a *attempt) loses(top float64) bool {
+	return !math.IsInf(top, 1) && a.bound >= top*(1+boundMargin)
+}
+
+// endLosing ends a count whose bound lost (loses, or settle's or exactly's cutoff: the
+// outcome traced): skipped (errSkipped, counted), its held plan dropped, unless that plan
+// is the fastest known (top): then the count ends with it ("held"), since its bound, which
+// lost, was then no bound of it (lower's caveats), and a plan found is not thrown away.
+func (a *attempt) endLosing(top float64, outcome string) error {
+	if a.held != nil && a.held.Predicted.StepTime <= top {
+		a.trace("held")
+		return a.keepHeld(nil)
 	}
+	a.held, a.heldRes = nil, nil
 	a.s.shared.skipped.Add(1)
-	a.trace("skipped")
-	return true
+	a.trace(outcome)
+	return errSkipped
+}
+
+// keepHeld ends a count that holds a plan (attempt.held) with that plan instead of err;
+// without one it returns err.
+func (a *attempt) keepHeld(err error) error {
+	if a.held == nil {
+		return err
+	}
+	a.s.Search, a.s.Plan = a.heldRes, a.held
+	a.held, a.heldRes = nil, nil
+	return nil
 }
 
 // setUp checks s's search options and builds its oracle.
@@ -587,35 +642,31 @@ func (a *attempt) finish() error {
 		o.prefetch(lay.L, dc, nil)
 		res, err = dp.Solve(ctx, lay.L, dc, o, do)
 	case o.fast:
-		o.settle(ctx, lay.L, dc, do, a.progress)
-		if o.outbid && a.yieldAt > 0 {
-			// Its bound passed the next count's (searchAll's yieldAt, below the best
-			// plan's cutoff): it waits, lazy as it is, for its bound's turn again.
-			o.outbid = false
-			a.bound = a.optimistic(ctx)
-			a.trace("yield")
-			return errYield
+		if a.ex == nil {
+			o.settle(ctx, lay.L, dc, do, a.progress)
+			if o.outbid {
+				return a.stopped()
+			}
+			res, err = dp.Solve(ctx, lay.L, dc, o, do)
+			if ctx.Err() != nil {
+				break
+			}
+			if countTrace != nil && err == nil {
+				countTrace(b, a.optimistic(ctx), "settled "+stagesOf(res), res.Time, s.shared.solves.Load())
+			}
+			if err == nil {
+				a.ex = o.startExactly(ctx, lay.L, dc, quietOf(do), res, a.progress)
+				if h := a.heldRes; h != nil && (a.ex.best == nil || h.Time < a.ex.best.Time) {
+					a.ex.best, a.ex.err = h, nil // the seed (seedPlan) is the incumbent to beat
+				}
+			}
 		}
-		if o.outbid {
-			// Its bound lost to the best plan mid-search (settle): skipped like loses.
-			o.outbid = false
-			o.fast, o.lazy = true, true
-			a.bound = a.optimistic(ctx)
-			o.fast, o.lazy = false, false
-			o.countComposed()
-			s.shared.skipped.Add(1)
-			a.trace("outbid")
-			return errSkipped
-		}
-		res, err = dp.Solve(ctx, lay.L, dc, o, do)
-		if ctx.Err() != nil {
-			break
-		}
-		if countTrace != nil && err == nil {
-			countTrace(b, a.optimistic(ctx), "settled "+stagesOf(res), res.Time, s.shared.solves.Load())
-		}
-		if err == nil {
-			res, err = exactly(ctx, lay.L, dc, o, do, res, a.progress)
+		if a.ex != nil {
+			// Its rounds, from where the last turn left them (a yield in exactly).
+			res, err = o.exactRounds(ctx, lay.L, dc, quietOf(do), a.ex, a.progress)
+			if o.outbid {
+				return a.stopped()
+			}
 		}
 		if noFastPlan != nil && noFastPlan(b) {
 			res, err = nil, nil
@@ -646,6 +697,94 @@ func (a *attempt) finish() error {
 	}
 	s.Search, s.Plan = res, p
 	return nil
+}
+
+// stopped ends a turn whose settle or exactly stopped at the count's cutoff (o.outbid):
+// where the cutoff was the next count's bound (yieldAt, below the best plan's cutoff) the
+// count waits, lazy as it is and with its exactly's rounds kept, for its bound's turn
+// again (errYield), publishing the plan it holds, if any (held); otherwise its bound lost
+// to the best plan mid-search: skipped like loses (endLosing).
+func (a *attempt) stopped() error {
+	o, ctx := a.o, a.s.ctx
+	o.outbid = false
+	if a.yieldAt > 0 {
+		a.bound = a.optimistic(ctx)
+		a.hold()
+		a.trace("yield")
+		return errYield
+	}
+	o.fast, o.lazy = true, true
+	a.bound = a.optimistic(ctx)
+	o.fast, o.lazy = false, false
+	o.countComposed()
+	a.hold()
+	return a.endLosing(a.top, "outbid")
+}
+
+// faster ends a count whose search ended with err (nil: a plan, a.s.Plan) with the plan it
+// held (seedPlan, hold) where that is faster or the search found none.
+func (a *attempt) faster(err error) error {
+	if a.held != nil && a.s.ctx.Err() == nil && (err != nil || a.held.Predicted.StepTime < a.s.Plan.Predicted.StepTime) {
+		return a.keepHeld(err)
+	}
+	a.held, a.heldRes = nil, nil
+	return err
+}
+
+// hold assembles the plan of the incumbent of the count's exactly (attempt.held), if it
+// has one not held yet.
+func (a *attempt) hold() {
+	if a.ex == nil || a.ex.best == nil || a.heldRes == a.ex.best || a.heldRes != nil && a.heldRes.Time <= a.ex.best.Time {
+		return
+	}
+	a.holdPlan(a.ex.best)
+}
+
+// holdPlan makes res, a plan of the count priced exactly, its held plan.
+func (a *attempt) holdPlan(res *dp.Result) {
+	s := a.s
+	p, err := assemble(s.Model, s.Step, s.Layering, s.Cluster, s.Options, s.Schedule, s.Batch, s.Microbatches, res, a.o)
+	if err != nil {
+		return
+	}
+	a.held, a.heldRes = p, res
+}
+
+// seedPlan gives the count a first plan before its search, to cut the others against
+// (attempt.held): Megatron's pipeline, one layer a stage, each on devices/L devices of one
+// host, all of them tensor-parallel (logical mesh 1 × devices/L), its stages solved by their
+// own ILPs as exactly re-costs a plan. Only where the devices split so (L divides them, a
+// stage's devices divide a host's); a seed that does not fit gives none. Any plan is an
+// upper bound on the search's, so the seed skips nothing a bound would not: a count loses
+// only where its bound passes the seed's step by boundMargin, as against any plan found.
+// The one-layer stages on one-dimensional meshes are the cheapest stage ILPs of a pipeline
+// that spreads the weights over every device.
+func (a *attempt) seedPlan(ctx context.Context) {
+	L, c := a.s.Layering.L, a.s.Cluster
+	n := c.Devices()
+	if L < 2 || n%L != 0 || n/L > c.DevicesPerHost || c.DevicesPerHost%(n/L) != 0 || a.s.Microbatches < L {
+		return
+	}
+	per := n / L
+	p := &dp.Result{}
+	for k := range L {
+		p.Stages = append(p.Stages, dp.Stage{Start: k, End: k + 1, Submesh: mesh.Submesh{Hosts: 1, Devices: per}, Logical: mesh.LogicalShape{1, per}})
+	}
+	res, err := a.o.recost(ctx, L, a.dc, quietOf(a.do), p, a.progress)
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	a.holdPlan(res)
+	if countTrace != nil && a.held != nil {
+		countTrace(a.s.Microbatches, a.bound, "seeded "+stagesOf(res), a.held.Predicted.StepTime, a.s.shared.solves.Load())
+	}
+}
+
+// quietOf is do without its progress: exactly's DPs are not the stage search the user
+// watches.
+func quietOf(do dp.Options) dp.Options {
+	do.Progress = nil
+	return do
 }
 
 // solveAll runs the sharding ILPs of every micro-batch count's exhaustive search at once,
@@ -722,102 +861,127 @@ func (a *attempt) optimistic(ctx context.Context) float64 {
 	return res.Time
 }
 
-// exactly turns the fast search's choice into a plan priced by range ILPs, and bounds how
-// far it can be from the exhaustive search's. The stages the composed prices chose are
-// solved by their own ILPs (on all cores; identical stages share one) and re-costed by the
-// DP pinned to them: the incumbent. Then, branch-and-bound style, the DP runs on optimistic
-// prices (a solved range's ILP, otherwise the sum of its layers' optima, oracle.lower): its
-// value bounds every plan from below. Until the incumbent is within refineTolerance of that
-// bound, the stages of the optimistic plan are solved exactly, and that plan, re-costed,
-// replaces the incumbent when faster. When the optimistic plan runs a layer not solved yet
-// (bound.go), that round solves its layers instead (within the tolerance, those on cheap
-// meshes only; see settle), and the DP plans again. At most
-// maxRefinements rounds of range solves. If the chosen stages do not fit where the
-// composed ones did (the composition's memory is an estimate) and no round finds a plan,
-// it returns none: the exhaustive search of this count then runs after the other counts,
-// if their plans do not beat its bound (searchAll).
-func exactly(ctx context.Context, layers int, dc dp.Cluster, o *oracle, do dp.Options, fast *dp.Result, progress *ilpProgress) (*dp.Result, error) {
-	quiet := do
-	quiet.Progress = nil
-	first := fast
-	if opt := o.cheapStart(ctx, layers, dc, quiet, fast); opt != nil {
-		first = opt // its re-cost solves no ILP; fast's would solve a memory-bound one (restrict.go)
+// exactState is a count's exactly between its rounds: its incumbent and what its rounds
+// have tried. searchAll keeps it across the count's turns, so that a count that yields
+// mid-exactly (its bound past the next count's) goes on where it stopped.
+type exactState struct {
+	fast, first *dp.Result // the composed plan; the one re-costed first (cheapStart)
+	best        *dp.Result // the incumbent (nil: none)
+	err         error
+	round       int
+	proven      bool              // best is within its tolerance of the optimistic bound (o.tolerance)
+	recosted    map[string]bool   // optimistic plans with restricted stages re-costed as they are
+	near        map[rangeKey]bool // restricted stages a re-cost ran within refineTolerance of their bound
+}
+
+// exactly (startExactly, then exactRounds) turns the fast search's choice into a plan
+// priced by range ILPs, and bounds how far it can be from the exhaustive search's. The
+// stages the composed prices chose are solved by their own ILPs (on all cores; identical
+// stages share one) and re-costed by the DP pinned to them: the incumbent. Then,
+// branch-and-bound style, the DP runs on optimistic prices (a solved range's ILP, otherwise
+// the sum of its layers' optima, oracle.lower): its value bounds every plan from below.
+// Until the incumbent is within refineTolerance of that bound, the stages of the optimistic
+// plan are solved exactly, and that plan, re-costed, replaces the incumbent when faster.
+// When the optimistic plan runs a layer not solved yet (bound.go), that round solves its
+// layers instead (within the tolerance, those on cheap meshes only; see settle), and the DP
+// plans again. At most maxRefinements rounds of range solves. If the chosen stages do not
+// fit where the composed ones did (the composition's memory is an estimate) and no round
+// finds a plan, it returns none: the exhaustive search of this count then runs after the
+// other counts, if their plans do not beat its bound (searchAll).
+//
+// startExactly re-costs the fast search's plan (or the optimistic plan, cheapStart): the
+// first incumbent of exactly's rounds. do has no progress (quietOf).
+func (o *oracle) startExactly(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, fast *dp.Result, progress *ilpProgress) *exactState {
+	st := &exactState{fast: fast, first: fast, recosted: map[string]bool{}, near: map[rangeKey]bool{}}
+	if opt := o.cheapStart(ctx, layers, dc, do, fast); opt != nil {
+		st.first = opt // its re-cost solves no ILP; fast's would solve a memory-bound one (restrict.go)
 	}
-	best, err := o.recost(ctx, layers, dc, quiet, first, progress)
-	if first != fast && best == nil {
-		first = fast
-		best, err = o.recost(ctx, layers, dc, quiet, fast, progress)
+	st.best, st.err = o.recost(ctx, layers, dc, do, st.first, progress)
+	if st.first != fast && st.best == nil {
+		st.first = fast
+		st.best, st.err = o.recost(ctx, layers, dc, do, fast, progress)
 	}
-	proven := false               // best is within its tolerance of the optimistic bound (o.tolerance)
-	recosted := map[string]bool{} // optimistic plans with restricted stages re-costed as they are
-	near := map[rangeKey]bool{}   // restricted stages a re-cost ran within refineTolerance of their bound
-	for round := 0; round < maxRefinements && ctx.Err() == nil; {
+	return st
+}
+
+// exactRounds runs exactly's rounds from st. A round whose optimistic plan reaches the
+// count's cutoff (o.cutoff: the best plan of another count plus boundMargin, or the next
+// count's bound, searchAll's yieldAt) sets o.outbid and returns at once, as settle does,
+// with st as it is: no plan of this count can then beat the cutoff by more than the
+// optimistic bound allows, the test loses makes. A round already within the tolerance goes
+// on to its proof, which solves no range ILP.
+func (o *oracle) exactRounds(ctx context.Context, layers int, dc dp.Cluster, quiet dp.Options, st *exactState, progress *ilpProgress) (*dp.Result, error) {
+	for st.round < maxRefinements && ctx.Err() == nil {
 		opt, oerr := o.optimisticPlan(ctx, layers, dc, quiet)
 		if oerr != nil {
 			break
 		}
-		within := best != nil && best.Time <= opt.Time*(1+o.tolerance(best))
-		o.roundTrace("exactly", opt, best)
+		within := st.best != nil && st.best.Time <= opt.Time*(1+o.tolerance(st.best))
+		o.roundTrace("exactly", opt, st.best)
+		if !within && o.cutoff > 0 && opt.Time >= o.cutoff {
+			o.outbid = true
+			return st.best, st.err
+		}
 		if jobs := o.unsolved(opt, within); len(jobs) > 0 {
 			o.solveLayers(jobs, progress)
 			continue
 		}
 		if within {
-			proven = true
+			st.proven = true
 			break
 		}
 		if o.memRefute(opt) || o.refute(opt) {
 			continue // a stage's peak floor or dual bound raised its price: plan again before its range ILP (bound.go)
 		}
-		if sig := stagesOf(opt); o.hasRestricted(opt) && !recosted[sig] {
+		if sig := stagesOf(opt); o.hasRestricted(opt) && !st.recosted[sig] {
 			// Re-cost opt as it is first, its restricted stages at their restricted plans:
 			// where that plan is within the tolerance of the bound it is accepted, as a
 			// restricted incumbent is, without the restricted stages' range ILPs
 			// (openRestricted: memory-bound and dear on the MoE rows, 10-12 CPU s each).
-			recosted[sig] = true
-			round++
+			st.recosted[sig] = true
+			st.round++
 			res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
 			if rerr == nil {
-				o.markNear(opt, res, near)
-				if best == nil || res.Time < best.Time {
-					best, err = res, nil
+				o.markNear(opt, res, st.near)
+				if st.best == nil || res.Time < st.best.Time {
+					st.best, st.err = res, nil
 				}
 			}
 			continue
 		}
 		// The restricted stages whose restricted plan ran opt's re-cost at their bound first:
 		// only their range ILPs can close the gap; the others' only when none is left.
-		if best != nil && best.Time <= opt.Time*(1+restrictTolerance) && o.memoryBound(opt) {
-			proven = true // within the contract; opt's range ILP is memory-bound (restrict.go)
+		if st.best != nil && st.best.Time <= opt.Time*(1+restrictTolerance) && o.memoryBound(opt) {
+			st.proven = true // within the contract; opt's range ILP is memory-bound (restrict.go)
 			break
 		}
-		if cheap := o.cheapFirst(opt, best); cheap != nil && o.openRestricted(cheap, progress) {
+		if cheap := o.cheapFirst(opt, st.best); cheap != nil && o.openRestricted(cheap, progress) {
 			// The incumbent's cheap restricted stages first (restrict.go): re-cost it by them.
-			round++
-			if res, rerr := o.recost(ctx, layers, dc, quiet, best, progress); rerr == nil && res.Time < best.Time {
-				best, err = res, nil
+			st.round++
+			if res, rerr := o.recost(ctx, layers, dc, quiet, st.best, progress); rerr == nil && res.Time < st.best.Time {
+				st.best, st.err = res, nil
 			}
 			continue
 		}
-		if o.openRestricted(farFrom(opt, near), progress) || o.openRestricted(opt, progress) {
+		if o.openRestricted(farFrom(opt, st.near), progress) || o.openRestricted(opt, progress) {
 			continue // the bound of a restricted stage of opt is now its range ILP's price
 		}
-		round++
+		st.round++
 		res, rerr := o.recost(ctx, layers, dc, quiet, opt, progress)
-		if rerr == nil && (best == nil || res.Time < best.Time) {
-			best, err = res, nil
+		if rerr == nil && (st.best == nil || res.Time < st.best.Time) {
+			st.best, st.err = res, nil
 		}
 	}
-	if !proven && ctx.Err() == nil {
-		if first != fast { // unproven: fast re-costed too, as it always was
-			if res, rerr := o.recost(ctx, layers, dc, quiet, fast, progress); rerr == nil && (best == nil || res.Time < best.Time) {
-				best, err = res, nil
+	if !st.proven && ctx.Err() == nil {
+		if st.first != st.fast { // unproven: fast re-costed too, as it always was
+			if res, rerr := o.recost(ctx, layers, dc, quiet, st.fast, progress); rerr == nil && (st.best == nil || res.Time < st.best.Time) {
+				st.best, st.err = res, nil
 			}
 		}
-		best = o.unrestrict(ctx, layers, dc, quiet, best, progress)
+		st.best = o.unrestrict(ctx, layers, dc, quiet, st.best, progress)
 	}
 	o.fast, o.lazy = false, false
-	return best, err
+	return st.best, st.err
 }
 
 // hasRestricted says whether a stage of p is priced by its restricted plan and not yet by
