@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -383,7 +384,7 @@ func (p *planner) sharedValues() sharedEdges {
 		if one {
 			continue
 		}
-		if p.sharedCells(v, es) > maxSharedCells {
+		if p.sharedCells(v, es) > cmp.Or(p.opts.sharedCells, maxSharedCells) {
 			p.perEdge++
 			continue
 		}
