@@ -20,10 +20,10 @@ import (
 // (ILPStats.PerEdgeValues), so its objective may exceed the plan's cost.
 //
 // lagRefute bounds such a range by sharding.MemoryBound: the same ILP with every value's
-// resharding priced once per layout (its objective then is the plan's cost, weighed as
-// the price is: rangeDual's argument), its message-passing dual bound without memory rows
-// (Bound) and, where the free plan does not fit the device memory, the Lagrangian bound of
-// its memory rows (Under) after lagSweeps sweeps. Under bounds w·t + u of every plan of
+// layouts priced once each, inputs and constants included (its objective then is at most
+// the plan's cost, weighed as the price is: rangeDual's argument), its message-passing
+// dual bound without memory rows (Bound) and, where the free plan does not fit the device
+// memory, the Lagrangian bound of its memory rows (Under) after lagSweeps sweeps. Under bounds w·t + u of every plan of
 // the range that fits the memory plainly. Which plans the range's price comes from
 // (solveStageOpts, RematAuto or RematNone): its ILP solved plainly under the device
 // memory; only where that fails with a memory error, again recomputing layer by layer.

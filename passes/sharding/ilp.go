@@ -370,7 +370,7 @@ func (p *planner) sharedValues() sharedEdges {
 	seen := map[string]ir.ValueID{}
 	for _, v := range order {
 		es := byValue[v]
-		if op := p.g.Value(v).Op; len(es) < 2 || op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota {
+		if op := p.g.Value(v).Op; len(es) < 2 || p.opts.sharedCells == 0 && (op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota) {
 			// Inputs and constants are loaded or filled in each layout asked for, not
 			// resharded: each consumer's layout is its own.
 			continue

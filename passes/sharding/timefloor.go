@@ -32,7 +32,7 @@ type MemoryDual struct {
 // A range of a whole network whose layers' optima do not fit together is priced above
 // their sum by Under (the root's time floors, issue 13 round ten, branch timefloor).
 func MemoryBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, lagSweeps int) (MemoryDual, error) {
-	opts.sharedCells = math.MaxInt32 // every value's resharding once per layout, as Result.Cost prices it
+	opts.sharedCells = math.MaxInt32 // every value's layouts priced once each, as Result.Cost prices them
 	p, err := newPlannerContext(ctx, g, lm, opts)
 	if err != nil {
 		return MemoryDual{}, err
