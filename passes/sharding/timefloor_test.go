@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMemoryBoundIsLower: MemoryBound's bounds on mlp-tiny and gpt-tiny on 2×2 at budgets
+// TestMemoryBoundIsLower: MemoryBound's bounds on mlp-tiny on 2×2 at budgets
 // from the free plan's peak down towards the least: Bound is at most the free optimum and
 // Under at most the cost of lp_solve's plan under the budget (the objective counts every
 // value's resharding once per layout, as Result.Cost does), and where the free plan does
@@ -17,7 +17,7 @@ import (
 func TestMemoryBoundIsLower(t *testing.T) {
 	_, lm := benchMesh(t, "dgx-a100", 2, 2)
 	raised, checked := 0, 0
-	for _, name := range []string{"mlp-tiny", "gpt-tiny"} {
+	for _, name := range []string{"mlp-tiny"} { // gpt-tiny: the root's TestLagDualIsLower
 		g := tinyStep(t, name)
 		base := Options{DeviceFLOPS: 1e9}
 		free, err := Solve(context.Background(), g, lm, base)
