@@ -832,6 +832,17 @@ func (o *oracle) refute(opt *dp.Result) bool {
 		if e, ok := o.exactAt[k]; ok && e.exact {
 			continue // priced by its range ILP already
 		}
+		if o.lagRefute(st.Start, st.End, st.Submesh, st.Logical) {
+			if o.ctx.Err() != nil {
+				return false
+			}
+			c := st.Cost
+			c.Time -= st.Recv // the stage's own price, as the oracle gave it
+			w := o.weight(st.Start)
+			if r := o.lagRaised(c, st.Start, st.End, st.Submesh, st.Logical); w*r.Time+r.Step > (w*c.Time+c.Step)*(1+dualSlack) {
+				raised = true
+			}
+		}
 		if _, done := o.duals[k]; done {
 			continue
 		}

@@ -93,7 +93,11 @@ type oracle struct {
 	// refute; −Inf: none), which raise their optimistic prices (dualRaised)
 	duals map[rangeKey]float64
 	// peaks are ranges' peak floors, plain, whole and layer by layer (bound.go, peakFloors)
-	peaks      map[rangeKey][3]float64
+	peaks map[rangeKey][3]float64
+	// lagDuals are whole-network ranges' bounds under the memory in w·t + u, plain and
+	// recomputing (timefloor.go, lagRefute; −Inf: none), which raise their optimistic
+	// prices (dualRaised)
+	lagDuals   map[rangeKey][2]float64
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)
@@ -404,8 +408,9 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 			if !ok {
 				return c, ok
 			}
-			c = o.rangeFloor(c, start, end, s, l)        // the range's relaxed solve, where one ran (restrict.go)
-			return o.dualRaised(c, start, end, s, l), ok // the range's dual bound, where refute ran (bound.go)
+			c = o.rangeFloor(c, start, end, s, l)       // the range's relaxed solve, where one ran (restrict.go)
+			c = o.dualRaised(c, start, end, s, l)       // the range's dual bound, where refute ran (bound.go)
+			return o.lagRaised(c, start, end, s, l), ok // its bounds under the memory (timefloor.go)
 		}
 		c := o.composed(start, end, s, l)
 		return c.cost, c.ok

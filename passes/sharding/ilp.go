@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -392,7 +393,7 @@ func (p *planner) sharedValues() sharedEdges {
 	seen := map[string]ir.ValueID{}
 	for _, v := range order {
 		es := byValue[v]
-		if op := p.g.Value(v).Op; len(es) < 2 || op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota {
+		if op := p.g.Value(v).Op; len(es) < 2 || p.opts.sharedCells == 0 && (op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota) {
 			// Inputs and constants are loaded or filled in each layout asked for, not
 			// resharded: each consumer's layout is its own.
 			continue
@@ -406,7 +407,7 @@ func (p *planner) sharedValues() sharedEdges {
 		if one {
 			continue
 		}
-		if p.sharedCells(v, es) > maxSharedCells {
+		if p.sharedCells(v, es) > cmp.Or(p.opts.sharedCells, maxSharedCells) {
 			p.perEdge++
 			continue
 		}

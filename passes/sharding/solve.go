@@ -105,6 +105,10 @@ type Options struct {
 	// Recompute, if set, is how the stage recomputes its activations: the memory model
 	// (memory.go) and so the budget then see the recomputing stage's peak.
 	Recompute *Recompute
+	// sharedCells, where positive, is maxSharedCells for this planner, and its inputs and
+	// constants are priced once per layout too: MemoryBound prices every value's layouts
+	// once each, as Result.Cost does, so that its objective is at most the plan's cost.
+	sharedCells int
 	// BlockKeys are the tying keys of the graph's values, BlockKeys of the training step a
 	// stage graph was cut from; nil computes them from the graph itself.
 	BlockKeys []uint64

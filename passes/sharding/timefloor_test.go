@@ -1,0 +1,52 @@
+package sharding
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMemoryBoundIsLower: MemoryBound's bounds on mlp-tiny on 2×2 at budgets
+// from the free plan's peak down towards the least: Bound is at most the free optimum and
+// Under at most the cost of lp_solve's plan under the budget (the objective counts every
+// value's resharding once per layout, as Result.Cost does), and where the free plan does
+// not fit the budget, Under is above the free optimum somewhere (the memory raised it), so
+// a bound that ignored the memory would fail.
+func TestMemoryBoundIsLower(t *testing.T) {
+	_, lm := benchMesh(t, "dgx-a100", 2, 2)
+	raised, checked := 0, 0
+	for _, name := range []string{"mlp-tiny"} { // gpt-tiny: the root's TestLagDualIsLower
+		g := tinyStep(t, name)
+		base := Options{DeviceFLOPS: 1e9}
+		free, err := Solve(context.Background(), g, lm, base)
+		require.NoError(t, err)
+		least := base
+		least.MemoryBudget = 1
+		_, err = Solve(context.Background(), g, lm, least)
+		var me *MemoryError
+		require.ErrorAs(t, err, &me)
+		for _, f := range []float64{0.6, 0.3, 0.1} {
+			opts := base
+			opts.MemoryBudget = me.Minimum + int64(f*float64(free.PeakMemory-me.Minimum))
+			d, err := MemoryBound(context.Background(), g, lm, opts, 400)
+			require.NoError(t, err)
+			require.Zero(t, d.PerEdgeValues, name)
+			assert.LessOrEqual(t, d.Bound, free.Cost.Total*(1+1e-9), "%s: free bound", name)
+			assert.LessOrEqual(t, d.Bound, d.Under, name)
+			res, err := Solve(context.Background(), g, lm, opts)
+			if err != nil {
+				continue
+			}
+			checked++
+			assert.LessOrEqual(t, d.Under, res.Cost.Total*(1+1e-9), "%s at %d bytes: bound under the memory", name, opts.MemoryBudget)
+			if d.Under > free.Cost.Total*(1+1e-9) {
+				raised++
+			}
+			t.Logf("%s at %d bytes: free %.6g, under %.6g (fits %v), plan %.6g", name, opts.MemoryBudget, d.Bound, d.Under, d.Fits, res.Cost.Total)
+		}
+	}
+	assert.Positive(t, checked)
+	assert.Positive(t, raised, "the memory raised some bound")
+}
