@@ -487,6 +487,7 @@ func searchAll(ss []*Compilation) []error {
 		}
 		a.progress = progress
 		a.o.cutoff, a.yieldAt, a.top = 0, 0, top()
+		a.o.top = a.top
 		if !math.IsInf(a.top, 1) && a.o.fast {
 			a.o.cutoff = a.top * (1 + boundMargin)
 		}
@@ -930,6 +931,7 @@ func (o *oracle) exactRounds(ctx context.Context, layers int, dc dp.Cluster, qui
 			st.proven = true
 			break
 		}
+		o.lagTarget = lagTarget(o.cutoff, o.top, st.best)
 		if o.memRefute(opt) || o.refute(opt) {
 			continue // a stage's peak floor or dual bound raised its price: plan again before its range ILP (bound.go)
 		}

@@ -98,6 +98,7 @@ type oracle struct {
 	// recomputing (timefloor.go, lagRefute; −Inf: none), which raise their optimistic
 	// prices (dualRaised)
 	lagDuals   map[rangeKey][2]float64
+	lagCut     map[rangeKey][2]float64 // a lagDuals search stopped at its target: the target, its μ (timefloor.go)
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)
@@ -105,6 +106,10 @@ type oracle struct {
 	// options for: set by rangeRelaxed (restrict.go) around its one solve, which runs on the
 	// search's goroutine, never beside the job runner's
 	rangeNoLP int
+	// top is the step of the fastest plan known when this count's turn began (searchAll's
+	// attempt.top; +Inf: none); lagTarget what exactly asks of lagRefute's bounds
+	// (timefloor.go)
+	top, lagTarget float64
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions

@@ -46,14 +46,24 @@ const lagSweeps = 400
 // RematNone, weighed as priced, not pruned.
 func (o *oracle) lagRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
 	k := rangeKey{start, end, s, l}
-	if _, done := o.lagDuals[k]; done || !o.dualApplies(start, end) || o.remat == RematFull || o.memory <= 0 {
+	target := o.lagTarget
+	before, done := o.lagDuals[k]
+	cut, short := o.lagCut[k]
+	if done && (!short || target <= cut[0] || before[0] >= target) {
+		return false // its search ran to its end, or to this target already
+	}
+	if !o.dualApplies(start, end) || o.remat == RematFull || o.memory <= 0 {
 		return false
 	}
 	if o.lagDuals == nil {
-		o.lagDuals = map[rangeKey][2]float64{}
+		o.lagDuals, o.lagCut = map[rangeKey][2]float64{}, map[rangeKey][2]float64{}
 	}
 	none := math.Inf(-1)
-	o.lagDuals[k] = [2]float64{none, none}
+	if !done {
+		before = [2]float64{none, none}
+		o.lagDuals[k] = before
+	}
+	delete(o.lagCut, k)
 	sg, err := o.stage(start, end)
 	if err != nil || !sg.weighsAsPriced() {
 		return false
@@ -67,13 +77,42 @@ func (o *oracle) lagRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 		return false // priced as pruned, not solved (solveStageOpts)
 	}
 	opts := o.solveOptions(sg, s, l, o.memory)
+	w := o.weight(start)
+	mb, step := sg.dataBound(o.c, lm.Size())
+	redo := 0.0 // what recomputing adds at least (redoBound), where the layers are known
+	for k := start; k < end && o.layerInfos() != nil; k++ {
+		redo += o.redoBound(k, s, l)
+	}
+	slack := func(x float64) float64 { return x - dualSlack*math.Abs(x) }
+	// ways is each way's bound from what MemoryBound proves (see above).
+	ways := func(d sharding.MemoryDual) (plain, remat float64) {
+		plain = slack(d.Under) + w*mb + step
+		remat = slack(d.Bound) + w*(mb+redo) + step
+		if d.Fits {
+			remat = slack(d.Under) + w*(mb+redo) + step
+		}
+		return plain, remat
+	}
+	// The search stops once the plain way reaches the target (lagTarget, where the range
+	// loses): the recomputing way's bound rises only where the search decodes a plan that
+	// fits (then it is the plain way's and more). A search stopped so is run again where a
+	// later target asks more of it (lagCut), its doublings from the multiplier it reached.
+	var enough func(sharding.MemoryDual) bool
+	stopped := false
+	if t := target; t > 0 && !math.IsInf(t, 1) {
+		enough = func(d sharding.MemoryDual) bool {
+			plain, _ := ways(d)
+			stopped = plain >= t
+			return stopped
+		}
+	}
 	var d sharding.MemoryDual
 	bound := func() string {
-		d, err = sharding.MemoryBound(o.ctx, sg.g, lm, opts, lagSweeps)
+		d, err = sharding.MemoryBoundUntil(o.ctx, sg.g, lm, opts, lagSweeps, cut[1], enough)
 		if err != nil {
 			return fmt.Sprintf("%q", err.Error())
 		}
-		return fmt.Sprintf("bound %.6g under %.6g fits %v per-edge %d sweeps %d", d.Bound, d.Under, d.Fits, d.PerEdgeValues, d.Sweeps)
+		return fmt.Sprintf("bound %.6g under %.6g fits %v per-edge %d sweeps %d target %.6g", d.Bound, d.Under, d.Fits, d.PerEdgeValues, d.Sweeps, target)
 	}
 	if stageTrace != nil {
 		stageTrace(fmt.Sprintf("B%d,%s,%.8s,%dh%dd,%dx%d,%.2f,lagdual", o.mb, sg.g.Name, sg.hash, s.Hosts, s.Devices, l[0], l[1],
@@ -84,19 +123,11 @@ func (o *oracle) lagRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 	if err != nil || d.PerEdgeValues > 0 || !finite(d.Bound) || !finite(d.Under) {
 		return false
 	}
-	w := o.weight(start)
-	mb, step := sg.dataBound(o.c, lm.Size())
-	redo := 0.0 // what recomputing adds at least (redoBound), where the layers are known
-	for k := start; k < end && o.layerInfos() != nil; k++ {
-		redo += o.redoBound(k, s, l)
+	plain, remat := ways(d)
+	o.lagDuals[k] = [2]float64{max(plain, before[0]), max(remat, before[1])}
+	if stopped {
+		o.lagCut[k] = [2]float64{target, d.Mu}
 	}
-	slack := func(x float64) float64 { return x - dualSlack*math.Abs(x) }
-	plain := slack(d.Under) + w*mb + step
-	remat := slack(d.Bound) + w*(mb+redo) + step
-	if d.Fits {
-		remat = slack(d.Under) + w*(mb+redo) + step
-	}
-	o.lagDuals[k] = [2]float64{plain, remat}
 	return true
 }
 
@@ -117,4 +148,32 @@ func (o *oracle) lagRaised(c dp.StageCost, start, end int, s mesh.Submesh, l mes
 		}
 		x.Step = max(x.Step, total-w*x.Time)
 	})
+}
+
+// lagHeadroom is how far past the count's cutoff lagTarget asks a bound to reach: a
+// cutoff rises by the yields between counts (0.5 % each, yieldMargin), and each rise past
+// a stopped search's target runs it again, its planner built anew (GPT-6.7B/16: count
+// 32's cutoff rose 53.1 → 56.3 → 57.4 → 59.3 s).
+var lagHeadroom = 0.03
+
+// lagTarget is the step a count's one-stage plan is bounded to at least, if its search
+// reaches it, before exactly plans again: past the count's cutoff (searchAll: the best plan
+// known plus boundMargin, or the next count's bound, where the count yields) by
+// lagHeadroom, but never past top·(1 + boundMargin), where the count loses to the best
+// plan known whatever comes later, nor past the count's incumbent's step, where its plan
+// is within exactly's tolerance of its bound. top and the incumbent only fall as the
+// search goes on; a cutoff rises when the count resumes after a yield, and lagRefute then
+// resumes a search stopped at the old target (lagCut). +Inf where none is known.
+func lagTarget(cutoff, top float64, best *dp.Result) float64 {
+	t := math.Inf(1)
+	if cutoff > 0 {
+		t = cutoff * (1 + lagHeadroom)
+	}
+	if top > 0 && !math.IsInf(top, 1) {
+		t = min(t, top*(1+boundMargin))
+	}
+	if best != nil && best.Time > 0 {
+		t = min(t, best.Time)
+	}
+	return t
 }

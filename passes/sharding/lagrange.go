@@ -39,6 +39,7 @@ type lagResult struct {
 	x      []int   // the best labeling found that fits the budget (nil: none)
 	ub     float64 // its energy, the ILP's objective at it (+Inf: none)
 	closed bool    // ub − lb within lp_solve's gaps: x is optimal under the budget
+	mu     float64 // the greatest μ solved whose plans overflowed (0: none)
 	solves int     // message-passing solves run
 	sweeps int
 }
@@ -56,6 +57,12 @@ type lagProblem struct {
 	copyBytes []float64
 	peak      func(x []int) (t int, peak float64) // the true peak and its point
 	budget    float64
+	// enough, when set, ends the search once the bound and the plan found so far do
+	// (MemoryBound's target: any bound is one, a search cut short only a weaker one)
+	enough func(lb float64, fits bool) bool
+	// from, where above the first μ, is where the doublings start: the μ a search stopped
+	// at by enough reached (lagResult.mu), so that one asked for more resumes about there
+	from float64
 }
 
 // lagrange is the multiplier search on p's ILP after st, its free solve, under budget.
@@ -232,14 +239,15 @@ func lagSearch(lp lagProblem, stop func() bool) lagResult {
 	}
 	// The first μ prices the overflow at a hundredth of the free optimum's size.
 	scale := max(math.Abs(free.ub), math.Abs(free.lb), 1e-300)
-	mu := 0.01 * scale / max(peak0-budget, 1e-6*budget)
+	mu := max(0.01*scale/max(peak0-budget, 1e-6*budget), lp.from)
 	lo, hi := 0.0, math.Inf(1)
 	for range lagDoublings {
 		if solveAt(mu) {
 			hi = mu
 			break
 		}
-		if res.closed || stop != nil && stop() {
+		res.mu = mu
+		if res.closed || lp.enough != nil && lp.enough(res.lb, res.x != nil) || stop != nil && stop() {
 			return res
 		}
 		lo, mu = mu, 2*mu
@@ -248,14 +256,14 @@ func lagSearch(lp lagProblem, stop func() bool) lagResult {
 		return res
 	}
 	for range lagBisect {
-		if res.closed || stop != nil && stop() {
+		if res.closed || lp.enough != nil && lp.enough(res.lb, res.x != nil) || stop != nil && stop() {
 			break
 		}
 		mu = (lo + hi) / 2
 		if solveAt(mu) {
 			hi = mu
 		} else {
-			lo = mu
+			lo, res.mu = mu, mu
 		}
 	}
 	return res

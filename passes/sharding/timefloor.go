@@ -23,6 +23,9 @@ type MemoryDual struct {
 	// decoded), so Solve under that budget answers with a plan that fits it, never with a
 	// memory error.
 	Fits bool
+	// Mu is the greatest multiplier of the memory rows the search solved whose plans
+	// overflowed the budget (0: none): MemoryBoundUntil's from, to resume it
+	Mu float64
 }
 
 // MemoryBound is FreeBound with the Lagrangian search of the memory rows run, where the
@@ -32,6 +35,17 @@ type MemoryDual struct {
 // A range of a whole network whose layers' optima do not fit together is priced above
 // their sum by Under (the root's time floors, issue 13 round ten, branch timefloor).
 func MemoryBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, lagSweeps int) (MemoryDual, error) {
+	return MemoryBoundUntil(ctx, g, lm, opts, lagSweeps, 0, nil)
+}
+
+// MemoryBoundUntil is MemoryBound whose Lagrangian search also ends, between its solves,
+// once enough holds of what it proves so far (Under and Fits as they stand): where the caller knows the bound it needs
+// (a range priced at the best plan found loses to it: issue 13, round ten, branch
+// gpt67c), the sweeps past it only raise a bound that refutes already. Under is a bound
+// wherever the search stops, only a weaker one the earlier it does. from, when above the
+// search's first multiplier, is where its doublings start (a search stopped by enough
+// resumed about where it stopped: its MemoryDual.Mu); any multiplier gives a bound.
+func MemoryBoundUntil(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, lagSweeps int, from float64, enough func(MemoryDual) bool) (MemoryDual, error) {
 	opts.sharedCells = math.MaxInt32 // every value's layouts priced once each, as Result.Cost prices them
 	p, err := newPlannerContext(ctx, g, lm, opts)
 	if err != nil {
@@ -54,13 +68,23 @@ func MemoryBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Op
 				left--
 				return left < 0 || ctx.Err() != nil
 			}
-			lag := p.lagrange(st, budget, stop)
+			lp := p.lagProblem(st, budget) // p.lagrange's, with enough and from
+			lp.from = from
+			if enough != nil {
+				lp.enough = func(lb float64, fits bool) bool {
+					now := d
+					now.Under, now.Fits = max(d.Under, lb), fits
+					return enough(now)
+				}
+			}
+			lag := lagSearch(lp, stop)
 			if err := ctx.Err(); err != nil {
 				return MemoryDual{}, err
 			}
 			d.Under = max(d.Under, lag.lb)
 			d.Sweeps += lag.sweeps
 			d.Fits = lag.x != nil
+			d.Mu = lag.mu
 			return d, nil
 		}
 		d.Fits = true

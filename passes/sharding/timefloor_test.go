@@ -50,3 +50,47 @@ func TestMemoryBoundIsLower(t *testing.T) {
 	assert.Positive(t, checked)
 	assert.Positive(t, raised, "the memory raised some bound")
 }
+
+// TestMemoryBoundUntilStops: a search told its target stops once its bound reaches it,
+// with no more sweeps than the full search, and its bound stays under lp_solve's plan.
+func TestMemoryBoundUntilStops(t *testing.T) {
+	_, lm := benchMesh(t, "dgx-a100", 2, 2)
+	g := tinyStep(t, "mlp-tiny")
+	base := Options{DeviceFLOPS: 1e9}
+	free, err := Solve(context.Background(), g, lm, base)
+	require.NoError(t, err)
+	least := base
+	least.MemoryBudget = 1
+	_, err = Solve(context.Background(), g, lm, least)
+	var me *MemoryError
+	require.ErrorAs(t, err, &me)
+	stopped := 0
+	for _, f := range []float64{0.6, 0.3, 0.1} {
+		opts := base
+		opts.MemoryBudget = me.Minimum + int64(f*float64(free.PeakMemory-me.Minimum))
+		full, err := MemoryBound(context.Background(), g, lm, opts, 400)
+		require.NoError(t, err)
+		if full.Under <= full.Bound {
+			continue // the memory did not bind this bound: nothing to stop
+		}
+		target := full.Bound + 0.5*(full.Under-full.Bound)
+		asked := 0
+		d, err := MemoryBoundUntil(context.Background(), g, lm, opts, 400, 0, func(d MemoryDual) bool {
+			asked++
+			return d.Under >= target
+		})
+		require.NoError(t, err)
+		assert.Positive(t, asked)
+		assert.GreaterOrEqual(t, d.Under, target, "at %d bytes", opts.MemoryBudget)
+		assert.LessOrEqual(t, d.Sweeps, full.Sweeps, "at %d bytes", opts.MemoryBudget)
+		if d.Sweeps < full.Sweeps {
+			stopped++
+		}
+		if res, err := Solve(context.Background(), g, lm, opts); err == nil {
+			assert.LessOrEqual(t, d.Under, res.Cost.Total*(1+1e-9), "at %d bytes: bound under the memory", opts.MemoryBudget)
+		}
+		t.Logf("at %d bytes: free %.6g, target %.6g, under %.6g after %d sweeps (full: %.6g after %d)",
+			opts.MemoryBudget, d.Bound, target, d.Under, d.Sweeps, full.Under, full.Sweeps)
+	}
+	assert.Positive(t, stopped, "some search stopped at its target")
+}
