@@ -801,9 +801,12 @@ func (o *oracle) rangeLive(start, end int) float64 {
 // Obj(x) ≥ D, the dual bound. The ILP weighs x as the stage's price does, w·t + u with
 // w = weightOf(start) (sharding/weights.go against stepPart), less the data instructions
 // it does not see, when (1) no value's resharding is priced per consumer (PerEdgeValues
-// 0: else Obj exceeds Result.Cost) and (2) no value read per micro-batch is also read by
+// 0: else Obj exceeds Result.Cost) but the leaves' — inputs and constants, whose Obj may
+// exceed the cost too, yet not the least Obj: laid out replicated they reshard for free,
+// so D is at most every plan's cost where each can be (LeafValues 0; docs/DECISIONS.md,
+// "Round ten, rangedual") — and (2) no value read per micro-batch is also read by
 // an update op or written back (weighsAsPriced: else the ILP weighs that resharding B and
-// the price once). Then w·t + u = Obj(x) + w·data_mb + data_step ≥ D + w·mbLow + stepLow
+// the price once). Then w·t + u = cost(x) + w·data_mb + data_step ≥ D + w·mbLow + stepLow
 // (dataBound, as layerBound takes it), and recomputing only adds time (remat.go). The
 // price is raised to that in w·t + u, t kept: each way's u to at least V − w·t.
 //
@@ -921,7 +924,7 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 		if err != nil {
 			return fmt.Sprintf("%q", err.Error())
 		}
-		return fmt.Sprintf("bound %.6g s closed %v answer %v per-edge %d sweeps %d", d.Bound, d.Closed, d.Answer != nil, d.PerEdgeValues, d.Sweeps)
+		return fmt.Sprintf("bound %.6g s closed %v answer %v per-edge %d leaves %d sweeps %d", d.Bound, d.Closed, d.Answer != nil, d.PerEdgeValues, d.LeafValues, d.Sweeps)
 	}
 	if stageTrace != nil {
 		stageTrace(fmt.Sprintf("B%d,%s,%.8s,%dh%dd,%dx%d,%.2f,dual", o.mb, sg.g.Name, sg.hash, s.Hosts, s.Devices, l[0], l[1],
@@ -953,7 +956,7 @@ func (o *oracle) rangeDual(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 			}
 		}
 	}
-	if d.PerEdgeValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
+	if d.PerEdgeValues > 0 || d.LeafValues > 0 || math.IsNaN(d.Bound) || math.IsInf(d.Bound, 0) {
 		return none
 	}
 	mb, step := sg.dataBound(o.c, lm.Size())

@@ -34,6 +34,17 @@ func TestRangeDualIsLower(t *testing.T) {
 		{boundCase{"mlp-tiny", "cpu", 1, 4, 16, 3}, 0},
 		{boundCase{"gpt-tiny", "cpu", 2, 1, 8, 3}, 0},
 		{boundCase{"mlp-tiny", "cpu", 1, 4, 16, 3}, 2e-6},
+		// Inputs and constants read by several ops, priced once per consumer by Solve's ILP
+		// (sharedValues) and once per layout by Result.Cost (TestFreeBoundIsCostBound):
+		// mlp-tiny's x at the budget where MemoryBound's first version stood above a plan
+		// (6,016 bytes on 2×2), GPT's ids, labels and masks, on 1-D and 2-D meshes, with
+		// fusion (p3.16xlarge: fusedSpill priced) and without.
+		{boundCase{"mlp-tiny", "cpu", 2, 2, 16, 3}, 6016.0 / (8 << 30)},
+		{boundCase{"mlp-tiny", "p3.16xlarge", 1, 4, 8, 3}, 0},
+		{boundCase{"gpt-tiny", "cpu", 2, 2, 4, 3}, 0},
+		{boundCase{"gpt-tiny", "p3.16xlarge", 1, 4, 4, 3}, 0},
+		{boundCase{"moe-tiny", "cpu", 1, 4, 2, 3}, 0},
+		{boundCase{"moe-tiny", "p3.16xlarge", 1, 4, 2, 3}, 0},
 	} {
 		t.Run(fmt.Sprintf("%s/mem%g", tc.name(), tc.frac), func(t *testing.T) {
 			g, err := frontend.ParseFile("testdata/models/" + tc.model + ".ir")

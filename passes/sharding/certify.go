@@ -535,7 +535,13 @@ type FreeDual struct {
 	// (ILPStats.PerEdgeValues): where it is not 0 a plan's objective may exceed its
 	// Result.Cost, so that Bound bounds the objective but not the cost.
 	PerEdgeValues int
-	Sweeps        int
+	// LeafValues are the inputs, constants and iotas the ILP prices once per consumer
+	// (sharedValues) that it could not lay out replicated at their least own cost: where
+	// it and PerEdgeValues are 0, the optimum without memory rows, so Bound, is at most
+	// every plan's Result.Cost (a replicated leaf reshards into any layout for free; see
+	// replicatedFree), even though a plan's objective may exceed its cost.
+	LeafValues int
+	Sweeps     int
 	// Answer is the Result Solve returns under the same options when the certificate
 	// closed and its plan fits the budget (certified's first answer; nil otherwise, and
 	// under LPSolveOnly): a search may take it as the solve instead of solving again. Its
@@ -562,7 +568,7 @@ func FreeBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Opti
 	if err := ctx.Err(); err != nil {
 		return FreeDual{}, err
 	}
-	d := FreeDual{Bound: st.res.lb, Closed: st.res.closed, Plan: st.res.ub, PerEdgeValues: p.perEdge, Sweeps: st.res.iters}
+	d := FreeDual{Bound: st.res.lb, Closed: st.res.closed, Plan: st.res.ub, PerEdgeValues: p.perEdge, LeafValues: p.leavesPriced, Sweeps: st.res.iters}
 	choice := st.closedChoice()
 	if choice == nil || p.opts.LPSolveOnly {
 		return d, nil

@@ -68,6 +68,11 @@ type planner struct {
 	// shared and perEdge count the values priced once per layout by addShared and those
 	// left per edge for their size (maxSharedCells).
 	shared, perEdge int
+	// leavesPriced counts the inputs, constants and iotas of two or more edges the ILP
+	// prices once per consumer (sharedValues) that cannot be laid out replicated at their
+	// least own cost (replicatedFree): only where it is 0 is the ILP's optimum without
+	// memory rows at most every plan's Result.Cost (FreeDual.LeafValues).
+	leavesPriced int
 	// pruned counts the strategies pruneDominated dropped.
 	pruned int
 	// cut counts the strategies cutEinsums dropped.
@@ -393,9 +398,7 @@ func (p *planner) sharedValues() sharedEdges {
 	seen := map[string]ir.ValueID{}
 	for _, v := range order {
 		es := byValue[v]
-		if op := p.g.Value(v).Op; len(es) < 2 || p.opts.sharedCells == 0 && (op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota) {
-			// Inputs and constants are loaded or filled in each layout asked for, not
-			// resharded: each consumer's layout is its own.
+		if len(es) < 2 {
 			continue
 		}
 		a := p.rep[p.groupOf[v]]
@@ -403,6 +406,14 @@ func (p *planner) sharedValues() sharedEdges {
 		for _, e := range es {
 			m := p.rep[p.groupOf[e.to]]
 			one = one && m != a && m == p.rep[p.groupOf[es[0].to]]
+		}
+		if op := p.g.Value(v).Op; p.opts.sharedCells == 0 && (op == ir.OpInput || op == ir.OpConstant || op == ir.OpIota) {
+			// Inputs and constants are loaded or filled in each layout asked for, not
+			// resharded: each consumer's layout is its own.
+			if !one && !p.replicatedFree(v) {
+				p.leavesPriced++
+			}
+			continue
 		}
 		if one {
 			continue
@@ -426,6 +437,27 @@ func (p *planner) sharedValues() sharedEdges {
 		out.copies[v] = 1
 	}
 	return out
+}
+
+// replicatedFree reports whether leaf v is alone in its group and one of the group's
+// strategies lays it out replicated at the group's least own cost. Then any plan with v
+// laid out otherwise costs the ILP at least as much as the same plan with v replicated,
+// whose resharding of v into any layout is a free slice: so pricing v per consumer
+// (sharedValues) leaves the ILP's optimum without memory rows at most every plan's
+// once-per-layout cost (docs/DECISIONS.md, "Round ten, rangedual").
+func (p *planner) replicatedFree(v ir.ValueID) bool {
+	gr := p.groups[p.groupOf[v]]
+	if len(gr.members) != 1 || len(gr.strats) == 0 {
+		return false
+	}
+	least, free := math.Inf(1), math.Inf(1)
+	for k, gs := range gr.strats {
+		least = min(least, gs.obj)
+		if p.outSpec(v, k).Used() == mesh.AxesNone {
+			free = min(free, gs.obj)
+		}
+	}
+	return free <= least
 }
 
 // maxSharedCells bounds the transport cells addShared may add for one value. A value past
