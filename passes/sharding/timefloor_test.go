@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/autopar/autopar/ir"
+	"github.com/autopar/autopar/mesh"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,17 +21,10 @@ func TestMemoryBoundIsLower(t *testing.T) {
 	raised, checked := 0, 0
 	for _, name := range []string{"mlp-tiny"} { // gpt-tiny: the root's TestLagDualIsLower
 		g := tinyStep(t, name)
-		base := Options{DeviceFLOPS: 1e9}
-		free, err := Solve(context.Background(), g, lm, base)
-		require.NoError(t, err)
-		least := base
-		least.MemoryBudget = 1
-		_, err = Solve(context.Background(), g, lm, least)
-		var me *MemoryError
-		require.ErrorAs(t, err, &me)
+		base, free, least := boundBudgets(t, g, lm)
 		for _, f := range []float64{0.6, 0.3, 0.1} {
 			opts := base
-			opts.MemoryBudget = me.Minimum + int64(f*float64(free.PeakMemory-me.Minimum))
+			opts.MemoryBudget = least + int64(f*float64(free.PeakMemory-least))
 			d, err := MemoryBound(context.Background(), g, lm, opts, 400)
 			require.NoError(t, err)
 			require.Zero(t, d.PerEdgeValues, name)
@@ -56,18 +51,11 @@ func TestMemoryBoundIsLower(t *testing.T) {
 func TestMemoryBoundUntilStops(t *testing.T) {
 	_, lm := benchMesh(t, "dgx-a100", 2, 2)
 	g := tinyStep(t, "mlp-tiny")
-	base := Options{DeviceFLOPS: 1e9}
-	free, err := Solve(context.Background(), g, lm, base)
-	require.NoError(t, err)
-	least := base
-	least.MemoryBudget = 1
-	_, err = Solve(context.Background(), g, lm, least)
-	var me *MemoryError
-	require.ErrorAs(t, err, &me)
+	base, free, least := boundBudgets(t, g, lm)
 	stopped := 0
 	for _, f := range []float64{0.6, 0.3, 0.1} {
 		opts := base
-		opts.MemoryBudget = me.Minimum + int64(f*float64(free.PeakMemory-me.Minimum))
+		opts.MemoryBudget = least + int64(f*float64(free.PeakMemory-least))
 		full, err := MemoryBound(context.Background(), g, lm, opts, 400)
 		require.NoError(t, err)
 		if full.Under <= full.Bound {
@@ -93,4 +81,20 @@ func TestMemoryBoundUntilStops(t *testing.T) {
 			opts.MemoryBudget, d.Bound, target, d.Under, d.Sweeps, full.Under, full.Sweeps)
 	}
 	assert.Positive(t, stopped, "some search stopped at its target")
+}
+
+// boundBudgets gives the options the memory-bound tests solve g on lm with, the free plan
+// (no budget) and the least footprint of any plan (the MemoryError of a 1-byte budget):
+// the tests' budgets lie between the two.
+func boundBudgets(t *testing.T, g *ir.Graph, lm *mesh.LogicalMesh) (Options, *Result, int64) {
+	t.Helper()
+	base := Options{DeviceFLOPS: 1e9}
+	free, err := Solve(context.Background(), g, lm, base)
+	require.NoError(t, err)
+	least := base
+	least.MemoryBudget = 1
+	_, err = Solve(context.Background(), g, lm, least)
+	var me *MemoryError
+	require.ErrorAs(t, err, &me)
+	return base, free, me.Minimum
 }
