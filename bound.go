@@ -284,11 +284,12 @@ func (o *oracle) relaxes(key solveKey) bool {
 // 2.425 s on GPT-39B's middle layer on 8×8). A solve stopped by a limit proves nothing
 // and gives no bound (ok false). TestRelaxedIsLower.
 func (o *oracle) solveRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape) *stageSolution {
-	return o.solveRelaxedAt(sg, s, l, 0)
+	return o.solveRelaxedAt(sg, s, l, 0, 0)
 }
 
-// solveRelaxedAt is solveRelaxed at most iters of lp_solve's effort (0: the compile's).
-func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, iters int64) *stageSolution {
+// solveRelaxedAt is solveRelaxed at most iters of lp_solve's effort (0: the compile's),
+// its ILP not given to lp_solve above noLP variables where positive (NoLPAbove).
+func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, iters int64, noLP int) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -296,6 +297,9 @@ func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	opts := o.solveOptions(sg, s, l, relaxedBudget)
 	if iters > 0 {
 		opts.Iterations = iters
+	}
+	if noLP > 0 && !o.lpOnly {
+		opts.NoLPAbove = noLP
 	}
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
@@ -824,8 +828,9 @@ func (o *oracle) dualApplies(start, end int) bool {
 // refute computes the dual bound (rangeDual) of each stage of the optimistic plan opt
 // that dualApplies to and whose range ILP has not run, once per stage, and reports
 // whether one raised the stage's optimistic price: then the optimistic plan is made again
-// before any range ILP is solved (exactly).
-func (o *oracle) refute(opt *dp.Result) bool {
+// before any range ILP is solved (exactly). target is what the bounds under the memory are
+// asked to reach (lagRefute).
+func (o *oracle) refute(opt *dp.Result, target float64) bool {
 	raised := false
 	for _, st := range opt.Stages {
 		k := stageKey(st)
@@ -835,7 +840,7 @@ func (o *oracle) refute(opt *dp.Result) bool {
 		if e, ok := o.exactAt[k]; ok && e.exact {
 			continue // priced by its range ILP already
 		}
-		if o.lagRefute(st.Start, st.End, st.Submesh, st.Logical) {
+		if o.lagRefute(st.Start, st.End, st.Submesh, st.Logical, target) {
 			if o.ctx.Err() != nil {
 				return false
 			}

@@ -363,8 +363,6 @@ type attempt struct {
 	// counts them (at most maxYields).
 	yieldAt float64
 	yields  int
-	// top is the step of the fastest plan known when the count's turn began (searchAll)
-	top float64
 	// ex is the count's exactly between its turns: set once its settle is done and its
 	// exactly has begun, kept when it yields there (searchAll resumes it where it stopped).
 	ex *exactState
@@ -486,10 +484,9 @@ func searchAll(ss []*Compilation) []error {
 			continue
 		}
 		a.progress = progress
-		a.o.cutoff, a.yieldAt, a.top = 0, 0, top()
-		a.o.top = a.top
-		if !math.IsInf(a.top, 1) && a.o.fast {
-			a.o.cutoff = a.top * (1 + boundMargin)
+		a.o.cutoff, a.yieldAt, a.o.top = 0, 0, top()
+		if !math.IsInf(a.o.top, 1) && a.o.fast {
+			a.o.cutoff = a.o.top * (1 + boundMargin)
 		}
 		if cutoffFor != nil && a.o.fast {
 			a.o.cutoff = cutoffFor(a.s.Microbatches)
@@ -719,7 +716,7 @@ func (a *attempt) stopped() error {
 	o.fast, o.lazy = false, false
 	o.countComposed()
 	a.hold()
-	return a.endLosing(a.top, "outbid")
+	return a.endLosing(o.top, "outbid")
 }
 
 // faster ends a count whose search ended with err (nil: a plan, a.s.Plan) with the plan it
@@ -931,8 +928,7 @@ func (o *oracle) exactRounds(ctx context.Context, layers int, dc dp.Cluster, qui
 			st.proven = true
 			break
 		}
-		o.lagTarget = lagTarget(o.cutoff, o.top, st.best)
-		if o.memRefute(opt) || o.refute(opt) {
+		if o.memRefute(opt) || o.refute(opt, lagTarget(o.cutoff, o.top, st.best)) {
 			continue // a stage's peak floor or dual bound raised its price: plan again before its range ILP (bound.go)
 		}
 		if sig := stagesOf(opt); o.hasRestricted(opt) && !st.recosted[sig] {

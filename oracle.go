@@ -102,14 +102,9 @@ type oracle struct {
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)
-	// rangeNoLP, while positive, is the NoLPAbove of the relaxed solves solveOptions makes
-	// options for: set by rangeRelaxed (restrict.go) around its one solve, which runs on the
-	// search's goroutine, never beside the job runner's
-	rangeNoLP int
-	// top is the step of the fastest plan known when this count's turn began (searchAll's
-	// attempt.top; +Inf: none); lagTarget what exactly asks of lagRefute's bounds
-	// (timefloor.go)
-	top, lagTarget float64
+	// top is the step of the fastest plan known when this count's turn began (searchAll;
+	// +Inf: none)
+	top float64
 }
 
 // shared is what the oracles of one compile (one per micro-batch count) share: solutions
@@ -787,16 +782,7 @@ func (o *oracle) solveOptions(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 	return sharding.Options{Cluster: o.c, MemoryBudget: memory, TimeLimit: o.limit, Iterations: max(o.iters, 0),
 		LPSolveOnly: o.lpOnly, SolveLayersOnce: true, BlockKeys: sg.keys, Reshard: o.memo(s, l),
 		Candidates: o.candMemo(), Microbatches: sg.mb, Update: sg.once, Accumulated: sg.acc,
-		LagGap: o.lagGap, LagGapAbove: lagGapVars, NoLPAbove: o.noLPFor(memory)}
-}
-
-// noLPFor is the NoLPAbove of a solve under budget memory: rangeNoLP for a relaxed one
-// (rangeRelaxed), otherwise none.
-func (o *oracle) noLPFor(memory int64) int {
-	if memory != relaxedBudget || o.lpOnly {
-		return 0
-	}
-	return o.rangeNoLP
+		LagGap: o.lagGap, LagGapAbove: lagGapVars}
 }
 
 // memo returns the resharding prices shared by the solves on (s, l).

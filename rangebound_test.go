@@ -134,10 +134,10 @@ func TestRefuteRaisesSoundly(t *testing.T) {
 		before, ok := o.stageCost(0, L, mk.sub, mk.logical)
 		require.True(t, ok, at)
 		opt := &dp.Result{Stages: []dp.Stage{{Start: 0, End: L, Submesh: mk.sub, Logical: mk.logical, Cost: before}}}
-		up := o.refute(opt)
+		up := o.refute(opt, 0)
 		v := o.duals[rangeKey{0, L, mk.sub, mk.logical}]
 		assert.Equal(t, v > w*before.Time+before.Step, up, at)
-		assert.False(t, o.refute(opt), "%s: a range's bound is computed once", at)
+		assert.False(t, o.refute(opt, 0), "%s: a range's bound is computed once", at)
 		// The dual's raise alone: stageCost applies widebig's rangeFloor too, which prices
 		// the range by its relaxed solve where one ran (refute keeps a certificate's answer
 		// as one: the range's own price, which may tie with lp_solve's plan in the ILP's

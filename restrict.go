@@ -140,11 +140,11 @@ func (o *oracle) rangeRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 	key := solveKey{sg.hash, s, l}
 	r, ran := o.relaxed[key]
 	if !ran {
+		noLP := 0
 		if meshFactor(l) > 4 {
-			o.rangeNoLP = rangeLPVars
+			noLP = rangeLPVars
 		}
-		r = o.solveRelaxedAt(sg, s, l, restrictRelaxIterations)
-		o.rangeNoLP = 0
+		r = o.solveRelaxedAt(sg, s, l, restrictRelaxIterations, noLP)
 		o.relaxed[key] = r
 		if _, solved := o.solved[key]; r.exact && !solved {
 			o.solved[key] = r // the memory rows would not have bound it
@@ -160,9 +160,9 @@ func (o *oracle) rangeRelaxed(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShap
 // (rangeRelaxed); off only in tests of the restriction to the layers' points alone.
 var restrictRelaxed = true
 
-// rangeLPVars (a variable for its test): a range's relaxed solve (rangeRelaxed) on a two-dimensional mesh whose ILP
-// has more variables than this and that the certificate does not answer is not given to
-// lp_solve (sharding.Options.NoLPAbove), which it would start cold at
+// rangeLPVars (a variable for its test): a range's relaxed solve (rangeRelaxed) on a
+// two-dimensional mesh whose ILP has more variables than this and that the certificate
+// does not answer is not given to lp_solve (sharding.Options.NoLPAbove), which it would start cold at
 // restrictRelaxIterations: an error, as the limit it would reach. leanLPVars' evidence
 // (GPT-15B/32: cold lp_solve at leanIterations never got through the LP root of a 2-D ILP
 // of 16.9–28.1k variables) holds here: Wide-ResNet-6.8B/32's [0,4) on 4×4 (22,240

@@ -23,8 +23,8 @@ import (
 // layouts priced once each, inputs and constants included (its objective then is at most
 // the plan's cost, weighed as the price is: rangeDual's argument), its message-passing
 // dual bound without memory rows (Bound) and, where the free plan does not fit the device
-// memory, the Lagrangian bound of its memory rows (Under) after lagSweeps sweeps. Under bounds w·t + u of every plan of
-// the range that fits the memory plainly. Which plans the range's price comes from
+// memory, the Lagrangian bound of its memory rows (Under) after lagSweeps sweeps. Under
+// bounds w·t + u of every plan of the range that fits the memory plainly. Which plans the range's price comes from
 // (solveStageOpts, RematAuto or RematNone): its ILP solved plainly under the device
 // memory; only where that fails with a memory error, again recomputing layer by layer.
 // Where MemoryBound decoded a plan that fits plainly (Fits), the plain solve has one to
@@ -42,11 +42,11 @@ import (
 const lagSweeps = 400
 
 // lagRefute computes the memory-aware bounds of layers [start, end) on (s, l) (see above)
-// once, and reports whether it did. Only for a whole-network range under RematAuto or
+// once, its search stopped where the plain way's bound reaches target (lagTarget; +Inf or
+// 0: none), and reports whether it did. Only for a whole-network range under RematAuto or
 // RematNone, weighed as priced, not pruned.
-func (o *oracle) lagRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape) bool {
+func (o *oracle) lagRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape, target float64) bool {
 	k := rangeKey{start, end, s, l}
-	target := o.lagTarget
 	before, done := o.lagDuals[k]
 	cut, short := o.lagCut[k]
 	if done && (!short || target <= cut[0] || before[0] >= target) {

@@ -72,7 +72,7 @@ func TestLagDualIsLower(t *testing.T) {
 					budget := least + int64(f*float64(top-least))
 					at := fmt.Sprintf("layers 0-%d on %v %v at %d bytes", L-1, mk.sub, mk.logical, budget)
 					o, ref := oracleOf(budget), oracleOf(budget)
-					if !o.lagRefute(0, L, mk.sub, mk.logical) {
+					if !o.lagRefute(0, L, mk.sub, mk.logical, 0) {
 						t.Logf("%s: no bound", at)
 						continue
 					}

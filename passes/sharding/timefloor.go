@@ -39,8 +39,8 @@ func MemoryBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Op
 }
 
 // MemoryBoundUntil is MemoryBound whose Lagrangian search also ends, between its solves,
-// once enough holds of what it proves so far (Under and Fits as they stand): where the caller knows the bound it needs
-// (a range priced at the best plan found loses to it: issue 13, round ten, branch
+// once enough holds of what it proves so far (Under and Fits as they stand): where the
+// caller knows the bound it needs (a range priced at the best plan found loses to it: issue 13, round ten, branch
 // gpt67c), the sweeps past it only raise a bound that refutes already. Under is a bound
 // wherever the search stops, only a weaker one the earlier it does. from, when above the
 // search's first multiplier, is where its doublings start (a search stopped by enough
