@@ -3,6 +3,7 @@ package autopar
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 
 	"github.com/autopar/autopar/dp"
@@ -278,6 +279,9 @@ func (o *oracle) openRestricted(opt *dp.Result, progress *ilpProgress) bool {
 			continue
 		}
 		keys = append(keys, k)
+		if o.beaten(k) {
+			continue // its restricted price final, as where its range ILP gives no plan
+		}
 		key := solveKey{sg.hash, st.Submesh, st.Logical}
 		if _, ok := o.solved[key]; !ok {
 			o.solved[key] = nil
@@ -300,6 +304,43 @@ func (o *oracle) openRestricted(opt *dp.Result, progress *ilpProgress) bool {
 		o.exactAt[k] = c
 	}
 	return true
+}
+
+// beaten reports whether no plan of the whole-network range k can beat the fastest plan
+// known (o.top, a plan of this or another count, searchAll), so that its range ILP, which
+// openRestricted would solve, cannot change the compile's plan: its proven bound
+// (rangeLeast) is above top. A one-stage plan's step is its stage's B·t + u, which that
+// bound bounds from below; the range keeps its restricted price, a plan of it, as where
+// its range ILP ends at lp_solve's limit, and every plan of this count through it is
+// slower than top however it is priced. Wide-ResNet-4B/16's count 12: [0,8) on 4×4
+// bounded at 56.92 s under the memory (lagRefute) against count 16's 56.449 s, its
+// 46k-variable range ILP 30 s to lp_solve's limit for no plan (issue 13, round eleven,
+// wres4e).
+func (o *oracle) beaten(k rangeKey) bool {
+	if !o.fast || o.top <= 0 || math.IsInf(o.top, 1) || !o.dualApplies(k.start, k.end) {
+		return false
+	}
+	return o.rangeLeast(k) > o.top
+}
+
+// rangeLeast is the least B·t + u of any plan of the whole-network range k that the
+// search has proven (−Inf: none): the highest of its Lagrangian bound under the memory,
+// the lesser of its plain and recomputing ways (timefloor.go, lagRefute), its dual bound
+// (bound.go, rangeDual) and its solve without memory rows (rangeFloor's).
+func (o *oracle) rangeLeast(k rangeKey) float64 {
+	least := math.Inf(-1)
+	if v, ok := o.lagDuals[k]; ok {
+		least = max(least, min(v[0], v[1]))
+	}
+	if v, ok := o.duals[k]; ok {
+		least = max(least, v)
+	}
+	if sg, err := o.stage(k.start, k.end); err == nil && sg.mb == o.mb && o.mb >= 1 {
+		if r := o.relaxed[solveKey{sg.hash, k.sub, k.logical}]; r != nil && r.ok && r.res != nil {
+			least = max(least, float64(o.mb)*r.cost.Time+r.cost.Step)
+		}
+	}
+	return least
 }
 
 // weighed is a stage's plain price as the stage ILPs weigh it, B·t + u.
