@@ -1,6 +1,7 @@
 package autopar
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // whole-network stage unsolved where the range's proven bound (rangeLeast) is above the
 // fastest plan known (o.top), and makes its restricted price final, as where that ILP ends
 // without a plan; where the bound is not above top, or there is no top, or the range is not
-// the whole network, it solves the range ILP as before. rangeLeast takes the highest of
+// the whole network, it solves the range ILP as before; unrestrict likewise. rangeLeast takes the highest of
 // the proven bounds, the lesser of the Lagrangian's two ways, and nothing from a guess.
 func TestBeatenRangeNotOpened(t *testing.T) {
 	defer func(v int) { restrictVars = v }(restrictVars)
@@ -65,6 +66,11 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 		o.top = price/2 - 1e-6
 		assert.Equal(t, price/2, o.rangeLeast(k), at)
 		solves := o.solves.Load()
+		// unrestrict (exactly's rounds ended unproven) keeps it as it is too.
+		p := opt(o)
+		assert.Same(t, p, o.unrestrict(context.Background(), L, dc, dp.Options{Microbatches: tc.b}, p, nil), at)
+		assert.Equal(t, solves, o.solves.Load(), "%s: unrestrict solved a range ILP", at)
+		assert.Same(t, restricted, o.restricted[k], at)
 		require.True(t, o.openRestricted(opt(o), nil), at)
 		assert.Equal(t, solves, o.solves.Load(), "%s: a range ILP solved", at)
 		_, ran := o.solved[key]
@@ -84,6 +90,13 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 			o.lagDuals = map[rangeKey][2]float64{k: {price / 2, price}}
 			set(o)
 			solves := o.solves.Load()
+			if name == "at top, unrestrict" {
+				// unrestrict solves the range ILP (recost without restriction).
+				p := opt(o)
+				o.unrestrict(context.Background(), L, dc, dp.Options{Microbatches: tc.b}, p, nil)
+				assert.Greater(t, o.solves.Load(), solves, "%s: unrestrict ran no range ILP", at)
+				continue
+			}
 			require.True(t, o.openRestricted(opt(o), nil), "%s: %s", at, name)
 			assert.Greater(t, o.solves.Load(), solves, "%s: %s: no range ILP", at, name)
 			_, ran := o.solved[key]

@@ -217,7 +217,8 @@ func (o *oracle) rangeFloor(c dp.StageCost, start, end int, s mesh.Submesh, l me
 
 // unrestrict re-prices plan p's restricted stages by their full range ILPs (exactly's
 // rounds ended without proving p within refineTolerance of the bound) and returns the
-// cheaper plan: p's restricted stages are kept when the full solves find nothing cheaper.
+// cheaper plan: p's restricted stages are kept when the full solves find nothing cheaper,
+// or when no plan of the range can beat the fastest plan known (beaten).
 func (o *oracle) unrestrict(ctx context.Context, layers int, dc dp.Cluster, do dp.Options, p *dp.Result, progress *ilpProgress) *dp.Result {
 	if p == nil {
 		clear(o.restricted) // no plan: the exhaustive search of this count solves every range
@@ -225,8 +226,8 @@ func (o *oracle) unrestrict(ctx context.Context, layers int, dc dp.Cluster, do d
 	}
 	saved := map[rangeKey]*stageSolution{}
 	for _, st := range p.Stages {
-		if k, sol := o.pendingRestricted(st); sol != nil {
-			saved[k] = sol
+		if k, sol := o.pendingRestricted(st); sol != nil && !o.beaten(k) {
+			saved[k] = sol // a beaten range's ILP cannot bring p under the plan known (beaten)
 		}
 	}
 	if len(saved) == 0 {
