@@ -24,7 +24,7 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 	tc := boundCase{"mlp-tiny", "cpu", 1, 4, 4, 3}
 	o0, dc := tc.oracle(t)
 	L := o0.lay.L
-	checked := 0
+	checked, relaxedSeen := 0, 0
 	for _, mk := range o0.meshes(dc) {
 		if mk.sub.NumDevices() == 1 {
 			continue
@@ -44,7 +44,7 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 			if cc := o.composed(0, L, mk.sub, mk.logical); !cc.ok || !o.restrictStage(0, L, mk.sub, mk.logical) {
 				return nil
 			}
-			clear(o.relaxed) // rangeLeast's bound from the lagrangian alone below
+			clear(o.relaxed) // rangeLeast's bound from the Lagrangian alone, but where a test sets it
 			return o
 		}
 		opt := func(o *oracle) *dp.Result {
@@ -58,6 +58,16 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 		sg, err := o.stage(0, L)
 		require.NoError(t, err, at)
 		key := solveKey{sg.hash, mk.sub, mk.logical}
+		// The range's relaxed solve bounds it as rangeFloor does, unless its ILP priced some
+		// value per consumer.
+		if r := o.rangeRelaxed(sg, mk.sub, mk.logical); r != nil && sg.weighsAsPriced() {
+			assert.Equal(t, float64(tc.b)*r.cost.Time+r.cost.Step, o.rangeLeast(k), at)
+			r.res.ILP.PerEdgeValues++
+			assert.True(t, math.IsInf(o.rangeLeast(k), -1), at)
+			r.res.ILP.PerEdgeValues--
+			relaxedSeen++
+		}
+		clear(o.relaxed)
 		restricted := o.restricted[k]
 		price := o.weighed(restricted)
 
@@ -104,6 +114,7 @@ func TestBeatenRangeNotOpened(t *testing.T) {
 		}
 	}
 	assert.Positive(t, checked)
+	assert.Positive(t, relaxedSeen)
 
 	// rangeLeast: the highest proven bound, −Inf with none; not for a range short of the
 	// whole network.

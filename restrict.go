@@ -327,7 +327,8 @@ func (o *oracle) beaten(k rangeKey) bool {
 // rangeLeast is the least B·t + u of any plan of the whole-network range k that the
 // search has proven (−Inf: none): the highest of its Lagrangian bound under the memory,
 // the lesser of its plain and recomputing ways (timefloor.go, lagRefute), its dual bound
-// (bound.go, rangeDual) and its solve without memory rows (rangeFloor's).
+// (bound.go, rangeDual) and its solve without memory rows (rangeFloor's) where the range's
+// ILP weighs as its price does and prices each value's layouts once.
 func (o *oracle) rangeLeast(k rangeKey) float64 {
 	least := math.Inf(-1)
 	if v, ok := o.lagDuals[k]; ok {
@@ -336,8 +337,10 @@ func (o *oracle) rangeLeast(k rangeKey) float64 {
 	if v, ok := o.duals[k]; ok {
 		least = max(least, v)
 	}
-	if sg, err := o.stage(k.start, k.end); err == nil && sg.mb == o.mb && o.mb >= 1 {
-		if r := o.relaxed[solveKey{sg.hash, k.sub, k.logical}]; r != nil && r.ok && r.res != nil {
+	if sg, err := o.stage(k.start, k.end); err == nil && sg.mb == o.mb && o.mb >= 1 && sg.weighsAsPriced() {
+		// Not where the relaxed ILP prices a value's resharding per consumer: its objective
+		// then bounds no plan's cost (bound.go, solveRelaxed's caveat).
+		if r := o.relaxed[solveKey{sg.hash, k.sub, k.logical}]; r != nil && r.ok && r.res != nil && r.res.ILP.PerEdgeValues == 0 {
 			least = max(least, float64(o.mb)*r.cost.Time+r.cost.Step)
 		}
 	}
