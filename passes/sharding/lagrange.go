@@ -180,7 +180,8 @@ type lagSearcher struct {
 	overflow bool // lagDoubling: the last solve's plans overflowed; the next μ doubles
 	mu       float64
 	lo, hi   float64
-	byEnough bool // the last run returned where lp.enough held: it can go on
+	byEnough bool   // the last run returned where lp.enough held: it can go on
+	cur      *mpRun // the solve paused where lp.enough held after a sweep (nil: none)
 }
 
 type lagPhase uint8
@@ -273,21 +274,36 @@ func (q *lagSearcher) visit(x []int) {
 	}
 }
 
-// solveAt solves the energy priced at μ and reports whether a decoded plan fitted.
-func (q *lagSearcher) solveAt(mu float64, stop func() bool) bool {
-	q.setMu(mu)
-	q.fitted, q.over = false, q.over[:0]
-	r := q.s.run(lagIters, lagStall, stop, q.visit)
-	q.res.solves++
-	q.res.sweeps += r.iters
-	if r.iters > 0 {
-		q.res.lb = max(q.res.lb, r.lb)
+// solveAt solves the energy priced at μ and reports whether a decoded plan fitted. Where
+// lp.enough holds of the bound after a sweep, the solve pauses (paused: the search returns
+// to its caller, byEnough) and the next solveAt goes on with it, whatever its μ.
+func (q *lagSearcher) solveAt(mu float64, stop func() bool) (fitted, paused bool) {
+	if q.cur == nil {
+		q.setMu(mu)
+		q.fitted, q.over = false, q.over[:0]
+		q.cur = &mpRun{maxIters: lagIters, stall: lagStall, res: mpResult{ub: math.Inf(1), lb: math.Inf(-1)}}
 	}
+	r := q.cur
+	var pause func(lb float64) bool
+	if q.lp.enough != nil {
+		pause = func(lb float64) bool { return q.lp.enough(max(q.res.lb, lb), q.res.x != nil) }
+	}
+	before := r.res.iters
+	paused = q.s.sweeps(r, stop, q.visit, pause)
+	q.res.sweeps += r.res.iters - before
+	if r.res.iters > 0 {
+		q.res.lb = max(q.res.lb, r.res.lb)
+	}
+	if paused {
+		return false, true // the solve goes on at the next call
+	}
+	q.cur = nil
+	q.res.solves++
 	if len(q.pts) < lagMaxPoints && len(q.over) > 0 {
 		q.pts = append(q.pts, q.over[0])
 	}
 	q.res.closed = q.res.x != nil && mpClosed(q.res.ub, q.res.lb)
-	return q.fitted
+	return q.fitted, false
 }
 
 // run searches on from where the last run returned (from the start, the first time) until
@@ -322,21 +338,33 @@ func (q *lagSearcher) run(stop func() bool) lagResult {
 			}
 			continue
 		}
-		if q.solveAt(q.mu, stop) {
+		fitted, paused := q.solveAt(q.mu, stop)
+		if paused {
+			q.byEnough = true
+			return q.res
+		}
+		if fitted {
 			q.hi, q.phase, q.step = q.mu, lagBisecting, 0
 			break
 		}
 		q.res.mu, q.overflow = q.mu, true
 	}
 	for q.phase == lagBisecting {
-		if q.step == lagBisect || halt() {
-			if !q.byEnough {
-				q.phase = lagDone
+		if q.cur == nil { // not a paused solve's to go on with
+			if q.step == lagBisect || halt() {
+				if !q.byEnough {
+					q.phase = lagDone
+				}
+				return q.res
 			}
+			q.mu = (q.lo + q.hi) / 2
+		}
+		fitted, paused := q.solveAt(q.mu, stop)
+		if paused {
+			q.byEnough = true
 			return q.res
 		}
-		q.mu = (q.lo + q.hi) / 2
-		if q.solveAt(q.mu, stop) {
+		if fitted {
 			q.hi = q.mu
 		} else {
 			q.lo, q.res.mu = q.mu, q.mu
