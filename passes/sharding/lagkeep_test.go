@@ -9,12 +9,12 @@ import (
 )
 
 // TestMemoryBoundUntilGoesOn: a search stopped at a low target and asked again for a
-// higher one (from its Mu, the options carrying a CandidateMemo) goes on with the kept
-// search: the same bound, multiplier and sweeps as one search asked once for the higher
-// target (such bounds TestMemoryBoundIsLower holds under lp_solve's plans). A call for
+// higher one, and again by steps (from its Mu, the options carrying a CandidateMemo), goes
+// on with the kept search, paused solves included: the same bound, multiplier and sweeps
+// as one search asked once for the last target (such bounds TestMemoryBoundIsLower holds under lp_solve's plans). A call for
 // another budget on the same graph and mesh is not answered by the kept search: it equals
 // a search begun anew. Mutations caught: a kept search matched by its graph alone; a kept
-// search begun anew from its multiplier.
+// search begun anew from its multiplier; a paused solve begun anew at its multiplier.
 func TestMemoryBoundUntilGoesOn(t *testing.T) {
 	_, lm := benchMesh(t, "dgx-a100", 2, 2)
 	g := tinyStep(t, "mlp-tiny")
@@ -61,16 +61,22 @@ func TestMemoryBoundUntilGoesOn(t *testing.T) {
 		assert.Equal(t, fresh, got, "at %d bytes: another budget's search", other.MemoryBudget)
 		require.Len(t, kept.Candidates.lags.ents, 1, "the stopped search is still kept")
 
-		second, err := MemoryBoundUntil(context.Background(), g, lm, kept, 400, first.Mu, reach(high))
-		require.NoError(t, err)
-		assert.Equal(t, once.Under, second.Under, "at %d bytes: the bound", opts.MemoryBudget)
-		assert.Equal(t, once.Mu, second.Mu, "at %d bytes: the multiplier", opts.MemoryBudget)
-		assert.Equal(t, once.Fits, second.Fits)
-		// Each call counts the free solve's sweeps once: the rest are the one call's.
-		assert.Equal(t, once.Sweeps+freeSweeps, first.Sweeps+second.Sweeps, "at %d bytes: the sweeps", opts.MemoryBudget)
+		// Asked again and again, the target rising by steps to high (so that some pause falls
+		// inside a solve), it goes on to where one search asked once for high ends. Each call
+		// counts the free solve's sweeps once: the rest are the one call's.
+		last, sweeps := first, first.Sweeps
+		for k := 7; k <= 18; k++ {
+			last, err = MemoryBoundUntil(context.Background(), g, lm, kept, 400, last.Mu, reach(full.Bound+float64(k)*0.05*(full.Under-full.Bound)))
+			require.NoError(t, err)
+			sweeps += last.Sweeps - freeSweeps
+		}
+		assert.Equal(t, once.Under, last.Under, "at %d bytes: the bound", opts.MemoryBudget)
+		assert.Equal(t, once.Mu, last.Mu, "at %d bytes: the multiplier", opts.MemoryBudget)
+		assert.Equal(t, once.Fits, last.Fits)
+		assert.Equal(t, once.Sweeps, sweeps, "at %d bytes: the sweeps", opts.MemoryBudget)
 		wentOn++
-		t.Logf("at %d bytes: %.6g after %d sweeps, then %.6g after %d more (once: %.6g after %d)", opts.MemoryBudget,
-			first.Under, first.Sweeps, second.Under, second.Sweeps, once.Under, once.Sweeps)
+		t.Logf("at %d bytes: %.6g after %d sweeps, then %.6g after %d in all (once: %.6g after %d)", opts.MemoryBudget,
+			first.Under, first.Sweeps, last.Under, sweeps, once.Under, once.Sweeps)
 	}
 	assert.Positive(t, wentOn, "some search went on")
 }

@@ -288,6 +288,9 @@ func (q *lagSearcher) solveAt(mu float64, stop func() bool) (fitted, paused bool
 	if q.lp.enough != nil {
 		pause = func(lb float64) bool { return q.lp.enough(max(q.res.lb, lb), q.res.x != nil) }
 	}
+	if pause != nil && r.res.iters > 0 && pause(q.res.lb) {
+		return false, true // a paused solve whose caller asks no more than it has
+	}
 	before := r.res.iters
 	paused = q.s.sweeps(r, stop, q.visit, pause)
 	q.res.sweeps += r.res.iters - before
