@@ -161,9 +161,10 @@ func lagSearch(lp lagProblem, stop func() bool) lagResult {
 }
 
 // lagSearcher is lagSearch as a search that can stop and go on: run returns where lp.enough
-// holds (byEnough), and a later run, with lp.enough changed to ask for more, continues from
-// there, its solver's messages, points and multiplier as they were, so that a search asked
-// in steps makes the same solves as one asked once (lagkeep.go keeps such searches).
+// holds, asked between solves and after each sweep (byEnough; a solve stopped inside is
+// cur), and a later run, with lp.enough changed to ask for more, continues from there, its
+// solver's messages, points and multiplier as they were, so that a search asked in steps
+// makes the same sweeps as one asked once (lagkeep.go keeps such searches).
 type lagSearcher struct {
 	lp       lagProblem
 	m        *mpModel  // base's energy with the memory priced at mu
