@@ -24,6 +24,8 @@ type CandidateMemo struct {
 	// strats keeps the strategies by value signature, for the graphs the entries do not
 	// hold: the other graphs' values alike (stratcache.go).
 	strats strategyCache
+	// lags keeps MemoryBoundUntil's searches stopped at their callers' targets (lagkeep.go)
+	lags lagKeep
 }
 
 type candKey struct {

@@ -157,114 +157,223 @@ func (p *planner) lagProblem(st *mpState, budget float64) lagProblem {
 // lagMaxPoints): doubling μ until a decoded plan fits, then bisecting. stop, when it
 // reports true, ends the search (the result stays valid).
 func lagSearch(lp lagProblem, stop func() bool) lagResult {
+	return newLagSearcher(lp).run(stop)
+}
+
+// lagSearcher is lagSearch as a search that can stop and go on: run returns where lp.enough
+// holds, asked between solves and after each sweep (byEnough; a solve stopped inside is
+// cur), and a later run, with lp.enough changed to ask for more, continues from there, its
+// solver's messages, points and multiplier as they were, so that a search asked in steps
+// makes the same sweeps as one asked once (lagkeep.go keeps such searches).
+type lagSearcher struct {
+	lp       lagProblem
+	m        *mpModel  // base's energy with the memory priced at mu
+	s        *mpSolver // m's solver: its messages carry from one solve to the next
+	nBase    int       // base's factors; the copies' or-factors follow
+	memAt    map[int][][]float64
+	pts      []int // the points T
+	over     []int // points where the current solve's plans overflowed
+	fitted   bool  // the current solve decoded a plan that fits
+	res      lagResult
+	started  bool
+	phase    lagPhase
+	step     int  // the doublings (lagDoubling) or bisections (lagBisecting) made
+	overflow bool // lagDoubling: the last solve's plans overflowed; the next μ doubles
+	mu       float64
+	lo, hi   float64
+	byEnough bool   // the last run returned where lp.enough held: it can go on
+	cur      *mpRun // the solve paused where lp.enough held after a sweep (nil: none)
+}
+
+type lagPhase uint8
+
+const (
+	lagDoubling lagPhase = iota
+	lagBisecting
+	lagDone
+)
+
+func newLagSearcher(lp lagProblem) *lagSearcher {
+	return &lagSearcher{lp: lp, res: lagResult{lb: lp.free.lb, ub: math.Inf(1)}}
+}
+
+// start prices the memory into a copy of the energy, the free plan's peak point first; it
+// reports false where nothing binds (no budget, no free plan, or the free plan fits).
+func (q *lagSearcher) start() bool {
+	lp := q.lp
 	free, base, budget := lp.free, lp.base, lp.budget
-	// The constrained optimum is at least the free one: the free bound holds under the budget.
-	res := lagResult{lb: free.lb, ub: math.Inf(1)}
 	if budget <= 0 || free.x == nil {
-		return res
+		return false
 	}
 	t0, peak0 := lp.peak(free.x)
 	if peak0 <= budget {
-		return res // the free plan fits: nothing binds
+		return false // the free plan fits: nothing binds
 	}
-	m := &mpModel{labels: base.labels, unary: make([][]float64, len(base.unary)), constant: base.constant,
+	q.m = &mpModel{labels: base.labels, unary: make([][]float64, len(base.unary)), constant: base.constant,
 		factors: append(slices.Clone(base.factors), lp.copies...)}
 	for v, u := range base.unary {
-		m.unary[v] = slices.Clone(u)
+		q.m.unary[v] = slices.Clone(u)
 	}
-	nBase := len(base.factors)
-	s := newMPSolver(m)
+	q.nBase = len(base.factors)
+	q.s = newMPSolver(q.m)
 	if lp.warm != nil {
-		for f := range nBase {
-			for i := range s.msg[f] {
-				copy(s.msg[f][i], lp.warm.msg[f][i])
+		for f := range q.nBase {
+			for i := range q.s.msg[f] {
+				copy(q.s.msg[f][i], lp.warm.msg[f][i])
 			}
 		}
+		q.lp.warm = nil // its messages are copied: a kept search need not hold them
 	}
-	memAt := map[int][][]float64{}
-	pts := []int{t0}
-	setMu := func(mu float64) {
-		nT := float64(len(pts))
-		for v, u := range base.unary {
-			for k := range u {
-				m.unary[v][k] = u[k] + mu*nT*lp.gU[v][k]
-			}
-		}
-		for i, b := range lp.copyBytes {
-			m.factors[nBase+i].c = mu * nT * b
-		}
-		m.constant = base.constant - mu*nT*budget
-		for _, t := range pts {
-			mt, ok := memAt[t]
-			if !ok {
-				mt = lp.memOf(t)
-				memAt[t] = mt
-			}
-			for v, row := range mt {
-				for k, b := range row {
-					m.unary[v][k] += mu * b
-				}
-			}
-		}
-	}
-	var fitted bool // the current solve decoded a plan that fits
-	var over []int  // points where its plans overflowed
-	visit := func(x []int) {
-		t, peak := lp.peak(x)
-		if peak > budget {
-			if !slices.Contains(pts, t) && !slices.Contains(over, t) {
-				over = append(over, t)
-			}
-			return
-		}
-		fitted = true
-		if e := base.energy(x); e < res.ub {
-			res.ub, res.x = e, slices.Clone(x)
-		}
-	}
-	solveAt := func(mu float64) bool {
-		setMu(mu)
-		fitted, over = false, over[:0]
-		r := s.run(lagIters, lagStall, stop, visit)
-		res.solves++
-		res.sweeps += r.iters
-		if r.iters > 0 {
-			res.lb = max(res.lb, r.lb)
-		}
-		if len(pts) < lagMaxPoints && len(over) > 0 {
-			pts = append(pts, over[0])
-		}
-		res.closed = res.x != nil && mpClosed(res.ub, res.lb)
-		return fitted
-	}
+	q.memAt = map[int][][]float64{}
+	q.pts = []int{t0}
 	// The first μ prices the overflow at a hundredth of the free optimum's size.
 	scale := max(math.Abs(free.ub), math.Abs(free.lb), 1e-300)
-	mu := max(0.01*scale/max(peak0-budget, 1e-6*budget), lp.from)
-	lo, hi := 0.0, math.Inf(1)
-	for range lagDoublings {
-		if solveAt(mu) {
-			hi = mu
+	q.mu = max(0.01*scale/max(peak0-budget, 1e-6*budget), lp.from)
+	q.lo, q.hi = 0, math.Inf(1)
+	return true
+}
+
+// setMu prices the memory of the points T at μ.
+func (q *lagSearcher) setMu(mu float64) {
+	lp, m, base := &q.lp, q.m, q.lp.base
+	nT := float64(len(q.pts))
+	for v, u := range base.unary {
+		for k := range u {
+			m.unary[v][k] = u[k] + mu*nT*lp.gU[v][k]
+		}
+	}
+	for i, b := range lp.copyBytes {
+		m.factors[q.nBase+i].c = mu * nT * b
+	}
+	m.constant = base.constant - mu*nT*lp.budget
+	for _, t := range q.pts {
+		mt, ok := q.memAt[t]
+		if !ok {
+			mt = lp.memOf(t)
+			q.memAt[t] = mt
+		}
+		for v, row := range mt {
+			for k, b := range row {
+				m.unary[v][k] += mu * b
+			}
+		}
+	}
+}
+
+// visit sees a decoded plan: one that fits may be the best, one that overflows names a point.
+func (q *lagSearcher) visit(x []int) {
+	t, peak := q.lp.peak(x)
+	if peak > q.lp.budget {
+		if !slices.Contains(q.pts, t) && !slices.Contains(q.over, t) {
+			q.over = append(q.over, t)
+		}
+		return
+	}
+	q.fitted = true
+	if e := q.lp.base.energy(x); e < q.res.ub {
+		q.res.ub, q.res.x = e, slices.Clone(x)
+	}
+}
+
+// solveAt solves the energy priced at μ and reports whether a decoded plan fitted. Where
+// lp.enough holds of the bound after a sweep, the solve pauses (paused: the search returns
+// to its caller, byEnough) and the next solveAt goes on with it, whatever its μ.
+func (q *lagSearcher) solveAt(mu float64, stop func() bool) (fitted, paused bool) {
+	if q.cur == nil {
+		q.setMu(mu)
+		q.fitted, q.over = false, q.over[:0]
+		q.cur = &mpRun{maxIters: lagIters, stall: lagStall, res: mpResult{ub: math.Inf(1), lb: math.Inf(-1)}}
+	}
+	r := q.cur
+	var pause func(lb float64) bool
+	if q.lp.enough != nil {
+		pause = func(lb float64) bool { return q.lp.enough(max(q.res.lb, lb), q.res.x != nil) }
+	}
+	if pause != nil && r.res.iters > 0 && pause(q.res.lb) {
+		return false, true // a paused solve whose caller asks no more than it has
+	}
+	before := r.res.iters
+	paused = q.s.sweeps(r, stop, q.visit, pause)
+	q.res.sweeps += r.res.iters - before
+	if r.res.iters > 0 {
+		q.res.lb = max(q.res.lb, r.res.lb)
+	}
+	if paused {
+		return false, true // the solve goes on at the next call
+	}
+	q.cur = nil
+	q.res.solves++
+	if len(q.pts) < lagMaxPoints && len(q.over) > 0 {
+		q.pts = append(q.pts, q.over[0])
+	}
+	q.res.closed = q.res.x != nil && mpClosed(q.res.ub, q.res.lb)
+	return q.fitted, false
+}
+
+// run searches on from where the last run returned (from the start, the first time) until
+// the search ends, closes, lp.enough holds or stop reports true; the result stays valid.
+func (q *lagSearcher) run(stop func() bool) lagResult {
+	q.byEnough = false
+	if !q.started {
+		q.started = true
+		if !q.start() {
+			q.phase = lagDone
+		}
+	}
+	halt := func() bool {
+		if q.res.closed {
+			return true
+		}
+		if q.lp.enough != nil && q.lp.enough(q.res.lb, q.res.x != nil) {
+			q.byEnough = true
+			return true
+		}
+		return stop != nil && stop()
+	}
+	for q.phase == lagDoubling {
+		if q.overflow {
+			if halt() {
+				return q.res
+			}
+			q.overflow = false
+			q.lo, q.mu = q.mu, 2*q.mu
+			if q.step++; q.step == lagDoublings {
+				q.phase = lagDone // no μ tried made a plan fit
+			}
+			continue
+		}
+		fitted, paused := q.solveAt(q.mu, stop)
+		if paused {
+			q.byEnough = true
+			return q.res
+		}
+		if fitted {
+			q.hi, q.phase, q.step = q.mu, lagBisecting, 0
 			break
 		}
-		res.mu = mu
-		if res.closed || lp.enough != nil && lp.enough(res.lb, res.x != nil) || stop != nil && stop() {
-			return res
-		}
-		lo, mu = mu, 2*mu
+		q.res.mu, q.overflow = q.mu, true
 	}
-	if math.IsInf(hi, 1) {
-		return res
-	}
-	for range lagBisect {
-		if res.closed || lp.enough != nil && lp.enough(res.lb, res.x != nil) || stop != nil && stop() {
-			break
+	for q.phase == lagBisecting {
+		if q.cur == nil { // not a paused solve's to go on with
+			if q.step == lagBisect || halt() {
+				if !q.byEnough {
+					q.phase = lagDone
+				}
+				return q.res
+			}
+			q.mu = (q.lo + q.hi) / 2
 		}
-		mu = (lo + hi) / 2
-		if solveAt(mu) {
-			hi = mu
+		fitted, paused := q.solveAt(q.mu, stop)
+		if paused {
+			q.byEnough = true
+			return q.res
+		}
+		if fitted {
+			q.hi = q.mu
 		} else {
-			lo, res.mu = mu, mu
+			q.lo, q.res.mu = q.mu, q.mu
 		}
+		q.step++
 	}
-	return res
+	return q.res
 }

@@ -662,18 +662,34 @@ func solveMP(m *mpModel, maxIters, stall int, stop func() bool) mpResult {
 // unaries or constant changed starts warm (the bound stays valid for any messages). visit,
 // when not nil, sees every labeling decoded (after ICM; it must not keep x).
 func (s *mpSolver) run(maxIters, stall int, stop func() bool, visit func(x []int)) mpResult {
-	m := s.m
-	res := mpResult{ub: math.Inf(1), lb: math.Inf(-1)}
-	var lbs []float64 // the bound after each sweep
-	for it := 1; it <= maxIters; it++ {
+	r := &mpRun{maxIters: maxIters, stall: stall, res: mpResult{ub: math.Inf(1), lb: math.Inf(-1)}}
+	s.sweeps(r, stop, visit, nil)
+	return r.res
+}
+
+// mpRun is a run of the solver (run) that can pause between its sweeps and go on: the
+// sweeps made, the bound after each, the best labeling.
+type mpRun struct {
+	maxIters, stall int
+	res             mpResult
+	lbs             []float64 // the bound after each sweep
+	ended           bool      // the run closed, stalled or made maxIters sweeps
+}
+
+// sweeps goes on with r until it ends, stop reports true before a sweep, or pause reports
+// true of the bound after one (nil: never; then it reports true). A run paused and gone on
+// makes the same sweeps as one never paused.
+func (s *mpSolver) sweeps(r *mpRun, stop func() bool, visit func(x []int), pause func(lb float64) bool) (paused bool) {
+	m, res := s.m, &r.res
+	for it := res.iters + 1; it <= r.maxIters; it++ {
 		if stop != nil && stop() {
-			return res
+			return false
 		}
 		s.pass(true)
 		s.pass(false)
 		res.iters = it
 		res.lb = max(res.lb, s.bound())
-		lbs = append(lbs, res.lb)
+		r.lbs = append(r.lbs, res.lb)
 		x := s.decode()
 		m.icm(x, s.adj, 4)
 		if visit != nil {
@@ -683,14 +699,19 @@ func (s *mpSolver) run(maxIters, stall int, stop func() bool, visit func(x []int
 			res.ub, res.x = e, x
 		}
 		if mpClosed(res.ub, res.lb) {
-			res.closed = true
-			return res
+			res.closed, r.ended = true, true
+			return false
 		}
-		if it > stall && res.lb-lbs[it-1-stall] < 0.1*(res.ub-res.lb) {
-			return res
+		if it > r.stall && res.lb-r.lbs[it-1-r.stall] < 0.1*(res.ub-res.lb) {
+			r.ended = true
+			return false
+		}
+		if pause != nil && pause(res.lb) {
+			return true
 		}
 	}
-	return res
+	r.ended = true
+	return false
 }
 
 // fillTable writes t.cost (zeroed, t.dims set) from parts, read through at and of

@@ -45,8 +45,21 @@ func MemoryBound(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Op
 // wherever the search stops, only a weaker one the earlier it does. from, when above the
 // search's first multiplier, is where its doublings start (a search stopped by enough
 // resumed about where it stopped: its MemoryDual.Mu); any multiplier gives a bound.
+//
+// A search stopped by enough is kept in opts.Candidates (lagkeep.go), and a later call
+// for the same graph, mesh and options (its slices, maps and pointers the same objects,
+// unchanged) with from its Mu goes on with it, planner, messages and multiplier as they
+// were, instead of building and solving anew; lagSweeps then counts this call's sweeps.
 func MemoryBoundUntil(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, opts Options, lagSweeps int, from float64, enough func(MemoryDual) bool) (MemoryDual, error) {
 	opts.sharedCells = math.MaxInt32 // every value's layouts priced once each, as Result.Cost prices them
+	var keep *lagKeep
+	if opts.Candidates != nil {
+		keep = &opts.Candidates.lags
+	}
+	if e := keep.take(g, lm, opts, from); e != nil {
+		d := MemoryDual{FreeDual: e.free, Under: e.free.Bound}
+		return e.goOn(ctx, d, lagSweeps, enough, keep)
+	}
 	p, err := newPlannerContext(ctx, g, lm, opts)
 	if err != nil {
 		return MemoryDual{}, err
@@ -63,31 +76,45 @@ func MemoryBoundUntil(ctx context.Context, g *ir.Graph, lm *mesh.LogicalMesh, op
 	budget := float64(p.opts.MemoryBudget)
 	if st.res.x != nil && budget > 0 {
 		if _, peak := p.peakOf(st.choice(st.res.x)); peak > budget {
-			left := lagSweeps
-			stop := func() bool {
-				left--
-				return left < 0 || ctx.Err() != nil
-			}
 			lp := p.lagProblem(st, budget) // p.lagrange's, with enough and from
 			lp.from = from
-			if enough != nil {
-				lp.enough = func(lb float64, fits bool) bool {
-					now := d
-					now.Under, now.Fits = max(d.Under, lb), fits
-					return enough(now)
-				}
-			}
-			lag := lagSearch(lp, stop)
-			if err := ctx.Err(); err != nil {
-				return MemoryDual{}, err
-			}
-			d.Under = max(d.Under, lag.lb)
-			d.Sweeps += lag.sweeps
-			d.Fits = lag.x != nil
-			d.Mu = lag.mu
-			return d, nil
+			p.prob, p.memo = nil, nil // the energy is built: a kept search needs neither the ILP nor its pricing memo
+			e := &lagKept{g: g, lm: lm, opts: opts, p: p, free: d.FreeDual, q: newLagSearcher(lp)}
+			return e.goOn(ctx, d, lagSweeps, enough, keep)
 		}
 		d.Fits = true
+	}
+	return d, nil
+}
+
+// goOn runs e's search for at most lagSweeps sweeps from where it stands, until enough
+// holds of d with what it proves, and keeps it in keep where it stopped so.
+func (e *lagKept) goOn(ctx context.Context, d MemoryDual, lagSweeps int, enough func(MemoryDual) bool, keep *lagKeep) (MemoryDual, error) {
+	left := lagSweeps
+	stop := func() bool {
+		left--
+		return left < 0 || ctx.Err() != nil
+	}
+	e.q.lp.enough = nil
+	if enough != nil {
+		e.q.lp.enough = func(lb float64, fits bool) bool {
+			now := d
+			now.Under, now.Fits = max(d.Under, lb), fits
+			return enough(now)
+		}
+	}
+	sweeps := e.q.res.sweeps
+	lag := e.q.run(stop)
+	if err := ctx.Err(); err != nil {
+		return MemoryDual{}, err
+	}
+	d.Under = max(d.Under, lag.lb)
+	d.Sweeps += lag.sweeps - sweeps
+	d.Fits = lag.x != nil
+	d.Mu = lag.mu
+	if e.q.byEnough {
+		e.q.lp.enough = nil // the caller's, not to be called once it returned
+		keep.put(e)
 	}
 	return d, nil
 }
