@@ -182,3 +182,34 @@ func TestClusterLayersOrdersTheBackward(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterLayersTiedParamParts: a param read in several layers (the tiny GPT's and
+// MoE's tied embedding: the token lookup in the first, the output projection in the last)
+// has one adjoint part per reader, and each goes with its reader's layer, so that no layer
+// reads another's per-micro-batch adjoint only to make a param's part (the logits' adjoint
+// from the last layer in the first, on the old placement with the param's first reader).
+func TestClusterLayersTiedParamParts(t *testing.T) {
+	for _, name := range []string{"gpt-tiny", "moe-tiny"} {
+		step, err := TrainingStep(model(t, name), Optimizer{Kind: "adam", LR: 0.01})
+		require.NoError(t, err)
+		for L := 2; L <= 8; L++ {
+			lay, err := ClusterLayers(step, ClusterOptions{Layers: L})
+			require.NoError(t, err)
+			tied := 0
+			for i := range step.Values {
+				p := step.Values[i].Prov
+				x, ok := p.OfValue()
+				if p.Role != ir.RoleAdjointPart || !ok || step.Values[x].Op != ir.OpParam {
+					continue
+				}
+				reader := ruleLayer(step, ir.ValueID(i), x, lay.Of)
+				require.GreaterOrEqual(t, reader, 0, "%s, %d layers: %s names no reader of %s", name, L, step.Values[i].Name, step.Values[x].Name)
+				assert.Equal(t, reader, lay.Of[i], "%s, %d layers: %s", name, L, step.Values[i].Name)
+				if reader != lay.Of[x] {
+					tied++
+				}
+			}
+			assert.Positive(t, tied, "%s, %d layers: a tied param's part away from its first reader", name, L)
+		}
+	}
+}
