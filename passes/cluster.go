@@ -319,24 +319,45 @@ func derivedLayer(g *ir.Graph, id ir.ValueID, of, consumer []int) int {
 		return consumer[x]
 	}
 	if p.Role == ir.RoleAdjointPart && g.Values[x].Op.IsLeaf() {
-		if l := ruleLayer(g, id, x, of); l >= 0 {
+		if l := partLayer(g, id, x, of); l >= 0 {
 			return l
 		}
 	}
 	return of[x]
 }
 
-// ruleLayer is the layer of the reader of param x whose gradient rule made part, x's
-// adjoint part for that reader: the layer of the forward value an operand of part derives
-// from (the reader's adjoint or a temporary of its rule; an adjoint a rule passes on
-// unchanged names the value it was made for, as the embedding's sum names the token
-// lookup); -1 if no operand does. A param read in several layers (a tied embedding: the
-// token lookup in the first, the output projection in the last) has a part per reader, and
-// each belongs with its reader, as a forward value's parts do. Placed with the param's first
-// reader instead, the output projection's part made the first layer read the logits'
-// adjoint, a [tokens, vocab] value, from the last layer every micro-batch (MoE-70B/64: 1 GB
-// a micro-batch, 0.38 of the first stage's 0.54 s).
-func ruleLayer(g *ir.Graph, part, x ir.ValueID, of []int) int {
+// partLayer places part, param x's adjoint part for one reader of x, where fewer bytes
+// cross between layers each micro-batch: with the reader whose gradient rule made it, the
+// part itself crosses to x's layer (where x's adjoint sums its parts); with x, the
+// reader's values the part reads cross instead (for a tied embedding's output projection:
+// the logits' adjoint, [tokens, vocab], and the final hidden state). It returns -1 where the
+// part stays with x: the reader is in x's layer, no operand names it, or the part is not
+// the smaller. A param read in several layers (a tied embedding: the token lookup in the
+// first, the output projection in the last) has a part per reader; placed with the param
+// always, the output projection's part made MoE-70B/64's first layer read 1 GB a
+// micro-batch from the last (0.38 of the first stage's 0.54 s), where the part is 131 MB.
+func partLayer(g *ir.Graph, part, x ir.ValueID, of []int) int {
+	r := readerLayer(g, part, x, of)
+	if r < 0 || r == of[x] {
+		return -1
+	}
+	var read int64
+	for _, a := range g.Values[part].Args {
+		if v := &g.Values[a]; !v.Op.IsLeaf() && v.Op != ir.OpConstant && of[a] != of[x] {
+			read += v.Type.Bytes()
+		}
+	}
+	if g.Values[part].Type.Bytes() >= read {
+		return -1
+	}
+	return r
+}
+
+// readerLayer is the layer of the reader of param x whose gradient rule made part: that of
+// the forward value an operand of part derives from (the reader's adjoint or a temporary
+// of its rule; an adjoint a rule passes on unchanged names the value it was made for, as
+// the embedding's sum names the token lookup); -1 if no operand does.
+func readerLayer(g *ir.Graph, part, x ir.ValueID, of []int) int {
 	for _, a := range g.Values[part].Args {
 		if c, ok := g.Values[a].Prov.OfValue(); ok && c != x && g.Values[c].Prov.Role == ir.RoleForward && of[c] >= 0 {
 			return of[c]
