@@ -190,7 +190,8 @@ func TestClusterLayersOrdersTheBackward(t *testing.T) {
 // its reader (the part crosses to the param's layer) or with the param (the reader's
 // values it reads cross). The tiny GPT and MoE send the part (8 KB against 48 KB of the
 // logits' adjoint and the final hidden state); a GPT of a wide hidden and a short batch
-// (TestSlowLinksMakePipelines') sends the reader's values (1 MB against 640 KB).
+// (TestSlowLinksMakePipelines') sends the reader's values (1 MB against 640 KB). Without
+// ReaderParts every part stays with its param.
 func TestClusterLayersTiedParamParts(t *testing.T) {
 	wide := zoo.NewGPT()
 	wide.Layers, wide.Hidden, wide.Heads, wide.Seq, wide.Vocab, wide.Batch = 2, 1024, 8, 16, 256, 8
@@ -204,7 +205,7 @@ func TestClusterLayersTiedParamParts(t *testing.T) {
 		step, err := TrainingStep(tc.g, Optimizer{Kind: "adam", LR: 0.01})
 		require.NoError(t, err)
 		for L := 2; L <= 8; L++ {
-			lay, err := ClusterLayers(step, ClusterOptions{Layers: L})
+			lay, err := ClusterLayers(step, ClusterOptions{Layers: L, ReaderParts: true})
 			require.NoError(t, err)
 			parts, moved := 0, 0
 			for i := range step.Values {
@@ -235,6 +236,15 @@ func TestClusterLayersTiedParamParts(t *testing.T) {
 			}
 			require.Positive(t, parts, "%s: no tied param", tc.name)
 			assert.Equal(t, tc.moved, moved > 0, "%s, %d layers: %d parts moved", tc.name, L, moved)
+			// Without ReaderParts (one host) every part stays with its param.
+			lay, err = ClusterLayers(step, ClusterOptions{Layers: L})
+			require.NoError(t, err)
+			for i := range step.Values {
+				p := step.Values[i].Prov
+				if x, ok := p.OfValue(); ok && p.Role == ir.RoleAdjointPart && step.Values[x].Op == ir.OpParam {
+					assert.Equal(t, lay.Of[x], lay.Of[i], "%s, %d layers, no ReaderParts: %s", tc.name, L, step.Values[i].Name)
+				}
+			}
 		}
 	}
 }

@@ -72,7 +72,7 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, placements)
 OPTIMIZER_STATE = {
-    'wte.m': (0, [Replicate(), Replicate()]),  # f32[64,32] RR
+    'wte.m': (0, [Replicate(), Shard(1)]),  # f32[64,32] RS1
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R

@@ -65,7 +65,7 @@ INPUTS = {
 
 # the optimizer's state, named after its parameter: name -> (stage, PartitionSpec)
 OPTIMIZER_STATE = {
-    'wte.m': (0, P(None, None)),  # f32[64,32] RR
+    'wte.m': (0, P(None, 'y')),  # f32[64,32] RS1
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
