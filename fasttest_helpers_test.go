@@ -30,7 +30,7 @@ func testOracle(t testing.TB, g *ir.Graph, c *mesh.Cluster, b, layers int) (*ora
 	if layers == 0 {
 		layers = DefaultLayers(step, c.Devices())
 	}
-	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers})
+	lay, err := passes.ClusterLayers(step, passes.ClusterOptions{Layers: layers, ReaderParts: c.Hosts > 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -380,7 +380,7 @@ func runCluster(s *Compilation) (err error) {
 	if layers == 0 {
 		layers = DefaultLayers(s.Step, s.Cluster.Devices())
 	}
-	s.Layering, err = passes.ClusterLayers(s.Step, passes.ClusterOptions{Layers: layers})
+	s.Layering, err = passes.ClusterLayers(s.Step, passes.ClusterOptions{Layers: layers, ReaderParts: s.Cluster.Hosts > 1})
 	return err
 }
 

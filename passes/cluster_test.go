@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/autopar/autopar/frontend/zoo"
 	"github.com/autopar/autopar/ir"
 )
 
@@ -177,6 +178,71 @@ func TestClusterLayersOrdersTheBackward(t *testing.T) {
 						require.LessOrEqual(t, lay.Of[i], lay.Of[a], "%s, %d layers: %s reads %s of an earlier layer",
 							name, L, step.Values[i].Name, step.Values[a].Name)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestClusterLayersTiedParamParts: a param read in several layers (a tied embedding: the
+// token lookup in the first layer, the output projection in the last) has one adjoint part
+// per reader, and each goes where fewer bytes cross between layers each micro-batch: with
+// its reader (the part crosses to the param's layer) or with the param (the reader's
+// values it reads cross). The tiny GPT and MoE send the part (8 KB against 48 KB of the
+// logits' adjoint and the final hidden state); a GPT of a wide hidden and a short batch
+// (TestSlowLinksMakePipelines') sends the reader's values (1 MB against 640 KB). Without
+// ReaderParts every part stays with its param.
+func TestClusterLayersTiedParamParts(t *testing.T) {
+	wide := zoo.NewGPT()
+	wide.Layers, wide.Hidden, wide.Heads, wide.Seq, wide.Vocab, wide.Batch = 2, 1024, 8, 16, 256, 8
+	wideGraph, err := wide.Build()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		g     *ir.Graph
+		moved bool // the output projection's part leaves the param's layer
+	}{{"gpt-tiny", model(t, "gpt-tiny"), true}, {"moe-tiny", model(t, "moe-tiny"), true}, {"wide", wideGraph, false}} {
+		step, err := TrainingStep(tc.g, Optimizer{Kind: "adam", LR: 0.01})
+		require.NoError(t, err)
+		for L := 2; L <= 8; L++ {
+			lay, err := ClusterLayers(step, ClusterOptions{Layers: L, ReaderParts: true})
+			require.NoError(t, err)
+			parts, moved := 0, 0
+			for i := range step.Values {
+				p := step.Values[i].Prov
+				x, ok := p.OfValue()
+				if p.Role != ir.RoleAdjointPart || !ok || step.Values[x].Op != ir.OpParam {
+					continue
+				}
+				parts++
+				reader := readerLayer(step, ir.ValueID(i), x, lay.Of)
+				require.GreaterOrEqual(t, reader, 0, "%s, %d layers: %s names no reader of %s", tc.name, L, step.Values[i].Name, step.Values[x].Name)
+				// The bytes crossing each micro-batch with the part at its reader and at x.
+				atReader, atParam := int64(0), int64(0)
+				if reader != lay.Of[x] {
+					atReader = step.Values[i].Type.Bytes()
+				}
+				for _, a := range step.Values[i].Args {
+					if v := &step.Values[a]; !v.Op.IsLeaf() && v.Op != ir.OpConstant && lay.Of[a] != lay.Of[x] {
+						atParam += v.Type.Bytes()
+					}
+				}
+				want := lay.Of[x]
+				if atReader < atParam {
+					want, moved = reader, moved+1
+				}
+				assert.Equal(t, want, lay.Of[i], "%s, %d layers: %s (%d B at its reader's layer, %d B with %s)",
+					tc.name, L, step.Values[i].Name, atReader, atParam, step.Values[x].Name)
+			}
+			require.Positive(t, parts, "%s: no tied param", tc.name)
+			assert.Equal(t, tc.moved, moved > 0, "%s, %d layers: %d parts moved", tc.name, L, moved)
+			// Without ReaderParts (one host) every part stays with its param.
+			lay, err = ClusterLayers(step, ClusterOptions{Layers: L})
+			require.NoError(t, err)
+			for i := range step.Values {
+				p := step.Values[i].Prov
+				if x, ok := p.OfValue(); ok && p.Role == ir.RoleAdjointPart && step.Values[x].Op == ir.OpParam {
+					assert.Equal(t, lay.Of[x], lay.Of[i], "%s, %d layers, no ReaderParts: %s", tc.name, L, step.Values[i].Name)
 				}
 			}
 		}
