@@ -871,7 +871,7 @@ func (o *oracle) refute(opt *dp.Result, target float64) bool {
 			raised = true
 		}
 	}
-	return raised
+	return o.timeRefuteAll(opt, target) || raised // pipeline stages' floors on t (pipefloor.go)
 }
 
 // perEdge reports whether a solve of a layer of [start, end) on (s, l) priced some

@@ -97,8 +97,11 @@ type oracle struct {
 	// lagDuals are whole-network ranges' bounds under the memory in w·t + u, plain and
 	// recomputing (timefloor.go, lagRefute; −Inf: none), which raise their optimistic
 	// prices (dualRaised)
-	lagDuals   map[rangeKey][2]float64
-	lagCut     map[rangeKey][2]float64 // a lagDuals search stopped at its target: the target, its μ (timefloor.go)
+	lagDuals map[rangeKey][2]float64
+	lagCut   map[rangeKey][2]float64 // a lagDuals search stopped at its target: the target, its μ (timefloor.go)
+	// timeFloors are pipeline stages' floors on t under the memory, plain and recomputing
+	// (pipefloor.go, timeRefute; −Inf: none), which raise their optimistic prices
+	timeFloors map[rangeKey][2]float64
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)
@@ -408,9 +411,10 @@ func (o *oracle) stageCost(start, end int, s mesh.Submesh, l mesh.LogicalShape) 
 			if !ok {
 				return c, ok
 			}
-			c = o.rangeFloor(c, start, end, s, l)       // the range's relaxed solve, where one ran (restrict.go)
-			c = o.dualRaised(c, start, end, s, l)       // the range's dual bound, where refute ran (bound.go)
-			return o.lagRaised(c, start, end, s, l), ok // its bounds under the memory (timefloor.go)
+			c = o.rangeFloor(c, start, end, s, l)        // the range's relaxed solve, where one ran (restrict.go)
+			c = o.dualRaised(c, start, end, s, l)        // the range's dual bound, where refute ran (bound.go)
+			c = o.lagRaised(c, start, end, s, l)         // its bounds under the memory (timefloor.go)
+			return o.timeRaised(c, start, end, s, l), ok // a pipeline stage's floors on t (pipefloor.go)
 		}
 		c := o.composed(start, end, s, l)
 		return c.cost, c.ok
