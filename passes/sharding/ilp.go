@@ -307,9 +307,10 @@ func (p *planner) made(v ir.ValueID, k int, want mesh.Spec) bool {
 func (p *planner) madeBits(v ir.ValueID, k int, buf []uint64) []uint64 {
 	gr := p.groups[p.groupOf[v]]
 	out := p.outSpec(v, k)
+	ob := specBits(out)
 	for _, r := range p.inside[v] {
 		w := p.wantIn(gr, &gr.strats[k], r)
-		if b := specBits(w); !slices.Contains(buf, b) && p.reshard(v, out, w).Time > 0 {
+		if b := specBits(w); b != ob && !slices.Contains(buf, b) && p.reshard(v, out, w).Time > 0 {
 			buf = append(buf, b)
 		}
 	}

@@ -150,7 +150,7 @@ func (p *planner) priceInside() {
 					continue
 				}
 				s := &p.cands[a][gs.pick[mi]]
-				seen = seen[:0]
+				seen = append(seen[:0], specBits(s.Out)) // read as made: nothing to pay
 				x := 0.0
 				for _, r := range p.inside[a] {
 					want := p.wantIn(gr, gs, r)
