@@ -37,8 +37,12 @@ var planCases = []planCase{
 	// under the cpu preset's roofline this tiny model's layer norms and residuals cost
 	// enough that the ILP splits them along the sequence differently per stage, which
 	// Megatron's one --sequence-parallel cannot say.
+	// Since round eleven's objcost (docs/DECISIONS.md) the ILP prices the layer norms'
+	// in-group reshardings that Megatron's split layout of stage 0 needs here, and stage 0
+	// splits the batch instead, cheaper at that price: the exporter says why Megatron cannot
+	// run it (TestMegatronExpressible covers the plans it can).
 	{"gpt-tp2-pp2", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 2, Layers: 2,
-		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, true},
+		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, false},
 	// A (2, 2) mesh whose plan Megatron cannot express: it keeps the input tokens whole on
 	// the data-parallel axis. (Under lp_solve's tie-break among the ILP's equal optima the
 	// plan also split weights over both axes; the certificate's optimum, of the same

@@ -38,15 +38,15 @@ PARAMS = {
     'wpe': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.qkv.w': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
-    'l0.attn.qkv.b': (0, [Replicate(), Shard(0)]),  # f32[96] S1
-    'l0.attn.o.w': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
+    'l0.attn.qkv.w': (0, [Replicate(), Replicate()]),  # f32[32,96] RR
+    'l0.attn.qkv.b': (0, [Replicate(), Replicate()]),  # f32[96] R
+    'l0.attn.o.w': (0, [Replicate(), Replicate()]),  # f32[32,32] RR
     'l0.attn.o.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
-    'l0.mlp.w1.b': (0, [Replicate(), Shard(0)]),  # f32[128] S1
-    'l0.mlp.w2.w': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
+    'l0.mlp.w1.w': (0, [Replicate(), Replicate()]),  # f32[32,128] RR
+    'l0.mlp.w1.b': (0, [Replicate(), Replicate()]),  # f32[128] R
+    'l0.mlp.w2.w': (0, [Replicate(), Replicate()]),  # f32[128,32] RR
     'l0.mlp.w2.b': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta': (1, [Replicate(), Replicate()]),  # f32[32] R
@@ -76,15 +76,15 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, [Replicate(), Replicate()]),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln1.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.attn.qkv.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,96] RS1
-    'l0.attn.qkv.b.m': (0, [Replicate(), Shard(0)]),  # f32[96] S1
-    'l0.attn.o.w.m': (0, [Replicate(), Shard(0)]),  # f32[32,32] S1R
+    'l0.attn.qkv.w.m': (0, [Replicate(), Replicate()]),  # f32[32,96] RR
+    'l0.attn.qkv.b.m': (0, [Replicate(), Replicate()]),  # f32[96] R
+    'l0.attn.o.w.m': (0, [Replicate(), Replicate()]),  # f32[32,32] RR
     'l0.attn.o.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.gamma.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l0.ln2.beta.m': (0, [Replicate(), Replicate()]),  # f32[32] R
-    'l0.mlp.w1.w.m': (0, [Replicate(), Shard(1)]),  # f32[32,128] RS1
-    'l0.mlp.w1.b.m': (0, [Replicate(), Shard(0)]),  # f32[128] S1
-    'l0.mlp.w2.w.m': (0, [Replicate(), Shard(0)]),  # f32[128,32] S1R
+    'l0.mlp.w1.w.m': (0, [Replicate(), Replicate()]),  # f32[32,128] RR
+    'l0.mlp.w1.b.m': (0, [Replicate(), Replicate()]),  # f32[128] R
+    'l0.mlp.w2.w.m': (0, [Replicate(), Replicate()]),  # f32[128,32] RR
     'l0.mlp.w2.b.m': (0, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.gamma.m': (1, [Replicate(), Replicate()]),  # f32[32] R
     'l1.ln1.beta.m': (1, [Replicate(), Replicate()]),  # f32[32] R

@@ -31,15 +31,15 @@ PARAMS = {
     'wpe': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma': (0, P(None)),  # f32[32] R
     'l0.ln1.beta': (0, P(None)),  # f32[32] R
-    'l0.attn.qkv.w': (0, P(None, 'y')),  # f32[32,96] RS1
-    'l0.attn.qkv.b': (0, P('y')),  # f32[96] S1
-    'l0.attn.o.w': (0, P('y', None)),  # f32[32,32] S1R
+    'l0.attn.qkv.w': (0, P(None, None)),  # f32[32,96] RR
+    'l0.attn.qkv.b': (0, P(None)),  # f32[96] R
+    'l0.attn.o.w': (0, P(None, None)),  # f32[32,32] RR
     'l0.attn.o.b': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma': (0, P(None)),  # f32[32] R
     'l0.ln2.beta': (0, P(None)),  # f32[32] R
-    'l0.mlp.w1.w': (0, P(None, 'y')),  # f32[32,128] RS1
-    'l0.mlp.w1.b': (0, P('y')),  # f32[128] S1
-    'l0.mlp.w2.w': (0, P('y', None)),  # f32[128,32] S1R
+    'l0.mlp.w1.w': (0, P(None, None)),  # f32[32,128] RR
+    'l0.mlp.w1.b': (0, P(None)),  # f32[128] R
+    'l0.mlp.w2.w': (0, P(None, None)),  # f32[128,32] RR
     'l0.mlp.w2.b': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma': (1, P(None)),  # f32[32] R
     'l1.ln1.beta': (1, P(None)),  # f32[32] R
@@ -69,15 +69,15 @@ OPTIMIZER_STATE = {
     'wpe.m': (0, P(None, None)),  # f32[16,32] RR
     'l0.ln1.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln1.beta.m': (0, P(None)),  # f32[32] R
-    'l0.attn.qkv.w.m': (0, P(None, 'y')),  # f32[32,96] RS1
-    'l0.attn.qkv.b.m': (0, P('y')),  # f32[96] S1
-    'l0.attn.o.w.m': (0, P('y', None)),  # f32[32,32] S1R
+    'l0.attn.qkv.w.m': (0, P(None, None)),  # f32[32,96] RR
+    'l0.attn.qkv.b.m': (0, P(None)),  # f32[96] R
+    'l0.attn.o.w.m': (0, P(None, None)),  # f32[32,32] RR
     'l0.attn.o.b.m': (0, P(None)),  # f32[32] R
     'l0.ln2.gamma.m': (0, P(None)),  # f32[32] R
     'l0.ln2.beta.m': (0, P(None)),  # f32[32] R
-    'l0.mlp.w1.w.m': (0, P(None, 'y')),  # f32[32,128] RS1
-    'l0.mlp.w1.b.m': (0, P('y')),  # f32[128] S1
-    'l0.mlp.w2.w.m': (0, P('y', None)),  # f32[128,32] S1R
+    'l0.mlp.w1.w.m': (0, P(None, None)),  # f32[32,128] RR
+    'l0.mlp.w1.b.m': (0, P(None)),  # f32[128] R
+    'l0.mlp.w2.w.m': (0, P(None, None)),  # f32[128,32] RR
     'l0.mlp.w2.b.m': (0, P(None)),  # f32[32] R
     'l1.ln1.gamma.m': (1, P(None)),  # f32[32] R
     'l1.ln1.beta.m': (1, P(None)),  # f32[32] R
@@ -97,33 +97,33 @@ OPTIMIZER_STATE = {
 
 # the forward pass's values, for with_sharding_constraint: name -> (stage, PartitionSpec)
 ACTIVATIONS = {
-    'tok_emb': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'tok_emb': (0, P('y', None, None)),  # f32[4,16,32] S1RR
     'pos_emb': (0, P(None, None)),  # f32[16,32] RR
-    'embed': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'embed': (0, P('y', None, None)),  # f32[4,16,32] S1RR
     'mask': (0, P(None, None)),  # bool[16,16] RR
-    'l0.ln1.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.attn.qkv.einsum': (0, P(None, None, 'y')),  # f32[4,16,96] RRS1
-    'l0.attn.qkv': (0, P(None, None, 'y')),  # f32[4,16,96] RRS1
-    'l0.attn.qkv.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,24] RRS1R
-    'l0.attn.q.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
-    'l0.attn.k.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
-    'l0.attn.v.heads': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
-    'l0.attn.scores': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
-    'l0.attn.scaled': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
-    'l0.attn.masked': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
-    'l0.attn.probs': (0, P(None, 'y', None, None)),  # f32[4,4,16,16] RS1RR
-    'l0.attn.ctx': (0, P(None, None, 'y', None)),  # f32[4,16,4,8] RRS1R
-    'l0.attn.ctx.merged': (0, P(None, None, 'y')),  # f32[4,16,32] RRS1
-    'l0.attn.o.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.attn.o': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.res1': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.ln2.layer_norm': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.mlp.w1.einsum': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
-    'l0.mlp.w1': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
-    'l0.mlp.gelu': (0, P(None, None, 'y')),  # f32[4,16,128] RRS1
-    'l0.mlp.w2.einsum': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.mlp.w2': (0, P(None, None, None)),  # f32[4,16,32] RRR
-    'l0.res2': (0, P(None, None, None)),  # f32[4,16,32] RRR
+    'l0.ln1.layer_norm': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.attn.qkv.einsum': (0, P('y', None, None)),  # f32[4,16,96] S1RR
+    'l0.attn.qkv': (0, P('y', None, None)),  # f32[4,16,96] S1RR
+    'l0.attn.qkv.heads': (0, P('y', None, None, None)),  # f32[4,16,4,24] S1RRR
+    'l0.attn.q.heads': (0, P('y', None, None, None)),  # f32[4,16,4,8] S1RRR
+    'l0.attn.k.heads': (0, P('y', None, None, None)),  # f32[4,16,4,8] S1RRR
+    'l0.attn.v.heads': (0, P('y', None, None, None)),  # f32[4,16,4,8] S1RRR
+    'l0.attn.scores': (0, P('y', None, None, None)),  # f32[4,4,16,16] S1RRR
+    'l0.attn.scaled': (0, P('y', None, None, None)),  # f32[4,4,16,16] S1RRR
+    'l0.attn.masked': (0, P('y', None, None, None)),  # f32[4,4,16,16] S1RRR
+    'l0.attn.probs': (0, P('y', None, None, None)),  # f32[4,4,16,16] S1RRR
+    'l0.attn.ctx': (0, P('y', None, None, None)),  # f32[4,16,4,8] S1RRR
+    'l0.attn.ctx.merged': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.attn.o.einsum': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.attn.o': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.res1': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.ln2.layer_norm': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.mlp.w1.einsum': (0, P('y', None, None)),  # f32[4,16,128] S1RR
+    'l0.mlp.w1': (0, P('y', None, None)),  # f32[4,16,128] S1RR
+    'l0.mlp.gelu': (0, P('y', None, None)),  # f32[4,16,128] S1RR
+    'l0.mlp.w2.einsum': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.mlp.w2': (0, P('y', None, None)),  # f32[4,16,32] S1RR
+    'l0.res2': (0, P('y', None, None)),  # f32[4,16,32] S1RR
     'l1.ln1.layer_norm': (1, P(None, None, None)),  # f32[4,16,32] RRR
     'l1.attn.qkv.einsum': (1, P(None, None, 'y')),  # f32[4,16,96] RRS1
     'l1.attn.qkv': (1, P(None, None, 'y')),  # f32[4,16,96] RRS1

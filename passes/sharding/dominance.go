@@ -16,8 +16,9 @@ import (
 //     under t, so no point of the step needs more memory;
 //   - the layouts the node reads from other nodes (the operand specs of its edges in, the
 //     layouts of its updates' targets) and those of edges inside the node (two tied
-//     groups, or a value whose group resharded it internally) are the same under s and t,
-//     so every cost on those edges is the same for every strategy of every neighbour;
+//     groups) are the same under s and t, and so are the layouts each outgoing value's
+//     group makes of it inside (made: an edge out wanting one costs nothing), so every
+//     cost on those edges is the same for every strategy of every neighbour;
 //   - time: own cost(s) − own cost(t) + Σ over the node's edges out of
 //     max over the layouts L the consumer may want of max(0, reshard(out_s → L) −
 //     reshard(out_t → L)) ≤ 0. The sum bounds from above how much more the node's outgoing
@@ -113,15 +114,10 @@ func (p *planner) pruneDominated() {
 func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 	r := n.groups[0]
 	ns := len(p.groups[r].strats)
-	// A value resharded inside its group (a follower with no matching strategy) is priced
-	// in the group's own cost, apart from its consumers in other groups: keep its layout.
-	internal := false
-	for _, gi := range n.groups {
-		internal = internal || p.groups[gi].leaky
-	}
 	own := make([]float64, ns)
 	key := make([]string, ns)
 	var b []byte
+	var made []uint64
 	for k := range ns {
 		for _, gi := range n.groups {
 			own[k] += p.groups[gi].strats[k].cost()
@@ -134,9 +130,25 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 			b = binary.LittleEndian.AppendUint64(b, specBits(p.outSpec(e.from, k)))
 			b = binary.LittleEndian.AppendUint64(b, specBits(p.want(e, k)))
 		}
-		if internal {
-			for _, v := range n.out {
-				b = binary.LittleEndian.AppendUint64(b, specBits(p.outSpec(v, k)))
+		// An edge out of the node wanting a layout the value's group makes of it inside
+		// (made) costs nothing; the resharding inside is in the own cost. Where both
+		// strategies make the same layouts, the edge costs differ as the bound below says.
+		for _, v := range n.out {
+			if len(p.inside[v]) > 0 {
+				made = p.madeBits(v, k, made[:0])
+				b = binary.LittleEndian.AppendUint64(b, uint64(len(made)))
+				for _, x := range made {
+					b = binary.LittleEndian.AppendUint64(b, x)
+				}
+			}
+		}
+		for _, e := range n.diag {
+			if len(p.inside[e.from]) > 0 {
+				made = p.madeBits(e.from, k, made[:0])
+				b = binary.LittleEndian.AppendUint64(b, uint64(len(made)))
+				for _, x := range made {
+					b = binary.LittleEndian.AppendUint64(b, x)
+				}
 			}
 		}
 		key[k] = string(b)

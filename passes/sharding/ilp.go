@@ -63,6 +63,11 @@ type planner struct {
 	gathDone bool
 	hMain    []ilp.VarID
 
+	// inside lists per value its reads by members of its own group (findInside): the
+	// group prices them (priceInside), and an edge out of the group wanting a layout one of
+	// them wants costs nothing (made).
+	inside [][]insideRead
+
 	edgeRecs   []edgeRec
 	sharedRecs []sharedRec
 	// shared and perEdge count the values priced once per layout by addShared and those
@@ -261,6 +266,7 @@ type edge struct {
 }
 
 func (p *planner) edges() []edge {
+	p.findInside()
 	var out []edge
 	for id := range p.g.Values {
 		to := ir.ValueID(id)
@@ -271,9 +277,95 @@ func (p *planner) edges() []edge {
 		}
 	}
 	for _, u := range p.g.Updates {
-		out = append(out, edge{u.Value, u.Target, -1})
+		if p.groupOf[u.Value] != p.groupOf[u.Target] { // else priced by the group (priceInside)
+			out = append(out, edge{u.Value, u.Target, -1})
+		}
 	}
 	return out
+}
+
+// made reports whether a read of v inside its group wants layout want under strategy k
+// of the group, which then makes v in that layout: an edge out of the group wanting it
+// reads that copy (Result prices each (value, layout) once).
+func (p *planner) made(v ir.ValueID, k int, want mesh.Spec) bool {
+	if len(p.inside[v]) == 0 {
+		return false
+	}
+	gr := p.groups[p.groupOf[v]]
+	b := specBits(want)
+	for _, r := range p.inside[v] {
+		if specBits(p.wantIn(gr, &gr.strats[k], r)) == b {
+			return true
+		}
+	}
+	return false
+}
+
+// madeBits appends to buf the layouts v is resharded into inside its group under
+// strategy k (made, those of a resharding that moves something), sorted, each once: with
+// v's own layout they decide what every edge out of the group costs.
+func (p *planner) madeBits(v ir.ValueID, k int, buf []uint64) []uint64 {
+	gr := p.groups[p.groupOf[v]]
+	out := p.outSpec(v, k)
+	ob := specBits(out)
+	for _, r := range p.inside[v] {
+		w := p.wantIn(gr, &gr.strats[k], r)
+		if b := specBits(w); b != ob && !slices.Contains(buf, b) && p.reshard(v, out, w).Time > 0 {
+			buf = append(buf, b)
+		}
+	}
+	slices.Sort(buf)
+	return buf
+}
+
+// edgeCost is an edge out of v's group wanting layout want, under strategy k of the
+// group, weighed: nothing where the group makes v in that layout already (made), else
+// the resharding from v's layout.
+func (p *planner) edgeCost(v ir.ValueID, k int, want mesh.Spec) float64 {
+	if p.made(v, k, want) {
+		return 0
+	}
+	return p.reshardCost(v, p.outSpec(v, k), want)
+}
+
+// producerClasses is classes over the layouts of the edges' values under group g's
+// strategies, and, for a value its group reshards inside, the layouts it makes there
+// (madeBits): what the edges cost on the producer's side.
+func (p *planner) producerClasses(g int, es []edge) ([]int, []int) {
+	inside := false
+	for _, e := range es {
+		inside = inside || len(p.inside[e.from]) > 0
+	}
+	if !inside {
+		return p.classes(g, es, func(e edge, k int) mesh.Spec { return p.outSpec(e.from, k) })
+	}
+	n := len(p.groups[g].strats)
+	of := make([]int, n)
+	var reps []int
+	seen := map[string]int{}
+	var buf []byte
+	var bits []uint64
+	for k := range n {
+		buf = buf[:0]
+		for _, e := range es {
+			buf = binary.LittleEndian.AppendUint64(buf, specBits(p.outSpec(e.from, k)))
+			if len(p.inside[e.from]) > 0 {
+				bits = p.madeBits(e.from, k, bits[:0])
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(len(bits)))
+				for _, b := range bits {
+					buf = binary.LittleEndian.AppendUint64(buf, b)
+				}
+			}
+		}
+		c, ok := seen[string(buf)]
+		if !ok {
+			c = len(reps)
+			seen[string(buf)] = c
+			reps = append(reps, k)
+		}
+		of[k] = c
+	}
+	return of, reps
 }
 
 // want is the layout edge e's consumer needs under strategy k of its group.
@@ -425,6 +517,9 @@ func (p *planner) sharedValues() sharedEdges {
 		out.edges[v] = es
 		var sig strings.Builder
 		fmt.Fprintf(&sig, "%d %d %s %g", a, p.memberIdx[v], p.g.Value(v).Type, p.wReshard[v])
+		for _, r := range p.inside[v] {
+			fmt.Fprintf(&sig, "/%d %d", p.memberIdx[r.to], r.slot) // what its group makes of it (made)
+		}
 		for _, e := range es {
 			fmt.Fprintf(&sig, "|%d %d %d", p.rep[p.groupOf[e.to]], p.memberIdx[e.to], e.slot)
 		}
@@ -472,7 +567,7 @@ const maxSharedCells = 256
 // layout times each edge's consumer classes by the layout it wants.
 func (p *planner) sharedCells(v ir.ValueID, es []edge) int {
 	a := p.rep[p.groupOf[v]]
-	_, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	_, rows := p.producerClasses(a, es[:1])
 	n := 0
 	for _, e := range es {
 		_, cols := p.classes(p.rep[p.groupOf[e.to]], []edge{e}, p.want)
@@ -494,7 +589,7 @@ func (p *planner) sharedCells(v ir.ValueID, es []edge) int {
 // is the sum of the consumer's binaries wanting L and needs no variable.
 func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 	a := p.rep[p.groupOf[v]]
-	rowOf, rows := p.classes(a, es[:1], func(e edge, k int) mesh.Spec { return p.outSpec(v, k) })
+	rowOf, rows := p.producerClasses(a, es[:1])
 	type side struct {
 		m           int
 		colOf, cols []int
@@ -517,7 +612,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 		if len(sd.cols) == 1 && !always[sd.wants[0]] {
 			always[sd.wants[0]] = true
 			for k, r := range rowOf {
-				if x := p.reshardCost(v, p.outSpec(v, rows[r]), sd.specs[0]); x != 0 {
+				if x := p.edgeCost(v, rows[r], sd.specs[0]); x != 0 {
 					obj = append(obj, ilp.Term{Var: p.s[a][k], Coef: x})
 				}
 			}
@@ -550,7 +645,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 				if always[sd.wants[c]] {
 					continue
 				}
-				x := p.reshardCost(v, p.outSpec(v, ka), sd.specs[c])
+				x := p.edgeCost(v, ka, sd.specs[c])
 				if x == 0 {
 					continue
 				}
@@ -599,7 +694,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 				if !shared[0][c] {
 					continue
 				}
-				y := yOf(0, sd.wants[c], p.reshardCost(v, p.outSpec(v, rows[0]), sd.specs[c]))
+				y := yOf(0, sd.wants[c], p.edgeCost(v, rows[0], sd.specs[c]))
 				terms := []ilp.Term{{Var: y, Coef: 1}}
 				for km, cc := range sd.colOf {
 					if cc == c {
@@ -617,7 +712,7 @@ func (p *planner) addShared(v ir.ValueID, es []edge) []ilp.Term {
 					if !shared[r][c] {
 						continue
 					}
-					y := yOf(r, sd.wants[c], p.reshardCost(v, p.outSpec(v, ka), sd.specs[c]))
+					y := yOf(r, sd.wants[c], p.edgeCost(v, ka, sd.specs[c]))
 					p.prob.AddRow(fmt.Sprintf("y.%s.e%d.%d.%d", name, ei, r, c),
 						[]ilp.Term{{Var: y, Coef: 1}, {Var: z[r][c], Coef: -1}}, ilp.GE, 0)
 					p.sharedRecs = append(p.sharedRecs, sharedRec{y: y, z: z[r][c], v: v})
@@ -670,7 +765,7 @@ type pairCost struct {
 // into that side's node cost.
 func (p *planner) pairCost(es []edge) (pairCost, bool) {
 	a, m := p.rep[p.groupOf[es[0].from]], p.rep[p.groupOf[es[0].to]]
-	rowOf, rows := p.classes(a, es, func(e edge, k int) mesh.Spec { return p.outSpec(e.from, k) })
+	rowOf, rows := p.producerClasses(a, es)
 	colOf, cols := p.classes(m, es, p.want)
 	cost := make([][]float64, len(rows))
 	zero := true
@@ -687,7 +782,7 @@ func (p *planner) pairCost(es []edge) (pairCost, bool) {
 				want := p.want(e, km)
 				if k := (once{e.from, specBits(want)}); !slices.Contains(seen, k) {
 					seen = append(seen, k)
-					cost[r][c] += p.reshardCost(e.from, p.outSpec(e.from, ka), want)
+					cost[r][c] += p.edgeCost(e.from, ka, want)
 				}
 			}
 			zero = zero && cost[r][c] == 0
@@ -817,7 +912,7 @@ func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]i
 // its own counterpart in the next identical layer) to the node: both ends take strategy k.
 func (p *planner) foldDiagonal(g int, e edge) {
 	for k := range p.nodeCost[g] {
-		p.nodeCost[g][k] += p.reshardCost(e.from, p.outSpec(e.from, k), p.want(e, k))
+		p.nodeCost[g][k] += p.edgeCost(e.from, k, p.want(e, k))
 	}
 }
 

@@ -66,7 +66,7 @@ func plannerHash(p *planner) string {
 		}
 	}
 	for gi, gr := range p.groups {
-		fmt.Fprintf(h, "g %d %d %v %v|", gi, p.rep[gi], gr.members, gr.leaky)
+		fmt.Fprintf(h, "g %d %d %v|", gi, p.rep[gi], gr.members)
 		for _, s := range gr.strats {
 			fmt.Fprintf(h, "%v ", s.pick)
 			binary.Write(h, binary.LittleEndian, math.Float64bits(s.obj))

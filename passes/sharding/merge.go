@@ -1,6 +1,8 @@
 package sharding
 
 import (
+	"slices"
+
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 )
@@ -9,11 +11,6 @@ import (
 type group struct {
 	members []ir.ValueID // leader first, then followers in ID order
 	strats  []groupStrategy
-	// leaky: a follower reshards a member inside the group (no strategy matched), priced
-	// in the group's own cost apart from the member's readers in other groups
-	// (dominance.go then keeps the group's output layouts). Folded constants (fill) are
-	// read by nothing else and do not count.
-	leaky bool
 }
 
 // groupStrategy is one strategy of a group: a strategy index for each member.
@@ -22,7 +19,7 @@ type groupStrategy struct {
 	// obj is the group's own cost in the objective: its members' compute and collectives
 	// and the resharding inside it, each weighed as the step runs it (weights.go).
 	obj     float64
-	reshard float64 // resharding inside the group (a follower that cannot match), unweighted
+	reshard float64 // the resharding inside the group with its spills, unweighted
 }
 
 func (s groupStrategy) cost() float64 { return s.obj }
@@ -96,6 +93,99 @@ func (p *planner) buildGroups(merge bool) {
 			}
 		}
 	}
+	p.priceInside()
+}
+
+// insideRead is one read of a value by a member of its own group: operand slot of member
+// to, or (slot −1) the update of member to by the value.
+type insideRead struct {
+	to   ir.ValueID
+	slot int
+}
+
+// findInside lists, per value, its reads inside its group (p.inside), once the groups are
+// made; a no-op when listed already.
+func (p *planner) findInside() {
+	if p.inside != nil {
+		return
+	}
+	p.inside = make([][]insideRead, len(p.g.Values))
+	for id := range p.g.Values {
+		to := ir.ValueID(id)
+		for i, a := range p.g.Values[id].Args {
+			if p.groupOf[a] == p.groupOf[to] {
+				p.inside[a] = append(p.inside[a], insideRead{to, i})
+			}
+		}
+	}
+	for _, u := range p.g.Updates {
+		if p.groupOf[u.Value] == p.groupOf[u.Target] {
+			p.inside[u.Value] = append(p.inside[u.Value], insideRead{u.Target, -1})
+		}
+	}
+}
+
+// priceInside prices every strategy of every group as Result counts its plan: its
+// members' compute and collectives, and each member's resharding into each distinct
+// layout its readers in the group want, once, with the spill (fusedSpill) where a reader
+// in the member's kernel wants that layout. follow and fill price a follower's reads of
+// its leader (and a filled constant's reads) edge by edge while they build the strategies,
+// which counts a layout twice where two readers in the group want it and not at all where
+// a follower reads a member other than its leader (a layer norm's sub reading the
+// broadcast of its mean): docs/DECISIONS.md, "Round eleven, objcost". The readers in
+// other groups are priced on the ILP's edges, which charge nothing for a layout the
+// group has made already (made).
+func (p *planner) priceInside() {
+	p.findInside()
+	var seen []uint64
+	for _, gr := range p.groups {
+		for k := range gr.strats {
+			gs := &gr.strats[k]
+			obj, inner := 0.0, 0.0
+			for mi, m := range gr.members {
+				obj += p.ownCost(m, &p.cands[m][gs.pick[mi]])
+			}
+			for mi, a := range gr.members {
+				if len(p.inside[a]) == 0 {
+					continue
+				}
+				s := &p.cands[a][gs.pick[mi]]
+				seen = append(seen[:0], specBits(s.Out)) // read as made: nothing to pay
+				x := 0.0
+				for _, r := range p.inside[a] {
+					want := p.wantIn(gr, gs, r)
+					b := specBits(want)
+					if slices.Contains(seen, b) {
+						continue
+					}
+					seen = append(seen, b)
+					t := p.reshard(a, s.Out, want).Time
+					if t == 0 {
+						continue
+					}
+					x += t
+					for _, q := range p.inside[a] {
+						if q.slot >= 0 && p.fu.internal(a, q.to) && specBits(p.wantIn(gr, gs, q)) == b {
+							x += p.fusedSpill(a, s.Memory, []mesh.Spec{want}, []int{0})
+							break
+						}
+					}
+				}
+				obj += p.wReshard[a] * x
+				inner += x
+			}
+			gs.obj, gs.reshard = obj, inner
+		}
+	}
+}
+
+// wantIn is the layout read r wants under strategy gs of its group gr.
+func (p *planner) wantIn(gr *group, gs *groupStrategy, r insideRead) mesh.Spec {
+	s := &p.cands[r.to][gs.pick[p.memberIdx[r.to]]]
+	if r.slot < 0 {
+		return s.Out
+	}
+	return s.In[r.slot]
 }
 
 // fills finds the constants and iotas that fold into their consumer's group: those read by
@@ -190,10 +280,8 @@ func (p *planner) fill(gi int, u, c ir.ValueID) bool {
 			memo[key] = opts
 		}
 		for _, o := range opts {
-			s := &p.cands[c][o.j]
 			pick := append(append(make([]int32, 0, len(gs.pick)+1), gs.pick...), int32(o.j))
-			out = append(out, groupStrategy{pick: pick, obj: gs.obj + p.ownCost(c, s) + p.wReshard[c]*o.x,
-				reshard: gs.reshard + o.x})
+			out = append(out, groupStrategy{pick: pick}) // priced by priceInside
 		}
 	}
 	if len(out) > max(maxGroupStrategies, len(gr.strats)) {
@@ -208,8 +296,7 @@ func (p *planner) fill(gi int, u, c ir.ValueID) bool {
 func (p *planner) newGroup(v ir.ValueID) {
 	gr := &group{members: []ir.ValueID{v}}
 	for k := range p.cands[v] {
-		s := &p.cands[v][k]
-		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}, obj: p.ownCost(v, s)})
+		gr.strats = append(gr.strats, groupStrategy{pick: []int32{int32(k)}}) // priced by priceInside
 	}
 	p.groupOf[v] = len(p.groups)
 	p.memberIdx[v] = 0
@@ -273,19 +360,13 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 				ms = ms[:1]
 			}
 			for _, m := range ms {
-				if m.reshard > 0 && p.fu.internal(u, v) {
-					m.reshard += p.fusedSpill(u, p.cands[u][gs.pick[ui]].Memory, p.cands[v][m.k].In, slots)
-				}
-				sib := p.siblingReshard(gr, gs, u, v, p.cands[v][m.k].In)
-				s := &p.cands[v][m.k]
 				pick := gs.pick
 				if len(ms) > 1 {
 					// Several children: each needs its own copy. A single child takes over gs's
 					// slice, which nothing else refers to once gr.strats is replaced.
 					pick = copyPick(gs.pick)
 				}
-				out = append(out, groupStrategy{pick: append(pick, int32(m.k)),
-					obj: gs.obj + p.ownCost(v, s) + p.wReshard[u]*m.reshard + sib, reshard: gs.reshard + m.reshard})
+				out = append(out, groupStrategy{pick: append(pick, int32(m.k))}) // priced by priceInside
 			}
 		}
 		return out
@@ -295,14 +376,10 @@ func (p *planner) follow(gi int, u, v ir.ValueID) {
 		out = extend(true)
 	}
 	gr.strats = out
-	for _, gs := range out {
-		gr.leaky = gr.leaky || gs.reshard != 0
-	}
 }
 
 type match struct {
-	k       int
-	reshard float64
+	k int
 }
 
 // matches lists v's strategies whose operand specs at slots equal from, cheapest first
@@ -324,7 +401,7 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 		}
 		return exact
 	}
-	best, bestCost, bestR := -1, 0.0, 0.0
+	best, bestCost := -1, 0.0
 	for k := range p.cands[v] {
 		s := &p.cands[v][k]
 		r := 0.0
@@ -332,10 +409,10 @@ func (p *planner) matches(u, v ir.ValueID, from mesh.Spec, slots []int) []match 
 			r += p.reshard(u, from, s.In[i]).Time
 		}
 		if c := p.ownCost(v, s) + p.wReshard[u]*r; best < 0 || c < bestCost {
-			best, bestCost, bestR = k, c, r
+			best, bestCost = k, c
 		}
 	}
-	return []match{{k: best, reshard: bestR}}
+	return []match{{k: best}}
 }
 
 func allEqual(in []mesh.Spec, slots []int, s mesh.Spec) bool {
@@ -361,29 +438,4 @@ func (p *planner) fusedSpill(u ir.ValueID, have int64, in []mesh.Spec, slots []i
 		want += b
 	}
 	return p.fu.spill(p.cm, have, want)
-}
-
-// siblingReshard prices v's operands other than u that sit in v's group and in v's kernel
-// (fusion.go; a value and the broadcast of its row sums, both following one leader): the
-// resharding each needs from its layout under gs into in, and its spill, weighed as the
-// step runs it (weights.go). Result prices the same, so that the ILP sees what the kernel
-// would lose; it goes into the group's objective only, not into reshard, so the group
-// stays tight for dominance pruning. (Other operands in the group are left as they were:
-// the ILP does not price them, and result does.)
-func (p *planner) siblingReshard(gr *group, gs groupStrategy, u, v ir.ValueID, in []mesh.Spec) float64 {
-	if p.fu == nil {
-		return 0
-	}
-	gi := p.groupOf[u]
-	t := 0.0
-	for j, a := range p.g.Value(v).Args {
-		if a == u || !p.fu.internal(a, v) || p.groupOf[a] != gi || p.memberIdx[a] >= len(gr.members) || gr.members[p.memberIdx[a]] != a {
-			continue
-		}
-		s := &p.cands[a][gs.pick[p.memberIdx[a]]]
-		if r := p.reshard(a, s.Out, in[j]).Time; r > 0 {
-			t += p.wReshard[a] * (r + p.fusedSpill(a, s.Memory, in, []int{j}))
-		}
-	}
-	return t
 }

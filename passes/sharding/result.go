@@ -139,7 +139,7 @@ func (p *planner) result(choice []int, stats ILPStats) *Result {
 		Specs: make([]mesh.Spec, n), Choice: make([]int, n), Strategies: make([]Strategy, n)}
 	// Resharding is once per (value, layout): codegen keeps every layout it makes of a
 	// value for all the consumers that read it (the first consumer is named).
-	seen := map[reshardOnce]bool{}
+	seen, spilled := map[reshardOnce]bool{}, map[reshardOnce]bool{}
 	for id := range n {
 		v := ir.ValueID(id)
 		k := int(p.pick(v, choice[p.groupOf[v]]))
@@ -152,11 +152,11 @@ func (p *planner) result(choice []int, stats ILPStats) *Result {
 				Kind: c.Kind, Axes: c.Axes, Dim: c.Dim, ToDim: -1, Reduce: c.Reduce, Bytes: c.Bytes, Time: c.Time, After: s.Out})
 		}
 		for i, a := range p.g.Values[id].Args {
-			r.addReshard(p, seen, a, v, i, r.Specs[a], s.In[i])
+			r.addReshard(p, seen, spilled, a, v, i, r.Specs[a], s.In[i])
 		}
 	}
 	for _, u := range p.g.Updates {
-		r.addReshard(p, seen, u.Value, u.Target, -1, r.Specs[u.Value], r.Specs[u.Target])
+		r.addReshard(p, seen, spilled, u.Value, u.Target, -1, r.Specs[u.Value], r.Specs[u.Target])
 	}
 	r.Cost.Total = r.Cost.Compute + r.Cost.Communication + r.Cost.Resharding
 	return r
@@ -168,17 +168,22 @@ type reshardOnce struct {
 	spec string
 }
 
-func (r *Result) addReshard(p *planner, seen map[reshardOnce]bool, from, to ir.ValueID, slot int, have, want mesh.Spec) {
+// addReshard counts the resharding of from into want for consumer to (slot −1: the
+// update of to), once per (value, layout), and its spill (fusedSpill) once where a
+// consumer in from's kernel reads that layout, whichever consumer comes first: the
+// kernel is split for it either way, as the ILP prices it (priceInside).
+func (r *Result) addReshard(p *planner, seen, spilled map[reshardOnce]bool, from, to ir.ValueID, slot int, have, want mesh.Spec) {
 	k := reshardOnce{from, want.String()}
+	rs := p.reshard(from, have, want)
+	if rs.Time > 0 && slot >= 0 && p.fu.internal(from, to) && !spilled[k] {
+		spilled[k] = true
+		r.Cost.Resharding += p.fusedSpill(from, r.Strategies[from].Memory, []mesh.Spec{want}, []int{0})
+	}
 	if seen[k] {
 		return
 	}
 	seen[k] = true
-	rs := p.reshard(from, have, want)
 	r.Cost.Resharding += rs.Time
-	if rs.Time > 0 && slot >= 0 && p.fu.internal(from, to) {
-		r.Cost.Resharding += p.fusedSpill(from, r.Strategies[from].Memory, []mesh.Spec{want}, []int{0})
-	}
 	for _, st := range rs.Steps {
 		if st.Time == 0 && st.Sent == 0 {
 			continue // a free slice moves nothing
