@@ -2,27 +2,43 @@ package sharding
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/autopar/autopar/frontend"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestMemoryBoundIsLower: MemoryBound's bounds on mlp-tiny on 2×2 at budgets
-// from the free plan's peak down towards the least: Bound is at most the free optimum and
-// Under at most the cost of lp_solve's plan under the budget (the objective counts every
-// value's resharding once per layout, as Result.Cost does), and where the free plan does
-// not fit the budget, Under is above the free optimum somewhere (the memory raised it), so
-// a bound that ignored the memory would fail.
+// TestMemoryBoundIsLower: MemoryBound's bounds on mlp-tiny on 2×2 and on a pipeline
+// stage's graph (wresnet-tiny's layers [1,3) of 4 at B = 4, as the root cuts it; bare
+// options on cpu 1×2) at budgets from just under the free plan's peak down towards the
+// least: Bound is at most the free optimum, Under at most lp_solve's objective under the
+// budget (the Lagrangian's own claim) and at most the price of its plan (Result.Cost,
+// every value's resharding once per layout: what the root's floors compare it with), and
+// where the free plan does not fit the budget, Under is above the free optimum somewhere
+// (the memory raised it), so a bound that ignored the memory would fail. The stage at
+// 429,334 bytes is where pipe found Under 0.175 % over the plan's price (DECISIONS, "Round
+// eleven, lagfix"): the ILP's objective priced that plan above Result.Cost, and Under
+// bounds the objective.
 func TestMemoryBoundIsLower(t *testing.T) {
-	_, lm := benchMesh(t, "dgx-a100", 2, 2)
-	raised, checked := 0, 0
-	for _, name := range []string{"mlp-tiny"} { // gpt-tiny: the root's TestLagDualIsLower
-		g := tinyStep(t, name)
-		base, free, least := boundBudgets(t, g, lm)
-		for _, f := range []float64{0.6, 0.3, 0.1} {
+	raised, checked, priced := 0, 0, 0
+	for _, name := range []string{"mlp-tiny", "stage"} { // gpt-tiny: the root's TestLagDualIsLower
+		var g *ir.Graph
+		var lm *mesh.LogicalMesh
+		base := Options{DeviceFLOPS: 1e9}
+		if name == "stage" {
+			var c *mesh.Cluster
+			g, c, lm = wresnetStage(t)
+			base = Options{Cluster: c} // as pipe found it: bare options
+		} else {
+			_, lm = benchMesh(t, "dgx-a100", 2, 2)
+			g = tinyStep(t, name)
+		}
+		free, least := budgetsWith(t, g, lm, base)
+		for _, f := range []float64{0.999, 0.9, 0.6, 0.3, 0.1} {
 			opts := base
 			opts.MemoryBudget = least + int64(f*float64(free.PeakMemory-least))
 			d, err := MemoryBound(context.Background(), g, lm, opts, 400)
@@ -35,15 +51,47 @@ func TestMemoryBoundIsLower(t *testing.T) {
 				continue
 			}
 			checked++
-			assert.LessOrEqual(t, d.Under, res.Cost.Total*(1+1e-9), "%s at %d bytes: bound under the memory", name, opts.MemoryBudget)
+			at := fmt.Sprintf("%s at %d bytes", name, opts.MemoryBudget)
+			if res.PeakMemory <= opts.MemoryBudget { // not a least-footprint fallback
+				assert.LessOrEqual(t, d.Under, res.ILP.Objective*(1+1e-9), "%s: bound over its ILP's objective at a plan that fits", at)
+			}
+			if res.ILP.Objective <= res.Cost.Total*(1+1e-9) {
+				assert.LessOrEqual(t, d.Under, res.Cost.Total*(1+1e-9), "%s: bound over the plan's price", at)
+				priced++
+			} else {
+				// The ILP prices this plan above Result.Cost (reads inside merged follower
+				// groups: branch objcost makes the objective the price), and so does
+				// MemoryBound's energy, so Under bounds the objective, not the price. On main
+				// c652bb3 the stage at 429,346 and 429,334 bytes land here with Under over the
+				// price (0.17 %); on objcost's code both are priced and pass. Drop this branch
+				// once the objective is the price everywhere.
+				t.Logf("%s: ILP objective %.9g over the plan's price %.9g: price not checked", at, res.ILP.Objective, res.Cost.Total)
+			}
 			if d.Under > free.Cost.Total*(1+1e-9) {
 				raised++
 			}
-			t.Logf("%s at %d bytes: free %.6g, under %.6g (fits %v), plan %.6g", name, opts.MemoryBudget, d.Bound, d.Under, d.Fits, res.Cost.Total)
+			t.Logf("%s: free %.9g, under %.9g (fits %v), plan %.9g (objective %.9g, %s %s, peak %d)", at, d.Bound, d.Under, d.Fits, res.Cost.Total, res.ILP.Objective, res.ILP.Solver, res.ILP.Status, res.PeakMemory)
 		}
 	}
 	assert.Positive(t, checked)
+	assert.Positive(t, priced)
 	assert.Positive(t, raised, "the memory raised some bound")
+}
+
+// wresnetStage is the graph of wresnet-tiny's layers [1,3) of 4 at 4 micro-batches as the
+// root's oracle cuts a pipeline stage (TestTimeFloorIsLower's case under -fastsearch.all:
+// testOracle on cpu 1×4, o.mb = 4, o.stage(1, 3), printed with ir.Print and its graph line
+// renamed layers1_2 for the parser), on cpu 1×2.
+func wresnetStage(t *testing.T) (*ir.Graph, *mesh.Cluster, *mesh.LogicalMesh) {
+	t.Helper()
+	g, err := frontend.ParseFile("testdata/wresnet-tiny-stage.ir")
+	require.NoError(t, err)
+	c, err := mesh.ParseCluster("cpu")
+	require.NoError(t, err)
+	c.Hosts, c.DevicesPerHost = 1, 4
+	lm, err := mesh.NewLogicalMesh(c, mesh.Submesh{Hosts: 1, Devices: 2}, 1, 2)
+	require.NoError(t, err)
+	return g, c, lm
 }
 
 // TestMemoryBoundUntilStops: a search told its target stops once its bound reaches it,
@@ -89,6 +137,13 @@ func TestMemoryBoundUntilStops(t *testing.T) {
 func boundBudgets(t *testing.T, g *ir.Graph, lm *mesh.LogicalMesh) (Options, *Result, int64) {
 	t.Helper()
 	base := Options{DeviceFLOPS: 1e9}
+	free, least := budgetsWith(t, g, lm, base)
+	return base, free, least
+}
+
+// budgetsWith is boundBudgets under the options base.
+func budgetsWith(t *testing.T, g *ir.Graph, lm *mesh.LogicalMesh, base Options) (*Result, int64) {
+	t.Helper()
 	free, err := Solve(context.Background(), g, lm, base)
 	require.NoError(t, err)
 	least := base
@@ -96,5 +151,5 @@ func boundBudgets(t *testing.T, g *ir.Graph, lm *mesh.LogicalMesh) (Options, *Re
 	_, err = Solve(context.Background(), g, lm, least)
 	var me *MemoryError
 	require.ErrorAs(t, err, &me)
-	return base, free, me.Minimum
+	return free, me.Minimum
 }
