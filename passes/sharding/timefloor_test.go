@@ -21,8 +21,8 @@ import (
 // where the free plan does not fit the budget, Under is above the free optimum somewhere
 // (the memory raised it), so a bound that ignored the memory would fail. The stage at
 // 429,334 bytes is where pipe found Under 0.175 % over the plan's price (DECISIONS, "Round
-// eleven, lagfix"): the ILP's objective priced that plan above Result.Cost, and Under
-// bounds the objective.
+// eleven, lagfix"): the ILP's objective then priced that plan above Result.Cost, and Under
+// bounds the objective; since objcost the objective MemoryBound weighs is the price.
 func TestMemoryBoundIsLower(t *testing.T) {
 	raised, checked, priced := 0, 0, 0
 	for _, name := range []string{"mlp-tiny", "stage"} { // gpt-tiny: the root's TestLagDualIsLower
