@@ -26,7 +26,8 @@ func TestRelaxDualIsLower(t *testing.T) {
 		t.Run(tc.name(), func(t *testing.T) {
 			o, dc := tc.oracle(t)
 			o.memory = 1 << 40
-			checked, tight, doubled := 0, 0, 0
+			o.mb, o.firstLayers = tc.b, nil // a first stage's layers weighed B (weighedLayer)
+			checked, tight, doubled, weighed := 0, 0, 0, 0
 			for _, mk := range o.meshes(dc) {
 				if mk.sub.NumDevices() != o.c.Devices() {
 					continue
@@ -35,6 +36,9 @@ func TestRelaxDualIsLower(t *testing.T) {
 					for _, sg := range []*stageGraph{o.infos[k].sg, o.weighedLayer(k)} {
 						at := fmt.Sprintf("layer %d (weight %d) on %v %v", k, sg.mb, mk.sub, mk.logical)
 						w := float64(max(sg.mb, 1))
+						if w > 1 {
+							weighed++
+						}
 						rel := o.solveRelaxed(sg, mk.sub, mk.logical)
 						require.True(t, rel.ok, at)
 						job := o.solveRelaxedJob(sg, mk.sub, mk.logical)
@@ -64,7 +68,7 @@ func TestRelaxDualIsLower(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d dual prices checked, %d equal to the relaxed solve's, %d where the ILP counts resharding twice", checked, tight, doubled)
+			t.Logf("%d dual prices checked (%d weighed B), %d equal to the relaxed solve's, %d where the ILP counts resharding twice", checked+doubled, weighed, tight, doubled)
 			assert.Positive(t, checked)
 			assert.Positive(t, tight)
 		})
