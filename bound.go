@@ -306,6 +306,11 @@ func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	if err != nil {
 		return &stageSolution{err: err}
 	}
+	return o.relaxedOf(sg, lm, res)
+}
+
+// relaxedOf is solveRelaxedAt's solution from res, the layer's solve without memory rows.
+func (o *oracle) relaxedOf(sg *stageGraph, lm *mesh.LogicalMesh, res *sharding.Result) *stageSolution {
 	atomicMax(&o.maxVars, int64(res.ILP.Variables))
 	if res.ILP.Status != "optimal" {
 		return &stageSolution{}

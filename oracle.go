@@ -194,6 +194,10 @@ type stageSolution struct {
 	// exact: a relaxed solve (bound.go, solveRelaxed) whose plan fits the memory, so
 	// that it is the solve under the memory rows too
 	exact bool
+	// dual: a relaxed solve of a layer on the whole cluster answered by its dual bound
+	// alone (relaxdual.go, solveRelaxedJob): no plan, cost a bound in w·t + u
+	dual  bool
+	bound float64
 }
 
 // costFor is the cost the DP sees for a stage in recomputation mode mode: the plain cost,
@@ -529,7 +533,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 			for j := int(next.Add(1)) - 1; j < len(jobs) && o.ctx.Err() == nil; j = int(next.Add(1)) - 1 {
 				switch {
 				case jobs[j].relaxed:
-					sols[j] = o.solveRelaxed(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+					sols[j] = o.solveRelaxedJob(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
 				case jobs[j].first:
 					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, max(firstLPVars, 1), 0)
 				default:
@@ -554,6 +558,9 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 		case jobs[j].relaxed && sol == nil:
 			delete(o.relaxed, jobs[j].key)
 		case jobs[j].relaxed:
+			if sol.dual {
+				o.dualPrice(jobs[j].sg, jobs[j].key, sol)
+			}
 			o.relaxed[jobs[j].key] = sol
 			if sol.exact {
 				o.solved[jobs[j].key] = sol // the memory rows would not have bound it
