@@ -339,14 +339,8 @@ func (p *planner) producerClasses(g int, es []edge) ([]int, []int) {
 	if !inside {
 		return p.classes(g, es, func(e edge, k int) mesh.Spec { return p.outSpec(e.from, k) })
 	}
-	n := len(p.groups[g].strats)
-	of := make([]int, n)
-	var reps []int
-	seen := map[string]int{}
-	var buf []byte
 	var bits []uint64
-	for k := range n {
-		buf = buf[:0]
+	return classesByKey(len(p.groups[g].strats), func(k int, buf []byte) []byte {
 		for _, e := range es {
 			buf = binary.LittleEndian.AppendUint64(buf, specBits(p.outSpec(e.from, k)))
 			if len(p.inside[e.from]) > 0 {
@@ -357,15 +351,8 @@ func (p *planner) producerClasses(g int, es []edge) ([]int, []int) {
 				}
 			}
 		}
-		c, ok := seen[string(buf)]
-		if !ok {
-			c = len(reps)
-			seen[string(buf)] = c
-			reps = append(reps, k)
-		}
-		of[k] = c
-	}
-	return of, reps
+		return buf
+	})
 }
 
 // want is the layout edge e's consumer needs under strategy k of its group.
@@ -874,9 +861,9 @@ func transpose(m [][]float64) [][]float64 {
 // are numbered in the order of their first strategy.
 func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]int, []int) {
 	n := len(p.groups[g].strats)
-	of := make([]int, n)
-	var reps []int
-	if len(es) == 1 {
+	if len(es) == 1 { // one edge: keyed by its layout's bits, no bytes
+		of := make([]int, n)
+		var reps []int
 		seen := map[uint64]int{}
 		for k := range n {
 			b := specBits(spec(es[0], k))
@@ -890,13 +877,24 @@ func (p *planner) classes(g int, es []edge, spec func(edge, int) mesh.Spec) ([]i
 		}
 		return of, reps
 	}
-	seen := map[string]int{}
-	buf := make([]byte, 0, 8*len(es))
-	for k := range n {
-		buf = buf[:0]
+	return classesByKey(n, func(k int, buf []byte) []byte {
 		for _, e := range es {
 			buf = binary.LittleEndian.AppendUint64(buf, specBits(spec(e, k)))
 		}
+		return buf
+	})
+}
+
+// classesByKey numbers strategies 0..n-1 by the bytes key appends for each (into an
+// emptied buffer): each strategy's class, classes in the order of their first strategy,
+// and one representative strategy per class.
+func classesByKey(n int, key func(k int, buf []byte) []byte) ([]int, []int) {
+	of := make([]int, n)
+	var reps []int
+	seen := map[string]int{}
+	var buf []byte
+	for k := range n {
+		buf = key(k, buf[:0])
 		c, ok := seen[string(buf)]
 		if !ok {
 			c = len(reps)
