@@ -40,9 +40,14 @@ var planCases = []planCase{
 	// Since round eleven's objcost (docs/DECISIONS.md) the ILP prices the layer norms'
 	// in-group reshardings that Megatron's split layout of stage 0 needs here, and stage 0
 	// splits the batch instead, cheaper at that price: the exporter says why Megatron cannot
-	// run it (TestMegatronExpressible covers the plans it can).
+	// run it (gpt-tp2-pp2-mb1, below, is one it can run).
 	{"gpt-tp2-pp2", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 2, Layers: 2,
 		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, false},
+	// The same layout at one micro-batch, where the first stage's ILP weighs its
+	// per-micro-batch part once against its once-per-step sync and keeps Megatron's column
+	// and row splits: a compiled plan that Megatron-LM runs, end to end.
+	{"gpt-tp2-pp2-mb1", "gpt-tiny", "../testdata/clusters/cpu4-flat.json", autopar.Options{Microbatches: 1, Layers: 2,
+		Manual: &autopar.Manual{TP: 2, PP: 2, DP: 1}}, true},
 	// A (2, 2) mesh whose plan Megatron cannot express: it keeps the input tokens whole on
 	// the data-parallel axis. (Under lp_solve's tie-break among the ILP's equal optima the
 	// plan also split weights over both axes; the certificate's optimum, of the same
