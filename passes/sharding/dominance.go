@@ -134,22 +134,10 @@ func (p *planner) pruneNode(n *nodeInfo, wants map[edge][]mesh.Spec) {
 		// (made) costs nothing; the resharding inside is in the own cost. Where both
 		// strategies make the same layouts, the edge costs differ as the bound below says.
 		for _, v := range n.out {
-			if len(p.inside[v]) > 0 {
-				made = p.madeBits(v, k, made[:0])
-				b = binary.LittleEndian.AppendUint64(b, uint64(len(made)))
-				for _, x := range made {
-					b = binary.LittleEndian.AppendUint64(b, x)
-				}
-			}
+			b = p.appendMade(b, v, k, &made)
 		}
 		for _, e := range n.diag {
-			if len(p.inside[e.from]) > 0 {
-				made = p.madeBits(e.from, k, made[:0])
-				b = binary.LittleEndian.AppendUint64(b, uint64(len(made)))
-				for _, x := range made {
-					b = binary.LittleEndian.AppendUint64(b, x)
-				}
-			}
+			b = p.appendMade(b, e.from, k, &made)
 		}
 		key[k] = string(b)
 	}

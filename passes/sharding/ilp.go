@@ -318,6 +318,21 @@ func (p *planner) madeBits(v ir.ValueID, k int, buf []uint64) []uint64 {
 	return buf
 }
 
+// appendMade appends to key the layouts v's group makes of it inside under strategy k
+// (madeBits: their count, then each), nothing where the group reshards v nowhere inside;
+// scratch is madeBits' buffer, kept between calls.
+func (p *planner) appendMade(key []byte, v ir.ValueID, k int, scratch *[]uint64) []byte {
+	if len(p.inside[v]) == 0 {
+		return key
+	}
+	*scratch = p.madeBits(v, k, (*scratch)[:0])
+	key = binary.LittleEndian.AppendUint64(key, uint64(len(*scratch)))
+	for _, b := range *scratch {
+		key = binary.LittleEndian.AppendUint64(key, b)
+	}
+	return key
+}
+
 // edgeCost is an edge out of v's group wanting layout want, under strategy k of the
 // group, weighed: nothing where the group makes v in that layout already (made), else
 // the resharding from v's layout.
@@ -343,13 +358,7 @@ func (p *planner) producerClasses(g int, es []edge) ([]int, []int) {
 	return classesByKey(len(p.groups[g].strats), func(k int, buf []byte) []byte {
 		for _, e := range es {
 			buf = binary.LittleEndian.AppendUint64(buf, specBits(p.outSpec(e.from, k)))
-			if len(p.inside[e.from]) > 0 {
-				bits = p.madeBits(e.from, k, bits[:0])
-				buf = binary.LittleEndian.AppendUint64(buf, uint64(len(bits)))
-				for _, b := range bits {
-					buf = binary.LittleEndian.AppendUint64(buf, b)
-				}
-			}
+			buf = p.appendMade(buf, e.from, k, &bits)
 		}
 		return buf
 	})
