@@ -41,7 +41,8 @@ import (
 // cut to its first matches (maxGroupStrategies) or a follower has no exact match the two
 // ILPs may hold different plans. TestTimeFloorIsLower checks the floors against the range
 // solves' plans on the small models. The floors are no better than MemoryBound's Under,
-// which that test found once above its own ILP's optimum (0.175 %, DECISIONS, "pipe").
+// which that test once found above a plan's price: the ILP then priced plans above
+// Result.Cost, which objcost mended (DECISIONS, "pipe", "lagfix").
 
 // timeWeight is M, the micro-batch weight of the floors' ILP: u/M is what the floor drops.
 const timeWeight = 1 << 20
