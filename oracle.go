@@ -445,7 +445,7 @@ func (o *oracle) solve(start, end int, s mesh.Submesh, l mesh.LogicalShape) *sta
 		return &stageSolution{} // cancelled: the DP stops at its next check, so no ILP runs
 	}
 	if !ok {
-		sol = o.solveStage(sg, s, l)
+		sol = o.solveStageKnown(sg, s, l, nil, o.rangeStart(sg, s, l))
 		o.solved[key] = sol
 	}
 	if sol.err != nil {
@@ -524,6 +524,12 @@ type job struct {
 // placeholders.
 func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 	sols := make([]*stageSolution, len(jobs))
+	known := make([]*rangeStart, len(jobs)) // found before the solves start: they change nothing it is found in
+	for j := range jobs {
+		if !jobs[j].relaxed && !jobs[j].first {
+			known[j] = o.rangeStart(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical)
+		}
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -537,7 +543,7 @@ func (o *oracle) run(jobs []job, progress func(done, total int)) []job {
 				case jobs[j].first:
 					sols[j] = o.solveStageOpts(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, nil, nil, nil, max(firstLPVars, 1), 0)
 				default:
-					sols[j] = o.solveStageBudget(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, o.memory, jobs[j].force, nil, nil)
+					sols[j] = o.solveStageKnown(jobs[j].sg, jobs[j].key.sub, jobs[j].key.logical, jobs[j].force, known[j])
 				}
 				if progress != nil {
 					mu.Lock()
@@ -591,6 +597,18 @@ func (o *oracle) solveStageBudget(sg *stageGraph, s mesh.Submesh, l mesh.Logical
 // positive (firstPoints) and, where iters is positive, lp_solve's effort capped at iters
 // with the Lagrangian search's plan as its incumbent (a restricted solve, restrict.go).
 func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string, noLP int, iters int64) *stageSolution {
+	return o.solveStageWith(sg, s, l, memory, force, warm, restrict, noLP, iters, nil)
+}
+
+// solveStageKnown is solveStage with the values of force pinned to their layouts and, for
+// a range of the fast search, lp_solve started from the plans known of it (start, nil:
+// none; knownplan.go).
+func (o *oracle) solveStageKnown(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, force map[ir.ValueID]mesh.Spec, start *rangeStart) *stageSolution {
+	return o.solveStageWith(sg, s, l, o.memory, force, nil, nil, 0, 0, start)
+}
+
+// solveStageWith is solveStageOpts with lp_solve started from start (nil: none).
+func (o *oracle) solveStageWith(sg *stageGraph, s mesh.Submesh, l mesh.LogicalShape, memory int64, force map[ir.ValueID]mesh.Spec, warm *sharding.Result, restrict map[ir.ValueID][]string, noLP int, iters int64, start *rangeStart) *stageSolution {
 	lm, err := mesh.NewLogicalMesh(o.c, s, l[0], l[1])
 	if err != nil {
 		return &stageSolution{err: err}
@@ -613,6 +631,9 @@ func (o *oracle) solveStageOpts(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	}
 	opts := o.solveOptions(sg, s, l, memory)
 	opts.ForceSpec, opts.Recompute, opts.WarmStart, opts.Restrict = force, marks, warm, restrict
+	if start != nil {
+		opts.Known, opts.Incumbent = start.known, true
+	}
 	if memory != o.memory {
 		// A memory-lean point of the fast search (compose.go) is an option, not a price
 		// the plan depends on: a feasible plan at a short limit serves. The limit is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,14 +45,21 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 			incumbent = inc
 		}
 	}
+	// A plan known before the solve (Options.Known, known.go) is the cutoff where it beats
+	// the Lagrangian's, so that the answer is never worse than it.
+	known, _ := p.knownIncumbent(budget)
+	incumbent = p.betterIncumbent(incumbent, known)
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
 	if n := p.opts.NoLPAbove; n > 0 && budget > 0 && w == nil && p.prob.NumVars() > n {
 		// lp_solve, cold, would not get through the root at the caller's effort (NoLPAbove):
 		// the Lagrangian search's best plan that fits is the answer, if it has one.
-		if lagPlan != nil {
+		if plan := p.betterIncumbent(lagPlan, known); plan != nil {
 			stats.Solver = "lagrange"
-			if res := p.planResult(lagPlan, ilp.Feasible, stats); res != nil {
+			if lagPlan == nil || !slices.Equal(plan, lagPlan) {
+				stats.Solver = "known"
+			}
+			if res := p.planResult(plan, ilp.Feasible, stats); res != nil {
 				return res, nil
 			}
 		}

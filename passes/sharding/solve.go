@@ -45,6 +45,12 @@ type Options struct {
 	// default: it makes the exhaustive search find plans the fast one misses
 	// (docs/DECISIONS.md, "The Lagrangian's plan as lp_solve's incumbent").
 	Incumbent bool
+	// Known are plans of the graph on this mesh known before the solve (known.go): the
+	// plan its layers compose, its solve restricted to their strategies. The best of them
+	// that the ILP holds and that fits the budget is lp_solve's incumbent (as Incumbent's
+	// plan is), so that the answer, at lp_solve's limit too, is never worse than it in the
+	// ILP's objective; where lp_solve proves nothing better, it is the answer.
+	Known []KnownPlan
 	// NoLPAbove, if positive, does not give lp_solve a memory-bound ILP of more variables
 	// than this that the certificate does not close: the Lagrangian search's best plan that
 	// fits is the answer (ILPStats.Status "feasible", Solver "lagrange"), else ErrTimeout.
