@@ -150,7 +150,7 @@ func (o *oracle) timeRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape,
 			return false
 		}
 		opts.Recompute = sg.remat.layers.marks
-		if !run(remat, opts, "tfloor-recompute", redo) {
+		if (!remat.ran || b*(remat.under+redo) < target) && !run(remat, opts, "tfloor-recompute", redo) {
 			return remat.ran // an earlier search's floors stand
 		}
 		o.timeFloors[k] = [2]float64{remat.under, remat.under + redo}
