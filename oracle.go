@@ -102,6 +102,7 @@ type oracle struct {
 	// timeFloors are pipeline stages' floors on t under the memory, plain and recomputing
 	// (pipefloor.go, timeRefute; −Inf: none), which raise their optimistic prices
 	timeFloors map[rangeKey][2]float64
+	timeCuts   map[rangeKey]*timeCut   // the timeFloors searches a target stopped, to go on (pipefloor.go)
 	noRestrict bool                    // recost solves every stage by its range ILP (unrestrict)
 	recvAt     map[recvKey]dp.Receives // Receives'
 	cross      []crossValue            // the step's values read across layers (received)

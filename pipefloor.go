@@ -47,24 +47,33 @@ import (
 // timeWeight is M, the micro-batch weight of the floors' ILP: u/M is what the floor drops.
 const timeWeight = 1 << 20
 
-// timeRefute computes the time floors of layers [start, end) on (s, l) (see above) once,
-// for a range of two or more layers that is not the whole network under RematAuto or
-// RematNone, not pruned, and reports whether it did. The Lagrangian search stops where
-// the plain floor times B reaches target (the count's step then loses: Σ t + (B−1)·max t
-// ≥ B·t); +Inf or 0: none.
+// timeRefute computes the time floors of layers [start, end) on (s, l) (see above), for a
+// range of two or more layers that is not the whole network under RematAuto or RematNone,
+// not pruned, and reports whether it did. Each Lagrangian search stops where its floor
+// times B reaches target (the count's step then loses: Σ t + (B−1)·max t ≥ B·t); +Inf or
+// 0: none. A search stopped so goes on, from the multiplier it reached (timeCut), when a
+// later call asks a higher target of a floor still under it: a floor frozen at the first
+// target it was asked for held GPT-39B/64's counts near their first cutoffs (DECISIONS,
+// "Round twelve, pipefloor2").
 func (o *oracle) timeRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape, target float64) bool {
 	k := rangeKey{start, end, s, l}
-	if _, done := o.timeFloors[k]; done {
-		return false
+	_, done := o.timeFloors[k]
+	cut := o.timeCuts[k]
+	if done && (cut == nil || !(target > cut.target)) {
+		return false // its searches ran to their end, or to this target already
 	}
 	if end-start < 2 || o.dualApplies(start, end) || o.remat == RematFull || o.memory <= 0 {
 		return false
 	}
 	if o.timeFloors == nil {
-		o.timeFloors = map[rangeKey][2]float64{}
+		o.timeFloors, o.timeCuts = map[rangeKey][2]float64{}, map[rangeKey]*timeCut{}
 	}
-	none := math.Inf(-1)
-	o.timeFloors[k] = [2]float64{none, none}
+	if !done {
+		none := math.Inf(-1)
+		o.timeFloors[k] = [2]float64{none, none}
+		cut = &timeCut{}
+	}
+	delete(o.timeCuts, k)
 	sg, err := o.stage(start, end)
 	if err != nil {
 		return false
@@ -92,15 +101,27 @@ func (o *oracle) timeRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape,
 		t := x / timeWeight
 		return t - dualSlack*math.Abs(t) + mb
 	}
-	var enough func(sharding.MemoryDual) bool
-	if b := float64(max(o.mb, 1)); target > 0 && !math.IsInf(target, 1) {
-		enough = func(d sharding.MemoryDual) bool { return b*floor(d.Under) >= target }
-	}
-	run := func(opts sharding.Options, kind string) (sharding.MemoryDual, bool) {
+	b := float64(max(o.mb, 1))
+	aimed := target > 0 && !math.IsInf(target, 1)
+	// run goes on with search x (or begins it) until b × (its floor + add) reaches the
+	// target, and records what it proved in x.
+	run := func(x *timeSearch, opts sharding.Options, kind string, add float64) bool {
+		var enough func(sharding.MemoryDual) bool
+		stopped := false
+		if aimed {
+			enough = func(d sharding.MemoryDual) bool {
+				stopped = b*(floor(d.Under)+add) >= target
+				return stopped
+			}
+		}
 		var d sharding.MemoryDual
 		var err error
+		from := 0.0
+		if x.short {
+			from = x.mu
+		}
 		bound := func() string {
-			d, err = sharding.MemoryBoundUntil(o.ctx, sg.g, lm, opts, lagSweeps, 0, enough)
+			d, err = sharding.MemoryBoundUntil(o.ctx, sg.g, lm, opts, lagSweeps, from, enough)
 			if err != nil {
 				return fmt.Sprintf("%q", err.Error())
 			}
@@ -113,9 +134,14 @@ func (o *oracle) timeRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape,
 		} else {
 			bound()
 		}
-		ok := err == nil && d.PerEdgeValues == 0 && finite(d.Bound) && finite(d.Under)
-		return d, ok
+		if err != nil || d.PerEdgeValues > 0 || !finite(d.Bound) || !finite(d.Under) {
+			x.short = false
+			return false
+		}
+		x.record(d, floor, stopped)
+		return true
 	}
+	plain, remat := &cut.plain, &cut.remat
 	if f, ok := o.peaks[k]; ok && f[0] > float64(o.memory) {
 		// No plan of the range fits plainly (its peak floor, memRefute): the DP rejects
 		// the plain way whatever its time, and the recomputing ways come from the
@@ -124,29 +150,73 @@ func (o *oracle) timeRefute(start, end int, s mesh.Submesh, l mesh.LogicalShape,
 			return false
 		}
 		opts.Recompute = sg.remat.layers.marks
-		r, ok := run(opts, "tfloor-recompute")
-		if !ok {
-			return false
+		if (!remat.ran || b*(remat.under+redo) < target) && !run(remat, opts, "tfloor-recompute", redo) {
+			return remat.ran // an earlier search's floors stand
 		}
-		o.timeFloors[k] = [2]float64{floor(r.Under), floor(r.Under) + redo}
+		o.timeFloors[k] = [2]float64{remat.under, remat.under + redo}
+		cut.keep(o, k, target)
 		return true
 	}
-	d, ok := run(opts, "tfloor")
-	if !ok {
-		return false
-	}
-	plain, remat := floor(d.Under), floor(d.Bound)+redo
-	switch {
-	case d.Fits:
-		remat = plain + redo
-	case o.remat == RematAuto:
-		opts.Recompute = sg.remat.layers.marks
-		if r, ok := run(opts, "tfloor-recompute"); ok {
-			remat = max(remat, min(plain, floor(r.Under))+redo)
+	if !plain.ran || plain.short && b*plain.under < target {
+		if !run(plain, opts, "tfloor", 0) {
+			return plain.ran
 		}
 	}
-	o.timeFloors[k] = [2]float64{plain, remat}
+	floors := func() [2]float64 {
+		v := [2]float64{plain.under, plain.bound + redo}
+		switch {
+		case plain.fits:
+			v[1] = plain.under + redo
+		case remat.ran:
+			v[1] = max(v[1], min(plain.under, remat.under)+redo)
+		}
+		return v
+	}
+	if v := floors(); !plain.fits && o.remat == RematAuto && b*v[1] < target && (!remat.ran || remat.short) {
+		ropts := opts
+		ropts.Recompute = sg.remat.layers.marks
+		run(remat, ropts, "tfloor-recompute", redo)
+	}
+	o.timeFloors[k] = floors()
+	cut.keep(o, k, target)
 	return true
+}
+
+// timeCut is what timeRefute's searches of one range proved, and where those its target
+// stopped stand.
+type timeCut struct {
+	plain, remat timeSearch
+	target       float64 // the target the stopped searches reached
+}
+
+// timeSearch is one of timeRefute's Lagrangian searches of a range: plain, or under the
+// recomputing marks.
+type timeSearch struct {
+	ran          bool
+	under, bound float64 // the floors of its greatest Under and of its Bound
+	fits         bool    // it decoded a plan that fits (once, so ever after)
+	short        bool    // its target stopped it, not its sweeps: it can go on from mu
+	mu           float64 // MemoryDual.Mu where it stopped
+}
+
+// record takes what a run of the search proved: any Under a run proves is a floor, so the
+// greatest stands.
+func (x *timeSearch) record(d sharding.MemoryDual, floor func(float64) float64, stopped bool) {
+	if !x.ran {
+		x.under, x.bound = math.Inf(-1), math.Inf(-1)
+	}
+	x.ran = true
+	x.under, x.bound = max(x.under, floor(d.Under)), max(x.bound, floor(d.Bound))
+	x.fits = x.fits || d.Fits
+	x.short, x.mu = stopped, d.Mu
+}
+
+// keep records c as range k's searches where target stopped one, for a later target.
+func (c *timeCut) keep(o *oracle, k rangeKey, target float64) {
+	if c.plain.short || c.remat.short {
+		c.target = target
+		o.timeCuts[k] = c
+	}
 }
 
 // timeRaised is c, the optimistic price of layers [start, end) on (s, l), with each way's
@@ -175,6 +245,14 @@ func (o *oracle) timeRefuteAll(opt *dp.Result, target float64) bool {
 	if !timeFloorsOn {
 		return false
 	}
+	if floorsToTop && o.top > 0 && !math.IsInf(o.top, 1) {
+		// A floor's search is asked to reach where its range loses to the plan known
+		// (lagTarget's ceiling) at once, not the count's cutoff past its headroom: the
+		// cutoff rises by the yields, and each rise past a stopped search's target would
+		// run it again, its planner most often built anew (the searches a CandidateMemo
+		// keeps are few), where the sweeps up to the plan known cost little more.
+		target = max(target, o.top*(1+boundMargin))
+	}
 	raised := false
 	for _, st := range opt.Stages {
 		k := stageKey(st)
@@ -198,3 +276,7 @@ func (o *oracle) timeRefuteAll(opt *dp.Result, target float64) bool {
 
 // timeFloorsOn: timeRefuteAll computes time floors (off only to measure without them).
 var timeFloorsOn = true
+
+// floorsToTop: timeRefuteAll asks the floors to reach the plan known (off only to measure
+// the count's own target).
+var floorsToTop = true

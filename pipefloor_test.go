@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,7 +35,7 @@ func TestTimeFloorIsLower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("solves every small model's ranges under several budgets")
 	}
-	checked, raised, tight := 0, 0, 0
+	checked, raised, tight, resumed := 0, 0, 0, 0
 	cases := []boundCase{
 		{"mlp-tiny", "cpu", 1, 4, 16, 4},
 		{"gpt-tiny", "cpu", 2, 1, 8, 3},
@@ -85,11 +86,23 @@ func TestTimeFloorIsLower(t *testing.T) {
 							at := fmt.Sprintf("layers %d-%d on %v %v at %d bytes", start, end-1, mk.sub, mk.logical, budget)
 							o, ref := oracleOf(budget), oracleOf(budget)
 							o.peakFloors(start, end, mk.sub, mk.logical) // as memRefute before it: where none fits plainly, the recomputing bound alone
-							if !o.timeRefute(start, end, mk.sub, mk.logical, 0) {
+							// First to a target just past the free optimum, where the searches
+							// stop short, then on to no target: the floors gone on from where
+							// they stopped (timeCut) are checked.
+							k := rangeKey{start, end, mk.sub, mk.logical}
+							if !o.timeRefute(start, end, mk.sub, mk.logical, float64(tc.b)*fsol.cost.Time*1.01) {
 								t.Logf("%s: no floor", at)
 								continue
 							}
-							v := o.timeFloors[rangeKey{start, end, mk.sub, mk.logical}]
+							first, short := o.timeFloors[k], o.timeCuts[k] != nil
+							if o.timeRefute(start, end, mk.sub, mk.logical, math.MaxFloat64) {
+								resumed++
+								assert.True(t, short, "%s: a search went on that had not stopped short", at)
+							}
+							assert.False(t, o.timeRefute(start, end, mk.sub, mk.logical, math.MaxFloat64), "%s: once to a target", at)
+							v := o.timeFloors[k]
+							assert.GreaterOrEqual(t, v[0], first[0], "%s: the plain floor fell as its search went on", at)
+							assert.GreaterOrEqual(t, v[1], first[1], "%s: the recomputing floor fell as its search went on", at)
 							plain, remat := v[0]*timeFloorMutation, v[1]*timeFloorMutation
 							sol := ref.solve(start, end, mk.sub, mk.logical)
 							if !sol.ok || sol.res == nil {
@@ -129,9 +142,10 @@ func TestTimeFloorIsLower(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d ways checked, %d under 1.01 × their floor, %d plain floors above the free optimum's t",
-		checked, tight, raised)
+	t.Logf("%d ways checked, %d under 1.01 × their floor, %d plain floors above the free optimum's t, %d searches gone on",
+		checked, tight, raised, resumed)
 	assert.Positive(t, checked)
+	assert.Positive(t, resumed, "some floor's search stopped at its target and went on")
 	assert.Positive(t, raised, "the memory raised some floor")
 	assert.Positive(t, tight, "some floor within 1 % of its price: the mutation fails the test")
 }
