@@ -26,8 +26,10 @@ import (
 // compile at most that, the error this rule allows. MoE-27B/32: count 64's bound
 // 13.921463 s against count 32's plan 13.921921 s (0.0033 %), and its next round ran the
 // range ILP of [5,8) on 2×4 to lp_solve's 40,000-iteration limit (27,448 variables, 19.2
-// CPU s) for a plan of 14.11 s; the compile took 36.7 CPU s in all, 16.7 without that
-// round, the same plan (docs/DECISIONS.md, "Round twelve, cpu").
+// CPU s) for a plan of 14.11 s; the compile took 36.7–38.4 CPU s, 16.9–17.4 with nearTop,
+// the same plan (docs/DECISIONS.md, "Round twelve, cpu"). A count whose bound is above top
+// already (on the premise it cannot win; searchAll's loses skips only past boundMargin)
+// ends too.
 const topTolerance = 1e-4
 
 // nearTop reports whether top, the fastest plan known, is within topTolerance of opt,
