@@ -914,7 +914,7 @@ func (o *oracle) exactRounds(ctx context.Context, layers int, dc dp.Cluster, qui
 		if oerr != nil {
 			break
 		}
-		within := st.best != nil && st.best.Time <= opt.Time*(1+o.tolerance(st.best))
+		within := st.best != nil && (st.best.Time <= opt.Time*(1+o.tolerance(st.best)) || o.nearTop(opt)) // neartop.go
 		o.roundTrace("exactly", opt, st.best)
 		if !within && o.cutoff > 0 && opt.Time >= o.cutoff {
 			o.outbid = true
