@@ -429,6 +429,7 @@ var yieldMargin = 0.005
 // stages it solved. It returns one error per compilation, nil where it has a plan.
 func searchAll(ss []*Compilation) []error {
 	errs := make([]error, len(ss))
+	chooseLayering(ss)
 	var atts []*attempt
 	for i, s := range ss {
 		a, err := setUp(s)
