@@ -2,6 +2,8 @@ package autopar
 
 import (
 	"context"
+	"math"
+	"slices"
 
 	"github.com/autopar/autopar/dp"
 	"github.com/autopar/autopar/ir"
@@ -65,64 +67,87 @@ func chooseLayering(ss []*Compilation) {
 	}
 }
 
-// movedPipelineWins prices s's first plans (its seed, attempt.seedPlan, and its host
-// pipeline, hostPipeline) under its base and its moved layering and says whether the
-// moved layering's faster one beats the base layering's by movedMargin, or only it fits.
+// movedPipelineWins prices s's first plans under its base and its moved layering, its seed
+// (attempt.seedPlan) and its host pipeline (hostPipeline), and says whether the moved
+// layering's faster one beats the base layering's by movedMargin, or only it has one. A
+// host pipeline is priced only as far as it can change that answer (hostPipeline's limit):
+// the seeds are cheap, one-layer stages, the host pipeline's stages several layers each.
 func movedPipelineWins(s *Compilation) bool {
-	price := func(lay *passes.Layering) float64 {
+	at := func(lay *passes.Layering) *attempt {
 		c := *s
 		c.Layering, c.moved = lay, nil
 		a, err := setUp(&c)
 		if err != nil {
-			return -1
+			return nil
 		}
-		t := a.hostPipeline(c.ctx)
-		if a.seedPlan(c.ctx); a.held != nil && (t < 0 || a.held.Predicted.StepTime < t) {
-			t = a.held.Predicted.StepTime
-		}
-		return t
+		return a
 	}
-	base := price(s.Layering)
-	if s.ctx.Err() != nil {
+	base, moved := at(s.Layering), at(s.moved)
+	if base == nil || moved == nil {
 		return false
 	}
-	moved := price(s.moved)
+	seed := func(a *attempt) float64 {
+		if a.seedPlan(s.ctx); a.held == nil {
+			return math.Inf(1)
+		}
+		return a.held.Predicted.StepTime
+	}
+	b, m := seed(base), seed(moved)
+	// The moved host pipeline matters only where it beats the base seed by the margin,
+	// the base one only where it brings the base layering's best within the margin of
+	// the moved layering's.
+	m = min(m, moved.hostPipeline(s.ctx, b*(1-movedMargin)))
+	if !math.IsInf(m, 1) {
+		b = min(b, base.hostPipeline(s.ctx, m/(1-movedMargin)))
+	}
 	if layeringTrace != nil {
-		layeringTrace(s.Microbatches, base, moved)
+		layeringTrace(s.Microbatches, b, m)
 	}
-	switch {
-	case moved < 0:
-		return false
-	case base < 0:
-		return true
-	}
-	return moved < base*(1-movedMargin)
+	return s.ctx.Err() == nil && m < b*(1-movedMargin)
 }
 
 // hostPipeline is the step time of the count's pipeline of one stage a host, L/H layers
 // each, every stage tensor-parallel over its host (logical mesh 1 × devices a host), its
-// stages solved by their own ILPs as exactly re-costs a plan; −1 where the cluster has
-// one host, the hosts do not divide the layers or the micro-batches, or the pipeline does
-// not fit.
-func (a *attempt) hostPipeline(ctx context.Context) float64 {
-	L, c := a.s.Layering.L, a.s.Cluster
+// stages solved by their own ILPs as exactly re-costs a plan: a pipeline that puts the
+// param's layer and the reader's on different hosts, whose link makes the part's bytes
+// dear. It is +Inf where the cluster has one host, the hosts do not divide the layers or
+// the micro-batches, the pipeline does not fit, or it cannot beat limit: its stages are
+// solved middle first (the stages the two layerings share), and it stops where one's time
+// a micro-batch, B times, reaches limit (the step is Σ t + (B − 1)·max t + the step's part).
+func (a *attempt) hostPipeline(ctx context.Context, limit float64) float64 {
+	L, c, b := a.s.Layering.L, a.s.Cluster, a.s.Microbatches
 	h, per := c.Hosts, c.DevicesPerHost
-	if h < 2 || L%h != 0 || a.s.Microbatches < h {
-		return -1
+	if h < 2 || L%h != 0 || b < h {
+		return math.Inf(1)
 	}
 	p := &dp.Result{}
 	for k := 0; k < L; k += L / h {
 		p.Stages = append(p.Stages, dp.Stage{Start: k, End: k + L/h, Submesh: mesh.Submesh{Hosts: 1, Devices: per}, Logical: mesh.LogicalShape{1, per}})
 	}
+	order := append(slices.Clone(p.Stages[1:h-1]), p.Stages[0], p.Stages[h-1])
+	for _, st := range order {
+		sol := a.o.solve(st.Start, st.End, st.Submesh, st.Logical)
+		if ctx.Err() != nil || !sol.ok {
+			return math.Inf(1)
+		}
+		t := sol.cost.Time
+		for _, r := range sol.remats {
+			t = min(t, r.Time)
+		}
+		if float64(b)*t >= limit {
+			return math.Inf(1)
+		}
+	}
 	res, err := a.o.recost(ctx, L, a.dc, quietOf(a.do), p, a.progress)
 	if err != nil || ctx.Err() != nil {
-		return -1
+		return math.Inf(1)
 	}
 	return res.Time
 }
 
-// layeringTrace, set by benchmarks only (-count-trace), hears chooseLayering's host pipelines: the
-// count and the base and moved layerings' seed steps (−1: none).
+// layeringTrace, set by benchmarks only (-count-trace), hears chooseLayering's first
+// plans: the count and the base and moved layerings' faster steps (+Inf: none, or not
+// priced as it could not change the choice).
 var layeringTrace func(microbatches int, base, moved float64)
 
 // madeWith says whether saved plan p was made with the moved layering: whether its values

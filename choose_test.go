@@ -2,6 +2,7 @@ package autopar
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestChooseLayering(t *testing.T) {
 		b, m, err := passes.ClusterLayerings(s.Step, passes.ClusterOptions{Layers: 2})
 		require.NoError(t, err)
 		require.NotNil(t, m, "gpt-tiny's output projection part moves")
-		require.True(t, base > 0 && moved > 0, "link %g: first plans %g and %g", interHost, base, moved)
+		require.True(t, !math.IsInf(base, 1) && !math.IsInf(moved, 1), "link %g: first plans %g and %g", interHost, base, moved)
 		want := moved < base*(1-movedMargin)
 		kept[want] = true
 		t.Logf("link %g: first plans %g s (base), %g s (moved)", interHost, base, moved)
