@@ -1,6 +1,7 @@
 package autopar
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -94,10 +95,10 @@ func movedPipelineWins(s *Compilation) bool {
 	}
 	b, m := seed(base), seed(moved)
 	// The moved host pipeline matters only where it beats the base seed by the margin,
-	// the base one only where it brings the base layering's best within the margin of
-	// the moved layering's.
+	// the base one only where the moved layering wins without it and it may bring the
+	// base layering's best within the margin of the moved layering's.
 	m = min(m, moved.hostPipeline(s.ctx, b*(1-movedMargin)))
-	if !math.IsInf(m, 1) {
+	if m < b*(1-movedMargin) {
 		b = min(b, base.hostPipeline(s.ctx, m/(1-movedMargin)))
 	}
 	if layeringTrace != nil {
@@ -111,20 +112,39 @@ func movedPipelineWins(s *Compilation) bool {
 // stages solved by their own ILPs as exactly re-costs a plan: a pipeline that puts the
 // param's layer and the reader's on different hosts, whose link makes the part's bytes
 // dear. It is +Inf where the cluster has one host, the hosts do not divide the layers or
-// the micro-batches, the pipeline does not fit, or it cannot beat limit: its stages are
-// solved middle first (the stages the two layerings share), and it stops where one's time
-// a micro-batch, B times, reaches limit (the step is Σ t + (B − 1)·max t + the step's part).
+// the micro-batches, the pipeline does not fit, or it cannot beat limit: the step is
+// Σ t + (B − 1)·max t + the step's part (dp's search.times), each stage's t its own time
+// a micro-batch plus its receives, so the same sum over floors of the stages' t is a floor
+// of it. The receives are priced without an ILP (oracle.Receives; a stage holding a whole
+// host receives from its neighbours across hosts) and are the first floors; each stage's
+// ILP, solved in the order of their receives, the dearest first, adds its time (the least
+// of its ways, recomputing or not), and the pricing stops where the floor reaches limit.
 func (a *attempt) hostPipeline(ctx context.Context, limit float64) float64 {
-	L, c, b := a.s.Layering.L, a.s.Cluster, a.s.Microbatches
+	L, c, b := a.s.Layering.L, a.s.Cluster, float64(a.s.Microbatches)
 	h, per := c.Hosts, c.DevicesPerHost
-	if h < 2 || L%h != 0 || b < h {
+	if h < 2 || L%h != 0 || a.s.Microbatches < h {
 		return math.Inf(1)
 	}
 	p := &dp.Result{}
-	for k := 0; k < L; k += L / h {
-		p.Stages = append(p.Stages, dp.Stage{Start: k, End: k + L/h, Submesh: mesh.Submesh{Hosts: 1, Devices: per}, Logical: mesh.LogicalShape{1, per}})
+	lo := map[int]float64{} // a floor of each stage's t: its receives, then its ILP's time too
+	floor := func() float64 {
+		sum, slowest := 0.0, 0.0
+		for _, t := range lo {
+			sum, slowest = sum+t, max(slowest, t)
+		}
+		return sum + (b-1)*slowest
 	}
-	order := append(slices.Clone(p.Stages[1:h-1]), p.Stages[0], p.Stages[h-1])
+	for k := 0; k < L; k += L / h {
+		st := dp.Stage{Start: k, End: k + L/h, Submesh: mesh.Submesh{Hosts: 1, Devices: per}, Logical: mesh.LogicalShape{1, per}}
+		p.Stages = append(p.Stages, st)
+		r := a.o.Receives(st.Start, st.End, st.Submesh)
+		lo[k] = r.Before.Cross + r.After.Cross + r.Far // its neighbours hold other hosts
+	}
+	if floor() >= limit {
+		return math.Inf(1)
+	}
+	order := slices.Clone(p.Stages)
+	slices.SortStableFunc(order, func(x, y dp.Stage) int { return cmp.Compare(lo[y.Start], lo[x.Start]) })
 	for _, st := range order {
 		sol := a.o.solve(st.Start, st.End, st.Submesh, st.Logical)
 		if ctx.Err() != nil || !sol.ok {
@@ -134,7 +154,7 @@ func (a *attempt) hostPipeline(ctx context.Context, limit float64) float64 {
 		for _, r := range sol.remats {
 			t = min(t, r.Time)
 		}
-		if float64(b)*t >= limit {
+		if lo[st.Start] += t; floor() >= limit {
 			return math.Inf(1)
 		}
 	}
