@@ -88,10 +88,10 @@ func movedPipelineWins(s *Compilation) bool {
 		return false
 	}
 	seed := func(a *attempt) float64 {
-		if a.seedPlan(s.ctx); a.held == nil {
-			return math.Inf(1)
+		if res := a.seed(s.ctx); res != nil {
+			return res.Time
 		}
-		return a.held.Predicted.StepTime
+		return math.Inf(1)
 	}
 	b, m := seed(base), seed(moved)
 	// The moved host pipeline matters only where it beats the base seed by the margin,
