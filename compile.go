@@ -429,6 +429,7 @@ var yieldMargin = 0.005
 // stages it solved. It returns one error per compilation, nil where it has a plan.
 func searchAll(ss []*Compilation) []error {
 	errs := make([]error, len(ss))
+	chooseLayering(ss)
 	var atts []*attempt
 	for i, s := range ss {
 		a, err := setUp(s)
@@ -758,10 +759,23 @@ func (a *attempt) holdPlan(res *dp.Result) {
 // The one-layer stages on one-dimensional meshes are the cheapest stage ILPs of a pipeline
 // that spreads the weights over every device.
 func (a *attempt) seedPlan(ctx context.Context) {
+	res := a.seed(ctx)
+	if res == nil {
+		return
+	}
+	a.holdPlan(res)
+	if countTrace != nil && a.held != nil {
+		countTrace(a.s.Microbatches, a.bound, "seeded "+stagesOf(res), a.held.Predicted.StepTime, a.s.shared.solves.Load())
+	}
+}
+
+// seed is the DP's price of seedPlan's pipeline, nil where the devices do not split so or
+// it does not fit.
+func (a *attempt) seed(ctx context.Context) *dp.Result {
 	L, c := a.s.Layering.L, a.s.Cluster
 	n := c.Devices()
 	if L < 2 || n%L != 0 || n/L > c.DevicesPerHost || c.DevicesPerHost%(n/L) != 0 || a.s.Microbatches < L {
-		return
+		return nil
 	}
 	per := n / L
 	p := &dp.Result{}
@@ -770,12 +784,9 @@ func (a *attempt) seedPlan(ctx context.Context) {
 	}
 	res, err := a.o.recost(ctx, L, a.dc, quietOf(a.do), p, a.progress)
 	if err != nil || ctx.Err() != nil {
-		return
+		return nil
 	}
-	a.holdPlan(res)
-	if countTrace != nil && a.held != nil {
-		countTrace(a.s.Microbatches, a.bound, "seeded "+stagesOf(res), a.held.Predicted.StepTime, a.s.shared.solves.Load())
-	}
+	return res
 }
 
 // quietOf is do without its progress: exactly's DPs are not the stage search the user

@@ -34,10 +34,15 @@ type Compilation struct {
 	Compute    *ir.Graph          // precision: MicroBatch in the step's compute dtypes
 	Backward   *ir.Graph          // autodiff: MicroBatch with its backward ops, gradients as extra outputs
 	Step       *ir.Graph          // optimizer: the training step of one micro-batch
-	Layering   *passes.Layering   // cluster: the layer of every value of Step
+	Layering   *passes.Layering   // cluster: the layer of every value of Step (search may take moved instead)
 	Search     *dp.Result         // search: stages, submeshes and logical meshes (the DP's answer)
 	Plan       *Plan              // search: the plan, with the sharding of every value (the ILPs')
 	Programs   []*program.Program // lower: one program per device
+
+	// moved is the cluster phase's other layering of Step, a param's adjoint part with its
+	// reader (passes.ClusterLayerings; nil: none differs), which the search takes in place
+	// of Layering where its seed prices it faster (chooseLayering).
+	moved *passes.Layering
 
 	ctx context.Context
 	// shared holds the search's solutions for every micro-batch count (the copies of the
@@ -380,7 +385,7 @@ func runCluster(s *Compilation) (err error) {
 	if layers == 0 {
 		layers = DefaultLayers(s.Step, s.Cluster.Devices())
 	}
-	s.Layering, err = passes.ClusterLayers(s.Step, passes.ClusterOptions{Layers: layers, ReaderParts: s.Cluster.Hosts > 1})
+	s.Layering, s.moved, err = passes.ClusterLayerings(s.Step, passes.ClusterOptions{Layers: layers})
 	return err
 }
 

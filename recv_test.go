@@ -69,6 +69,7 @@ func TestRecvEstimateIsLower(t *testing.T) {
 				free, err := Run(context.Background(), g, c, Options{Microbatches: 2, Layers: L}, &PhaseConfig{UpTo: "cluster"})
 				require.NoError(t, err)
 				free.Microbatches = s.Microbatches
+				free.Layering = s.Layering // the layering the search chose (chooseLayering)
 				a, err := setUp(free)
 				require.NoError(t, err)
 				require.True(t, a.o.fast)

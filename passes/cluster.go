@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/autopar/autopar/ir"
 )
@@ -67,6 +68,33 @@ func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
 	if pc, pd, ok := periodicForward(g, fwd, L, cut, opts.Imbalance); ok {
 		cut, delta = pc, pd
 	}
+	return place(g, fwd, cut, delta, opts.ReaderParts), nil
+}
+
+// ClusterLayerings clusters g as ClusterLayers does (opts.ReaderParts is ignored) and
+// returns both placements of the params' adjoint parts over the one forward clustering:
+// base with every part beside its param, moved with a part beside its reader where fewer
+// bytes cross (ReaderParts); moved is nil where it would equal base (no part moves). Which
+// one a compile keeps is a choice priced by the search (autopar's chooseLayering): the
+// part's stage trades a transfer against a stage's balance, which only a plan weighs.
+func ClusterLayerings(g *ir.Graph, opts ClusterOptions) (base, moved *Layering, err error) {
+	opts.ReaderParts = false
+	if base, err = ClusterLayers(g, opts); err != nil {
+		return nil, nil, err
+	}
+	fwd := forwardOps(g)
+	cut := base.cut(fwd)
+	moved = place(g, fwd, cut, base.Imbalance, true)
+	if slices.Equal(moved.Of, base.Of) {
+		moved = nil
+	}
+	return base, moved, nil
+}
+
+// place assigns every value of g a layer given the forward clustering cut: the forward ops
+// by cut, the rest by followForward and orderBackward.
+func place(g *ir.Graph, fwd []ir.ValueID, cut []int, delta float64, readerParts bool) *Layering {
+	L := len(cut) - 1
 	lay := &Layering{L: L, Of: make([]int, len(g.Values)), Imbalance: delta}
 	for i := range lay.Of {
 		lay.Of[i] = -1
@@ -76,10 +104,20 @@ func ClusterLayers(g *ir.Graph, opts ClusterOptions) (*Layering, error) {
 			lay.Of[id] = k
 		}
 	}
-	followForward(g, lay.Of, opts.ReaderParts)
+	followForward(g, lay.Of, readerParts)
 	orderBackward(g, lay.Of)
 	lay.account(g, fwd, cut)
-	return lay, nil
+	return lay
+}
+
+// cut recovers the forward clustering's cut points from the layers of the forward ops.
+func (lay *Layering) cut(fwd []ir.ValueID) []int {
+	cut := make([]int, lay.L+1)
+	cut[lay.L] = len(fwd)
+	for i := len(fwd) - 1; i >= 0; i-- {
+		cut[lay.Of[fwd[i]]] = i
+	}
+	return cut
 }
 
 // forwardOps lists, in graph order, the non-leaf values the first output depends on.

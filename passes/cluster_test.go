@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -244,6 +245,37 @@ func TestClusterLayersTiedParamParts(t *testing.T) {
 				if x, ok := p.OfValue(); ok && p.Role == ir.RoleAdjointPart && step.Values[x].Op == ir.OpParam {
 					assert.Equal(t, lay.Of[x], lay.Of[i], "%s, %d layers, no ReaderParts: %s", tc.name, L, step.Values[i].Name)
 				}
+			}
+		}
+	}
+}
+
+// TestClusterLayerings checks the two layerings over one forward clustering: base is
+// ClusterLayers without ReaderParts, moved is ClusterLayers with it, or nil where the two
+// are equal (the wide GPT, whose part stays with its param).
+func TestClusterLayerings(t *testing.T) {
+	wide := zoo.NewGPT()
+	wide.Layers, wide.Hidden, wide.Heads, wide.Seq, wide.Vocab, wide.Batch = 2, 1024, 8, 16, 256, 8
+	wideGraph, err := wide.Build()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		g    *ir.Graph
+	}{{"gpt-tiny", model(t, "gpt-tiny")}, {"moe-tiny", model(t, "moe-tiny")}, {"wide", wideGraph}, {"mlp-tiny", model(t, "mlp-tiny")}} {
+		step, err := TrainingStep(tc.g, Optimizer{Kind: "adam", LR: 0.01})
+		require.NoError(t, err)
+		for L := 1; L <= 8; L++ {
+			base, moved, err := ClusterLayerings(step, ClusterOptions{Layers: L, ReaderParts: true})
+			require.NoError(t, err)
+			plain, err := ClusterLayers(step, ClusterOptions{Layers: L})
+			require.NoError(t, err)
+			reader, err := ClusterLayers(step, ClusterOptions{Layers: L, ReaderParts: true})
+			require.NoError(t, err)
+			assert.Equal(t, plain, base, "%s, %d layers: base", tc.name, L)
+			if slices.Equal(plain.Of, reader.Of) {
+				assert.Nil(t, moved, "%s, %d layers: no part moves", tc.name, L)
+			} else {
+				assert.Equal(t, reader, moved, "%s, %d layers: moved", tc.name, L)
 			}
 		}
 	}
