@@ -301,13 +301,8 @@ func (o *oracle) solveRelaxedAt(sg *stageGraph, s mesh.Submesh, l mesh.LogicalSh
 	if noLP > 0 && !o.lpOnly {
 		opts.NoLPAbove = noLP
 	}
-	carry := carryKey{sg.g.Name, sg.mb > 1, s, l}
-	opts.Carried, opts.Carry = o.carriedAt(carry), true
 	o.solves.Add(1)
 	res, err := o.traced(sg, s, lm, opts, "relaxed")
-	if res != nil && res.Carried != nil {
-		o.keepCarried(carry, res.Carried)
-	}
 	if err != nil {
 		return &stageSolution{err: err}
 	}

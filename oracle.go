@@ -17,7 +17,6 @@ import (
 
 	"github.com/autopar/autopar/codegen"
 	"github.com/autopar/autopar/dp"
-	"github.com/autopar/autopar/ilp"
 	"github.com/autopar/autopar/ir"
 	"github.com/autopar/autopar/mesh"
 	"github.com/autopar/autopar/passes"
@@ -139,11 +138,6 @@ type shared struct {
 	// relaxed are layer solves without the memory rows (bound.go, solveRelaxed): nil
 	// while running, a solution without ok when it gave no bound
 	relaxed map[solveKey]*stageSolution
-	// carried are the final bases of relaxed layer solves by name, the latest of each layer
-	// and mesh over the counts, to start the same layer's relaxed solve at another count
-	// (sharding.Options.Carried; carry.go)
-	carriedMu sync.Mutex
-	carried   map[carryKey]*ilp.NamedBasis
 
 	memoMu sync.Mutex
 	memos  map[meshKey]*sharding.ReshardMemo
@@ -153,7 +147,7 @@ type shared struct {
 func newShared() *shared {
 	return &shared{solved: map[solveKey]*stageSolution{}, points: map[solveKey][]layerPoint{}, leaned: map[solveKey]bool{}, leanStuck: map[leanSpot]bool{}, firstPts: map[solveKey][]layerPoint{},
 		reshardMemo: map[reshardMemoKey]float64{}, memos: map[meshKey]*sharding.ReshardMemo{}, bounds: map[solveKey]boundCost{},
-		relaxed: map[solveKey]*stageSolution{}, carried: map[carryKey]*ilp.NamedBasis{}}
+		relaxed: map[solveKey]*stageSolution{}}
 }
 
 type stageGraph struct {

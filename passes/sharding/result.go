@@ -86,9 +86,6 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		if w != nil && len(w.points) == 0 {
 			opts.Start = w.basis
 		}
-		if round == 1 && opts.Start == nil && p.opts.Carried != nil {
-			opts.Start = p.opts.Carried.For(p.prob)
-		}
 		w = nil
 		opts.Incumbent = p.incumbentValues(incumbent)
 		sol, err := ilp.Solve(ctx, p.prob, opts)
@@ -123,9 +120,6 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 		res.Gathered = int64(p.gatheredBytes(choice))
 		if sol.Basis != nil {
 			res.warm = &warmStart{basis: sol.Basis, vars: baseVars, rows: baseRows, points: rowPts}
-			if p.opts.Carry {
-				res.Carried = p.prob.Named(sol.Basis)
-			}
 		}
 		return res, nil
 	}

@@ -74,13 +74,6 @@ type Options struct {
 	// optimum of the same ILP a cold solve finds, of the same cost, though where several
 	// plans tie it may be another of them.
 	WarmStart *Result
-	// Carried, if set, is the final basis of a solve of a like ILP — the same stage on the
-	// same mesh at another micro-batch count — kept by name (ilp.NamedBasis): where
-	// WarmStart gives no start, lp_solve starts from it, mapped onto this ILP's variables
-	// and rows by name (carry.go). Like WarmStart it changes the path, not the optimum's
-	// cost. Carry asks the Result to keep its own final basis so (Result.Carried).
-	Carried *ilp.NamedBasis
-	Carry   bool
 	// Force pins values to a strategy: an index into CandidatesWith(g, lm, opts)[v].
 	Force map[ir.ValueID]int
 	// ForceSpec pins values to the first candidate whose output has the given layout.
@@ -209,9 +202,6 @@ type Result struct {
 	ILP      ILPStats `json:"ilp"`
 
 	warm *warmStart // to start a later solve of this ILP from (Options.WarmStart)
-	// Carried is the final basis of the ILP by name, where Options.Carry asked for it and
-	// lp_solve ended at the root; nil otherwise.
-	Carried *ilp.NamedBasis `json:"-"`
 }
 
 // Cost is the predicted time of one step on the mesh, in seconds, split by kind.
