@@ -347,9 +347,21 @@ func (o *oracle) rangeLeast(k rangeKey) float64 {
 	return least
 }
 
-// weighed is a stage's plain price as the stage ILPs weigh it, B·t + u.
+// weighed is a stage's price as the stage ILPs weigh it, B·t + u, by the least of its ways
+// (plain, recomputing) that fits the memory with one micro-batch in flight (+Inf: none). Not
+// the plain way alone: a restricted plan whose plain way overflows is priced by its
+// recomputing ways, and compared by its plain one it beat a range plan that fits plainly
+// (GPT-2.6B/8 at 64 µb, [0,8) on 2×4: restricted 41.708 s plain, 57.583 s the least that
+// fits, against the range ILP's 43.120 s that fits: issue 13, round twelve, integral).
 func (o *oracle) weighed(sol *stageSolution) float64 {
-	return float64(max(o.mb, 1))*sol.cost.Time + sol.cost.Step
+	c := sol.costFor(o.remat)
+	least := math.Inf(1)
+	for _, w := range append([]dp.StageCost{c}, c.Remat...) {
+		if w.Memory(1) <= float64(o.memory) {
+			least = min(least, float64(max(o.mb, 1))*w.Time+w.Step)
+		}
+	}
+	return least
 }
 
 // restrictVars is the least size, in its layers' ILP variables, of a range priced by its
