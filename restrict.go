@@ -296,7 +296,7 @@ func (o *oracle) openRestricted(opt *dp.Result, progress *ilpProgress) bool {
 	for _, k := range keys {
 		sg, _ := o.stage(k.start, k.end)
 		c := o.exactAt[k]
-		if sol := o.solved[solveKey{sg.hash, k.sub, k.logical}]; sol != nil && sol.ok && sol.res != nil && o.weighed(sol) <= o.weighed(o.restricted[k]) {
+		if sol := o.solved[solveKey{sg.hash, k.sub, k.logical}]; sol != nil && sol.ok && sol.res != nil && o.weighedAt(k, sol) <= o.weighedAt(k, o.restricted[k]) {
 			delete(o.restricted, k)
 			o.exactAt[k] = composedCost{cost: sol.costFor(o.remat), ok: sol.ok, exact: true}
 			continue
@@ -350,6 +350,28 @@ func (o *oracle) rangeLeast(k rangeKey) float64 {
 // weighed is a stage's plain price as the stage ILPs weigh it, B·t + u.
 func (o *oracle) weighed(sol *stageSolution) float64 {
 	return float64(max(o.mb, 1))*sol.cost.Time + sol.cost.Step
+}
+
+// weighedAt is what openRestricted compares a stage's two plans of range k by: for a
+// whole-network range (one stage, one micro-batch in flight) the least B·t + u of its ways
+// (plain, recomputing) that fits the memory (+Inf: none), weighed elsewhere. Not the plain
+// way alone there: a restricted plan whose plain way overflows is priced by its recomputing
+// ways, and compared by its plain one it beat a range plan that fits plainly (GPT-2.6B/8 at
+// 64 µb, [0,8) on 2×4: restricted 41.708 s plain, 57.583 s the least that fits, against the
+// range ILP's 43.120 s that fits). A pipeline stage keeps the plain comparison: its
+// micro-batches in flight are the DP's to choose (issue 13, round twelve, integral).
+func (o *oracle) weighedAt(k rangeKey, sol *stageSolution) float64 {
+	if !o.dualApplies(k.start, k.end) {
+		return o.weighed(sol)
+	}
+	c := sol.costFor(o.remat)
+	least := math.Inf(1)
+	for _, w := range append([]dp.StageCost{c}, c.Remat...) {
+		if w.Memory(1) <= float64(o.memory) {
+			least = min(least, float64(max(o.mb, 1))*w.Time+w.Step)
+		}
+	}
+	return least
 }
 
 // restrictVars is the least size, in its layers' ILP variables, of a range priced by its
