@@ -71,7 +71,10 @@ type Options struct {
 	// where several plans tie, they may pick different ones. For comparing with lp_solve.
 	LPSolveOnly bool
 	// ILPTimeLimit bounds the CPU time of each sharding ILP, a backstop behind
-	// ILPIterations (it varies from machine to machine); 0 means 30 s.
+	// ILPIterations (it varies from machine to machine); 0 means 30 s. Under an iteration
+	// budget it is raised to 10 ms an iteration (sharding.Options.TimeLimit), so that the
+	// budget, the same on every machine, stops each solve first; with ILPIterations < 0 it
+	// is the only limit.
 	ILPTimeLimit time.Duration
 	// Search is how stages are priced: "fast" (the default) solves each distinct layer
 	// at most once per logical mesh, only where a plan priced by lower bounds needs it

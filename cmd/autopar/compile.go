@@ -94,7 +94,7 @@ func addPlanFlags(fl *pflag.FlagSet, f *compileFlags) {
 	fl.StringVar(&f.search, "search", autopar.DefaultSearch, "stage search: fast (layer solutions composed, chosen stages solved exactly) or exhaustive (one ILP per layer range and mesh)")
 	fl.StringVar(&f.precision, "precision", "", "compute dtype of the step: f32, f16 or bf16 (every float of the model in it), mixed (bf16 with f32 master weights and optimizer state) or mixed-f16 (default: the model's dtypes)")
 	fl.Float64Var(&f.lossScale, "loss-scale", 0, "static loss scale: the backward starts from loss×S and the update divides by S (for f16; 0: none)")
-	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve CPU-time limit per sharding ILP, a backstop behind --ilp-iterations (0: the default)")
+	fl.DurationVar(&f.timeLimit, "time-limit", 30*time.Second, "lp_solve CPU-time limit per sharding ILP, a backstop behind --ilp-iterations: raised to 10 ms an iteration of the budget, so that the budget stops first (--ilp-iterations -1: this limit alone; 0: the default)")
 	fl.Int64Var(&f.ilpIterations, "ilp-iterations", autopar.DefaultILPIterations, "lp_solve simplex iterations allowed per sharding ILP, branch and bound included: the same stop on any machine under any load (0: the default, -1: no limit)")
 	fl.BoolVar(&f.lpSolveOnly, "lp-solve-only", false, "send every sharding ILP to lp_solve, without first trying the message-passing certificate (the same optimum; tied plans may differ)")
 }
