@@ -12,10 +12,11 @@ import (
 
 // TestWeighedTakesAWayThatFits: openRestricted keeps the cheaper of a whole-network stage's
 // restricted plan and its range ILP's plan by weighedAt, which prices each by its least way
-// that fits the memory with one micro-batch in flight; a pipeline stage's by its plain way. A restricted plan whose plain way overflows (its
-// recomputing ways fit) is dearer than a range plan that fits plainly at a higher plain
-// price, the case of GPT-2.6B/8's [0,8) on 2×4 at 64 µb (docs/DECISIONS.md, "Round twelve,
-// integral"); with no way that fits, a plan weighs +Inf.
+// that fits the memory with one micro-batch in flight, and a pipeline stage's by its plain
+// way. A restricted plan whose plain way overflows (its recomputing ways fit) is dearer than
+// a range plan that fits plainly at a higher plain price, the case of GPT-2.6B/8's [0,8) on
+// 2×4 at 64 µb (docs/DECISIONS.md, "Round twelve, integral"); with no way that fits, a plan
+// weighs +Inf.
 func TestWeighedTakesAWayThatFits(t *testing.T) {
 	const gib = 1 << 30
 	o := &oracle{mb: 64, memory: 16 * gib, remat: RematAuto, lay: &passes.Layering{L: 8}}

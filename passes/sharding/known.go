@@ -1,6 +1,8 @@
 package sharding
 
 import (
+	"slices"
+
 	"github.com/autopar/autopar/ilp"
 )
 
@@ -59,7 +61,7 @@ func (p *planner) knownChoice(plan KnownPlan) []int {
 		}
 		choice[gi] = -1
 		for k, gs := range gr.strats {
-			if equalPicks(gs.pick, want) {
+			if slices.Equal(gs.pick, want) {
 				choice[gi] = k
 				break
 			}
@@ -74,22 +76,10 @@ func (p *planner) knownChoice(plan KnownPlan) []int {
 	return choice
 }
 
-func equalPicks(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// knownIncumbent returns the best of Options.Known that the ILP holds and that fits
-// budget (0: none) at every point of the step, and its objective in the ILP as built so
-// far (no memory rows yet); nil when none does.
-func (p *planner) knownIncumbent(budget float64) ([]int, float64) {
+// knownIncumbent returns the best of Options.Known, by its objective in the ILP as built so
+// far (no memory rows yet), that the ILP holds and that fits budget (0: none) at every
+// point of the step; nil when none does.
+func (p *planner) knownIncumbent(budget float64) []int {
 	var best []int
 	bestObj := 0.0
 	for _, plan := range p.opts.Known {
@@ -108,7 +98,7 @@ func (p *planner) knownIncumbent(budget float64) ([]int, float64) {
 			best, bestObj = choice, ev.Objective
 		}
 	}
-	return best, bestObj
+	return best
 }
 
 // betterIncumbent returns whichever of a and b has the lower objective in the ILP as it

@@ -47,7 +47,7 @@ func (p *planner) solve(ctx context.Context) (*Result, error) {
 	}
 	// A plan known before the solve (Options.Known, known.go) is the cutoff where it beats
 	// the Lagrangian's, so that the answer is never worse than it.
-	known, _ := p.knownIncumbent(budget)
+	known := p.knownIncumbent(budget)
 	incumbent = p.betterIncumbent(incumbent, known)
 	baseVars, baseRows := p.prob.NumVars(), p.prob.NumRows()
 	w := p.opts.WarmStart.warmFor(baseVars, baseRows, budget)
